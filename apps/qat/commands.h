@@ -1,0 +1,10 @@
+// Each `qat` subcommand lives in its own file and registers itself on the app here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace qg::cli {
+
+void add_gradcheck_command(CLI::App& app);
+
+}  // namespace qg::cli

@@ -1,0 +1,33 @@
+// Allocators per device. The CPU allocator is 64-byte aligned (one cache line, and wide
+// enough for AVX-512 loads). A device backend (CUDA) installs its allocator and its copy
+// routine at start-up, so core never includes CUDA headers.
+#pragma once
+
+#include <cstddef>
+
+#include "core/dtype.h"
+
+namespace qg {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* ptr, size_t bytes) = 0;
+  virtual Device device() const = 0;
+};
+
+inline constexpr size_t kCpuAlignment = 64;
+
+Allocator& cpu_allocator();
+
+// Copies `bytes` between any two devices; installed by a device backend.
+using CopyFn = void (*)(void* dst, Device dst_device, const void* src, Device src_device,
+                        size_t bytes);
+
+void install_device_allocator(DeviceType type, Allocator* allocator, CopyFn copy);
+// Throws qg::Error when no backend for the device was built or none is present.
+Allocator& allocator_for(Device device);
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+
+}  // namespace qg

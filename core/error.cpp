@@ -1,0 +1,25 @@
+#include "core/error.h"
+
+namespace qg {
+
+namespace {
+std::string format(const std::string& op, const std::string& message, const char* file, int line) {
+  std::string where = file;
+  // Keep only the repository-relative part of the path so messages do not leak build paths.
+  for (const char* root : {"/core/", "/ops/", "/autograd/", "/runtime/", "/apps/", "/tests/"}) {
+    auto pos = where.rfind(root);
+    if (pos != std::string::npos) {
+      where = where.substr(pos + 1);
+      break;
+    }
+  }
+  return "[" + op + "] " + message + " (" + where + ":" + std::to_string(line) + ")";
+}
+}  // namespace
+
+Error::Error(std::string op, std::string message, const char* file, int line)
+    : std::runtime_error(format(op, message, file, line)),
+      op_(std::move(op)),
+      message_(std::move(message)) {}
+
+}  // namespace qg

@@ -1,0 +1,284 @@
+#include "core/graph.h"
+
+#include <algorithm>
+#include <boost/graph/strong_components.hpp>
+#include <boost/graph/topological_sort.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace qg {
+
+NodeId Graph::add_node(Node node, const std::vector<TensorType>& output_types) {
+  auto v = boost::add_vertex(g_);
+  node.id = static_cast<NodeId>(v);
+  node.outputs.clear();
+  for (size_t i = 0; i < output_types.size(); ++i) {
+    Value val;
+    val.id = static_cast<ValueId>(values_.size());
+    val.producer = node.id;
+    val.index = static_cast<int>(i);
+    val.type = output_types[i];
+    node.outputs.push_back(val.id);
+    values_.push_back(val);
+  }
+  for (size_t slot = 0; slot < node.inputs.size(); ++slot) {
+    ValueId in = node.inputs[slot];
+    boost::add_edge(values_[in].producer, v, EdgeInfo{in, static_cast<int>(slot)}, g_);
+  }
+  g_[v] = std::move(node);
+  return static_cast<NodeId>(v);
+}
+
+NodeId Graph::add_raw_node(Node node, const std::vector<TensorType>& output_types) {
+  for (ValueId in : node.inputs) check_value(in, node.op ? node.op->name : "graph", "input");
+  return add_node(std::move(node), output_types);
+}
+
+void Graph::check_value(ValueId id, const std::string& op, const std::string& what) const {
+  QG_CHECK(id >= 0 && id < num_values(), op, what, " refers to value ", id,
+           ", which is not defined in this graph (it has ", num_values(), " values)");
+  QG_CHECK(!g_[values_[id].producer].dead, op, what, " refers to value ", id, " ('",
+           values_[id].name, "') whose producer node ", values_[id].producer,
+           " was removed: a dangling input");
+}
+
+ValueId Graph::input(const std::string& name, TensorType type) {
+  QG_CHECK(!name.empty(), "input", "a graph input needs a name");
+  QG_CHECK(find(name) == kNoValue, "input", "the name '", name, "' is already used");
+  Node n;
+  n.op = &OpRegistry::instance().get("input");
+  n.name = name;
+  n.attrs = resolve_attrs(*n.op, Attrs{{"dtype", dtype_name(type.dtype)}, {"shape", type.shape}});
+  NodeId id = add_node(std::move(n), {type});
+  ValueId v = g_[id].outputs[0];
+  set_name(v, name);
+  return v;
+}
+
+ValueId Graph::constant(const Tensor& value, const std::string& name) {
+  QG_CHECK(value.defined(), "constant", "an undefined tensor cannot be a constant");
+  Node n;
+  n.op = &OpRegistry::instance().get("constant");
+  n.name = name.empty() ? "constant" : name;
+  n.value = value.device().is_cpu() ? value.clone() : value.to(Device::cpu());
+  TensorType t{value.dtype(), value.shape()};
+  n.states = {StateSpec{"value", t, 0.0}};
+  NodeId id = add_node(std::move(n), {t});
+  ValueId v = g_[id].outputs[0];
+  if (!name.empty()) set_name(v, name);
+  return v;
+}
+
+ValueId Graph::parameter(const std::string& name, const Tensor& init) {
+  QG_CHECK(!name.empty(), "parameter", "a parameter needs a name");
+  QG_CHECK(init.defined(), "parameter", "parameter '", name, "' has an undefined initial value");
+  QG_CHECK(is_floating(init.dtype()), "parameter", "parameter '", name,
+           "' must be floating point, got ", dtype_name(init.dtype()));
+  QG_CHECK(find(name) == kNoValue, "parameter", "the name '", name, "' is already used");
+  Node n;
+  n.op = &OpRegistry::instance().get("parameter");
+  n.name = name;
+  n.value = init.device().is_cpu() ? init.clone() : init.to(Device::cpu());
+  TensorType t{init.dtype(), init.shape()};
+  n.states = {StateSpec{"value", t, 0.0}};
+  NodeId id = add_node(std::move(n), {t});
+  ValueId v = g_[id].outputs[0];
+  set_name(v, name);
+  return v;
+}
+
+std::vector<ValueId> Graph::apply(const std::string& op_name, const std::vector<ValueId>& inputs,
+                                  const Attrs& attrs, const std::string& name) {
+  const OpDef& op = OpRegistry::instance().get(op_name);
+  QG_CHECK(!op.is_source, op_name, "source op '", op_name,
+           "' is created with Graph::input/constant/parameter");
+  QG_CHECK(inputs.size() == op.inputs.size(), op_name, "expects ", op.inputs.size(),
+           " inputs, got ", inputs.size());
+  std::vector<TensorType> in_types;
+  std::vector<const Tensor*> constants;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_value(inputs[i], op_name, "input '" + op.inputs[i] + "'");
+    in_types.push_back(values_[inputs[i]].type);
+    const Node& producer = g_[values_[inputs[i]].producer];
+    constants.push_back(producer.op->name == "constant" ? &producer.value : nullptr);
+  }
+  Node n;
+  n.op = &op;
+  n.name = name.empty() ? op_name : name;
+  n.inputs = inputs;
+  n.attrs = resolve_attrs(op, attrs);
+  InferContext ctx{op.name, in_types, n.attrs, constants};
+  std::vector<TensorType> out_types = op.infer(ctx);
+  QG_CHECK(out_types.size() == op.outputs.size(), op_name, "shape inference returned ",
+           out_types.size(), " outputs for ", op.outputs.size(), " declared");
+  if (op.states) n.states = op.states(ctx);
+  NodeId id = add_node(std::move(n), out_types);
+  return g_[id].outputs;
+}
+
+ValueId Graph::apply1(const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs,
+                      const std::string& name) {
+  auto outs = apply(op, inputs, attrs, name);
+  return outs.at(0);
+}
+
+const Value& Graph::value(ValueId id) const {
+  QG_CHECK(id >= 0 && id < num_values(), "graph", "value ", id, " is not defined (graph has ",
+           num_values(), " values)");
+  return values_[id];
+}
+
+const Node& Graph::node(NodeId id) const {
+  QG_CHECK(id >= 0 && id < num_nodes(), "graph", "node ", id, " does not exist (graph has ",
+           num_nodes(), " nodes)");
+  return g_[id];
+}
+
+int Graph::num_live_nodes() const {
+  int n = 0;
+  for (int i = 0; i < num_nodes(); ++i) n += g_[i].dead ? 0 : 1;
+  return n;
+}
+
+void Graph::set_name(ValueId id, const std::string& name) {
+  check_value(id, "graph", "set_name");
+  auto it = names_.find(name);
+  QG_CHECK(it == names_.end() || it->second == id, "graph", "the name '", name,
+           "' is already used by value ", it == names_.end() ? -1 : it->second);
+  if (!values_[id].name.empty()) names_.erase(values_[id].name);
+  values_[id].name = name;
+  names_[name] = id;
+}
+
+ValueId Graph::find(const std::string& name) const {
+  auto it = names_.find(name);
+  return it == names_.end() ? kNoValue : it->second;
+}
+
+ValueId Graph::at(const std::string& name) const {
+  ValueId v = find(name);
+  QG_CHECK(v != kNoValue, "graph", "no value is named '", name, "'");
+  return v;
+}
+
+std::vector<ValueId> Graph::inputs() const {
+  std::vector<ValueId> out;
+  for (int i = 0; i < num_nodes(); ++i)
+    if (!g_[i].dead && g_[i].op->name == "input") out.push_back(g_[i].outputs[0]);
+  return out;
+}
+
+std::vector<NodeId> Graph::parameters() const {
+  std::vector<NodeId> out;
+  for (int i = 0; i < num_nodes(); ++i)
+    if (!g_[i].dead && g_[i].op->name == "parameter") out.push_back(i);
+  return out;
+}
+
+std::vector<NodeId> Graph::consumers(ValueId id) const {
+  check_value(id, "graph", "consumers");
+  std::vector<NodeId> out;
+  for (auto [e, end] = boost::out_edges(values_[id].producer, g_); e != end; ++e) {
+    if (g_[*e].value != id) continue;
+    NodeId c = static_cast<NodeId>(boost::target(*e, g_));
+    if (!g_[c].dead && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  }
+  return out;
+}
+
+void Graph::replace_input(NodeId node_id, int slot, ValueId value) {
+  Node& n = g_[node_id];
+  QG_CHECK(slot >= 0 && slot < static_cast<int>(n.inputs.size()), n.name, "input slot ", slot,
+           " is out of range (node has ", n.inputs.size(), " inputs)");
+  QG_CHECK(value >= 0 && value < num_values(), n.name, "replacement value ", value,
+           " is not defined in this graph");
+  // Drop the old edge for this slot, then add the new one.
+  std::vector<BoostGraph::edge_descriptor> old;
+  for (auto [e, end] = boost::in_edges(node_id, g_); e != end; ++e)
+    if (g_[*e].slot == slot) old.push_back(*e);
+  for (auto e : old) boost::remove_edge(e, g_);
+  n.inputs[slot] = value;
+  boost::add_edge(values_[value].producer, node_id, EdgeInfo{value, slot}, g_);
+}
+
+void Graph::add_control_dependency(NodeId before, NodeId after) {
+  node(before);
+  node(after);
+  boost::add_edge(before, after, EdgeInfo{kNoValue, -1}, g_);
+}
+
+void Graph::remove_node(NodeId id) {
+  Node& n = g_[id];
+  for (ValueId out : n.outputs) {
+    auto readers = consumers(out);
+    QG_CHECK(readers.empty(), n.name, "cannot remove node ", id, ": output ", out,
+             " is read by node ", readers.empty() ? -1 : readers[0]);
+  }
+  boost::clear_vertex(id, g_);
+  n.dead = true;
+  for (ValueId out : n.outputs)
+    if (!values_[out].name.empty()) names_.erase(values_[out].name);
+}
+
+std::vector<NodeId> Graph::topological_order() const {
+  // 1. Every live node's inputs must be defined values with live producers.
+  for (int i = 0; i < num_nodes(); ++i) {
+    const Node& n = g_[i];
+    if (n.dead) continue;
+    for (size_t s = 0; s < n.inputs.size(); ++s)
+      check_value(n.inputs[s], n.name, "input '" + n.op->inputs[s] + "'");
+  }
+  // 2. Boost's topological sort; a back edge means a cycle, reported with its members.
+  std::vector<BoostGraph::vertex_descriptor> rev;
+  try {
+    boost::topological_sort(g_, std::back_inserter(rev));
+  } catch (const boost::not_a_dag&) {
+    std::vector<int> component(boost::num_vertices(g_));
+    boost::strong_components(g_, boost::make_iterator_property_map(
+                                     component.begin(), boost::get(boost::vertex_index, g_)));
+    std::map<int, std::vector<int>> members;
+    for (size_t v = 0; v < component.size(); ++v) members[component[v]].push_back(v);
+    std::string cycle;
+    for (const auto& [c, vs] : members) {
+      if (vs.size() < 2) continue;
+      for (int v : vs)
+        cycle += (cycle.empty() ? "" : " -> ") + g_[v].name + "#" + std::to_string(v);
+      break;
+    }
+    QG_FAIL("graph", "the graph has a cycle through nodes ", cycle);
+  }
+  std::vector<NodeId> order;
+  for (auto it = rev.rbegin(); it != rev.rend(); ++it)
+    if (!g_[*it].dead) order.push_back(static_cast<NodeId>(*it));
+  // 3. Defensive: inputs must be produced earlier in the order.
+  std::vector<int> position(num_nodes(), -1);
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);
+  for (NodeId id : order)
+    for (ValueId in : g_[id].inputs)
+      QG_CHECK(position[values_[in].producer] < position[id], g_[id].name, "value ", in,
+               " is used before it is defined");
+  return order;
+}
+
+void Graph::validate() const {
+  topological_order();
+}
+
+std::string Graph::dump() const {
+  std::ostringstream os;
+  for (int i = 0; i < num_nodes(); ++i) {
+    const Node& n = g_[i];
+    if (n.dead) continue;
+    os << "#" << i << " " << n.op->name << " '" << n.name << "' (";
+    for (size_t k = 0; k < n.inputs.size(); ++k) os << (k ? ", " : "") << "%" << n.inputs[k];
+    os << ") -> ";
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+      os << (k ? ", " : "") << "%" << n.outputs[k] << ":" << values_[n.outputs[k]].type.str();
+    if (!n.attrs.items().empty()) os << " {" << n.attrs.str() << "}";
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace qg

@@ -1,0 +1,96 @@
+// The computation graph: nodes are op instances, edges are values. Nodes live as bundled
+// vertex properties of a Boost.Graph adjacency_list; an edge runs from a value's producer
+// to each consumer (and for explicit control dependencies). Ordering uses Boost's
+// topological sort, so a cycle is reported instead of silently mis-scheduled.
+#pragma once
+
+#include <boost/graph/adjacency_list.hpp>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/op_registry.h"
+
+namespace qg {
+
+struct Value {
+  ValueId id = kNoValue;
+  NodeId producer = -1;
+  int index = 0;  // which output of the producer
+  TensorType type;
+  std::string name;
+};
+
+struct Node {
+  NodeId id = -1;
+  const OpDef* op = nullptr;
+  std::string name;
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  Attrs attrs;   // resolved: defaults filled in, validated
+  Tensor value;  // constants and parameter initial values
+  std::vector<StateSpec> states;
+  bool dead = false;  // removed by a pass; kept so ids stay stable
+};
+
+struct EdgeInfo {
+  ValueId value = kNoValue;  // kNoValue for a control dependency
+  int slot = -1;
+};
+
+using BoostGraph =
+    boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Node, EdgeInfo>;
+
+class Graph {
+ public:
+  // Graph inputs are fed by name at run time.
+  ValueId input(const std::string& name, TensorType type);
+  ValueId constant(const Tensor& value, const std::string& name = "");
+  // A trainable tensor kept as persistent state by the executor.
+  ValueId parameter(const std::string& name, const Tensor& init);
+
+  // Appends one node. Validates the op, arity, attributes and input types, and infers the
+  // output types; throws qg::Error naming the op on any problem.
+  std::vector<ValueId> apply(const std::string& op, const std::vector<ValueId>& inputs,
+                             const Attrs& attrs = {}, const std::string& name = "");
+  ValueId apply1(const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs = {},
+                 const std::string& name = "");
+
+  const Value& value(ValueId id) const;
+  const Node& node(NodeId id) const;
+  int num_nodes() const { return static_cast<int>(boost::num_vertices(g_)); }
+  int num_values() const { return static_cast<int>(values_.size()); }
+  int num_live_nodes() const;
+
+  void set_name(ValueId id, const std::string& name);
+  ValueId find(const std::string& name) const;  // kNoValue when absent
+  ValueId at(const std::string& name) const;    // throws when absent
+  std::vector<ValueId> inputs() const;          // values produced by `input` nodes
+  std::vector<NodeId> parameters() const;
+  std::vector<NodeId> consumers(ValueId id) const;
+
+  // Passes: rewire an input, order two nodes, or remove a node no live node reads.
+  void replace_input(NodeId node, int slot, ValueId value);
+  void add_control_dependency(NodeId before, NodeId after);
+  void remove_node(NodeId node);
+  // Appends a node without shape inference (fused nodes built by passes).
+  NodeId add_raw_node(Node node, const std::vector<TensorType>& output_types);
+
+  // Throws on a dangling input (a value that is not defined or whose producer was
+  // removed), an input used before it is defined in the order, or a cycle.
+  std::vector<NodeId> topological_order() const;
+  void validate() const;
+
+  const BoostGraph& boost_graph() const { return g_; }
+  std::string dump() const;
+
+ private:
+  NodeId add_node(Node node, const std::vector<TensorType>& output_types);
+  void check_value(ValueId id, const std::string& op, const std::string& what) const;
+
+  BoostGraph g_;
+  std::vector<Value> values_;
+  std::map<std::string, ValueId> names_;
+};
+
+}  // namespace qg

@@ -1,0 +1,161 @@
+#include "core/tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "core/half.h"
+
+namespace qg {
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+Shape contiguous_strides(const Shape& s) {
+  Shape st(s.size());
+  int64_t acc = 1;
+  for (int i = static_cast<int>(s.size()) - 1; i >= 0; --i) {
+    st[i] = acc;
+    acc *= s[i];
+  }
+  return st;
+}
+
+Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
+  allocator_ = &allocator_for(device);
+  data_ = allocator_->allocate(bytes);
+}
+
+Storage::~Storage() {
+  if (data_ != nullptr) allocator_->deallocate(data_, bytes_);
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) {
+    QG_CHECK(d >= 0, "tensor", "negative dimension in shape ", shape_str(shape));
+  }
+  Tensor t;
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.storage_ = std::make_shared<Storage>(t.nbytes(), device);
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor host = empty(shape, dtype);
+  if (host.nbytes() > 0) std::memset(host.raw_data(), 0, host.nbytes());
+  return device.is_cpu() ? host : host.to(device);
+}
+
+Tensor Tensor::from_doubles(const Shape& shape, const std::vector<double>& values, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  QG_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "tensor", "shape ", shape_str(shape),
+           " needs ", t.numel(), " values, got ", values.size());
+  dispatch_any(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(t.raw_data());
+    for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(values[i]);
+  });
+  return t;
+}
+
+int64_t Tensor::size(int axis) const {
+  int d = dim();
+  int a = axis < 0 ? axis + d : axis;
+  QG_CHECK(a >= 0 && a < d, "tensor", "axis ", axis, " is out of range for a tensor of rank ", d);
+  return shape_[a];
+}
+
+bool Tensor::is_contiguous() const {
+  return strides_ == contiguous_strides(shape_);
+}
+
+void* Tensor::raw_data() const {
+  if (!storage_ || storage_->data() == nullptr) return nullptr;
+  return static_cast<char*>(storage_->data()) + offset_bytes_;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  QG_CHECK(defined(), "reshape", "reshape of an undefined tensor");
+  QG_CHECK(is_contiguous(), "reshape", "reshape needs a contiguous tensor");
+  QG_CHECK(shape_numel(shape) == numel_, "reshape", "cannot reshape ", shape_str(shape_), " (",
+           numel_, " elements) to ", shape_str(shape), " (", shape_numel(shape), " elements)");
+  Tensor t = *this;
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  QG_CHECK(defined(), "tensor", "copy of an undefined tensor");
+  QG_CHECK(is_contiguous(), "tensor", "copy of a non-contiguous tensor");
+  Tensor t = empty(shape_, dtype_, device);
+  copy_bytes(t.raw_data(), device, raw_data(), device_, nbytes());
+  return t;
+}
+
+Tensor Tensor::cast(DType dtype) const {
+  QG_CHECK(device_.is_cpu(), "cast", "cast runs on CPU tensors; got one on ", device_.str());
+  Tensor out = empty(shape_, dtype);
+  dispatch_any(dtype_, [&](auto src_tag) {
+    using S = decltype(src_tag);
+    const S* src = static_cast<const S*>(raw_data());
+    dispatch_any(dtype, [&](auto dst_tag) {
+      using D = decltype(dst_tag);
+      D* dst = static_cast<D*>(out.raw_data());
+      for (int64_t i = 0; i < numel_; ++i) {
+        if constexpr (std::is_same_v<S, f16> || std::is_same_v<S, bf16>) {
+          dst[i] = static_cast<D>(static_cast<float>(src[i]));
+        } else {
+          dst[i] = static_cast<D>(src[i]);
+        }
+      }
+    });
+  });
+  return out;
+}
+
+double Tensor::at(int64_t i) const {
+  QG_CHECK(device_.is_cpu(), "tensor", "at() needs a CPU tensor; got one on ", device_.str());
+  QG_CHECK(i >= 0 && i < numel_, "tensor", "index ", i, " out of range for ", numel_, " elements");
+  return dispatch_any(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    return static_cast<double>(static_cast<const T*>(raw_data())[i]);
+  });
+}
+
+std::vector<double> Tensor::to_doubles() const {
+  Tensor host = device_.is_cpu() ? *this : to(Device::cpu());
+  std::vector<double> v(static_cast<size_t>(numel_));
+  for (int64_t i = 0; i < numel_; ++i) v[i] = host.at(i);
+  return v;
+}
+
+void Tensor::fill(double value) {
+  QG_CHECK(device_.is_cpu(), "tensor", "fill() needs a CPU tensor; got one on ", device_.str());
+  dispatch_any(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(raw_data());
+    for (int64_t i = 0; i < numel_; ++i) p[i] = static_cast<T>(value);
+  });
+}
+
+std::string Tensor::str() const {
+  return std::string(dtype_name(dtype_)) + shape_str(shape_) + " on " + device_.str();
+}
+
+}  // namespace qg

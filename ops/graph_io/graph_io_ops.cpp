@@ -1,0 +1,92 @@
+// Source and plumbing ops: graph inputs (fed by name), constants, parameters (persistent
+// state), stop_gradient, and full_like (gradient seeds and zero gradients).
+#include "core/op_registry.h"
+
+#include "core/error.h"
+#include "core/graph.h"
+#include "ops/common/schema_helpers.h"
+
+namespace qg {
+namespace {
+
+std::vector<TensorType> no_infer(const InferContext& ctx) {
+  QG_FAIL(ctx.op, "source ops are created by Graph::input/constant/parameter");
+}
+
+void define_input(OpRegistry& r) {
+  OpDef& op = r.define("input");
+  op.doc = "A graph input, fed by name at run time.";
+  op.outputs = {"value"};
+  op.attrs = {string_attr("dtype", std::nullopt, {}, "declared dtype"),
+              ints_attr("shape", std::nullopt, "declared shape")};
+  op.is_source = true;
+  op.infer = no_infer;
+  op.kernels.push_back({DeviceType::cpu, {}, [](KernelContext& ctx) {
+                          QG_CHECK(ctx.feed != nullptr && ctx.feed->defined(), "input",
+                                   "missing graph input '", ctx.node.name, "': it was not fed");
+                          const Tensor& f = *ctx.feed;
+                          const Tensor& decl = ctx.outputs[0];
+                          QG_CHECK(f.dtype() == decl.dtype() && f.shape() == decl.shape(), "input",
+                                   "graph input '", ctx.node.name, "' is declared ",
+                                   dtype_name(decl.dtype()), shape_str(decl.shape()),
+                                   " but was fed ", dtype_name(f.dtype()), shape_str(f.shape()));
+                          ctx.outputs[0] = f;
+                        }});
+}
+
+// Constants and parameters hand out their state tensor (uploaded once to the device).
+void hand_out_state(KernelContext& ctx) {
+  ctx.outputs[0] = ctx.states.at(0);
+}
+
+void define_constant(OpRegistry& r) {
+  OpDef& op = r.define("constant");
+  op.doc = "A constant tensor, uploaded once to the executor's device.";
+  op.outputs = {"value"};
+  op.is_source = true;
+  op.infer = no_infer;
+  op.kernels.push_back({DeviceType::cpu, {}, hand_out_state});
+}
+
+void define_parameter(OpRegistry& r) {
+  OpDef& op = r.define("parameter");
+  op.doc = "A trainable tensor held as persistent state; optimizers update it in place.";
+  op.outputs = {"value"};
+  op.is_source = true;
+  op.infer = no_infer;
+  op.kernels.push_back({DeviceType::cpu, {}, hand_out_state});
+}
+
+void define_stop_gradient(OpRegistry& r) {
+  OpDef& op = r.define("stop_gradient");
+  op.doc = "Identity in the forward pass; no gradient flows through it.";
+  op.inputs = {"x"};
+  op.outputs = {"y"};
+  op.infer = [](const InferContext& ctx) { return same_as_input(ctx); };
+  op.kernels.push_back(
+      {DeviceType::cpu, {}, [](KernelContext& ctx) { ctx.outputs[0] = ctx.inputs[0]; }});
+}
+
+void define_full_like(OpRegistry& r) {
+  OpDef& op = r.define("full_like");
+  op.doc = "A tensor shaped and typed like x, filled with `value` (x's data is not read).";
+  op.inputs = {"x"};
+  op.outputs = {"y"};
+  op.attrs = {real_attr("value", 0.0, "fill value")};
+  op.infer = [](const InferContext& ctx) { return same_as_input(ctx); };
+  op.kernels.push_back({DeviceType::cpu, {}, [](KernelContext& ctx) {
+                          ctx.outputs[0].fill(ctx.attrs.get_real("value"));
+                        }});
+}
+
+}  // namespace
+
+void define_graph_io_ops(OpRegistry& r) {
+  define_input(r);
+  define_constant(r);
+  define_parameter(r);
+  define_stop_gradient(r);
+  define_full_like(r);
+}
+
+}  // namespace qg

@@ -1,0 +1,103 @@
+// matmul: y = op(a) @ op(b) for 2-D tensors, op = optional transpose. The transpose flags
+// let the backward rule express dA and dB without a separate transpose op.
+#include <Eigen/Core>
+
+#include "core/error.h"
+#include "core/graph.h"
+#include "core/half.h"
+#include "ops/common/schema_helpers.h"
+
+namespace qg {
+namespace {
+
+template <typename M>
+using RowMat = Eigen::Matrix<M, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+template <typename T>
+void matmul_cpu(const Tensor& a, const Tensor& b, Tensor& y, bool ta, bool tb) {
+  using M = math_t<T>;
+  if constexpr (std::is_same_v<T, M>) {
+    Eigen::Map<const RowMat<M>> ma(a.data<T>(), a.size(0), a.size(1));
+    Eigen::Map<const RowMat<M>> mb(b.data<T>(), b.size(0), b.size(1));
+    Eigen::Map<RowMat<M>> my(y.data<T>(), y.size(0), y.size(1));
+    if (y.numel() == 0) return;
+    if (!ta && !tb) my.noalias() = ma * mb;
+    if (!ta && tb) my.noalias() = ma * mb.transpose();
+    if (ta && !tb) my.noalias() = ma.transpose() * mb;
+    if (ta && tb) my.noalias() = ma.transpose() * mb.transpose();
+  } else {
+    auto load = [](const Tensor& t) {
+      RowMat<M> m(t.size(0), t.size(1));
+      const T* p = t.data<T>();
+      for (int64_t i = 0; i < t.numel(); ++i) m.data()[i] = static_cast<M>(p[i]);
+      return m;
+    };
+    RowMat<M> ma = load(a), mb = load(b);
+    RowMat<M> ra = ta ? RowMat<M>(ma.transpose()) : ma;
+    RowMat<M> rb = tb ? RowMat<M>(mb.transpose()) : mb;
+    RowMat<M> out = ra * rb;
+    T* py = y.data<T>();
+    for (int64_t i = 0; i < y.numel(); ++i) py[i] = static_cast<T>(out.data()[i]);
+  }
+}
+
+}  // namespace
+
+void define_linalg_ops(OpRegistry& r) {
+  OpDef& op = r.define("matmul");
+  op.doc = "y = op(a) @ op(b), 2-D, op = transpose when transpose_a/transpose_b is set.";
+  op.inputs = {"a", "b"};
+  op.outputs = {"y"};
+  op.attrs = {bool_attr("transpose_a", false, "use a^T"),
+              bool_attr("transpose_b", false, "use b^T")};
+  op.differentiable_inputs = {true, true};
+  op.infer = [](const InferContext& ctx) {
+    expect_float(ctx, 0);
+    expect_float(ctx, 1);
+    expect_same_dtype(ctx, 0, 1);
+    expect_rank(ctx, 0, 2);
+    expect_rank(ctx, 1, 2);
+    bool ta = ctx.attrs.get_bool("transpose_a"), tb = ctx.attrs.get_bool("transpose_b");
+    const Shape& a = ctx.inputs[0].shape;
+    const Shape& b = ctx.inputs[1].shape;
+    int64_t m = ta ? a[1] : a[0], ka = ta ? a[0] : a[1];
+    int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
+    QG_CHECK(ka == kb, ctx.op, "inner dimensions differ: op(a) is [", m, ", ", ka, "], op(b) is [",
+             kb, ", ", n, "] (a ", shape_str(a), ", b ", shape_str(b), ", transpose_a=", ta,
+             ", transpose_b=", tb, ")");
+    return std::vector<TensorType>{{ctx.inputs[0].dtype, {m, n}}};
+  };
+  op.kernels.push_back(
+      {DeviceType::cpu, {DType::f32, DType::f64, DType::f16, DType::bf16}, [](KernelContext& ctx) {
+         bool ta = ctx.attrs.get_bool("transpose_a"), tb = ctx.attrs.get_bool("transpose_b");
+         dispatch_float(ctx.inputs[0].dtype(), "matmul", [&](auto tag) {
+           matmul_cpu<decltype(tag)>(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0], ta, tb);
+         });
+       }});
+  op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
+    ValueId dy = c.grad_or_zeros(0);
+    ValueId a = c.node.inputs[0], b = c.node.inputs[1];
+    bool ta = c.node.attrs.get_bool("transpose_a"), tb = c.node.attrs.get_bool("transpose_b");
+    ValueId da = kNoValue, db = kNoValue;
+    if (c.needs_input_grad[0]) {
+      da = ta ? c.graph.apply1("matmul", {b, dy}, {{"transpose_a", tb}, {"transpose_b", true}})
+              : c.graph.apply1("matmul", {dy, b}, {{"transpose_b", !tb}});
+    }
+    if (c.needs_input_grad[1]) {
+      db = tb ? c.graph.apply1("matmul", {dy, a}, {{"transpose_a", true}, {"transpose_b", ta}})
+              : c.graph.apply1("matmul", {a, dy}, {{"transpose_a", !ta}});
+    }
+    return {da, db};
+  };
+  op.gradcheck_samples = [] {
+    std::vector<GradcheckSample> s;
+    s.push_back({"[3,4]@[4,5]", {{{3, 4}}, {{4, 5}}}, {}});
+    s.push_back({"[4,3]^T@[4,5]", {{{4, 3}}, {{4, 5}}}, {{"transpose_a", true}}});
+    s.push_back({"[3,4]@[5,4]^T", {{{3, 4}}, {{5, 4}}}, {{"transpose_b", true}}});
+    s.push_back(
+        {"[4,3]^T@[5,4]^T", {{{4, 3}}, {{5, 4}}}, {{"transpose_a", true}, {"transpose_b", true}}});
+    return s;
+  };
+}
+
+}  // namespace qg

@@ -1,0 +1,48 @@
+// The one table of op families. Adding a family means adding its folder and one row here;
+// OpRegistry::self_check() then verifies every op it defines (backward rules, gradient-check
+// samples, CPU reference kernels).
+#include <array>
+
+#include "core/op_registry.h"
+
+namespace qg {
+
+void define_graph_io_ops(OpRegistry&);
+void define_arith_ops(OpRegistry&);
+void define_linalg_ops(OpRegistry&);
+void define_activation_ops(OpRegistry&);
+void define_reduce_ops(OpRegistry&);
+void define_loss_ops(OpRegistry&);
+void define_fake_quantize_ops(OpRegistry&);
+void define_observer_ops(OpRegistry&);
+
+#ifdef QG_WITH_CUDA
+void add_cuda_kernels(OpRegistry&);  // runtime/cuda: registers every family's CUDA kernels
+#endif
+
+namespace {
+struct OpFamily {
+  const char* folder;
+  void (*define)(OpRegistry&);
+};
+
+constexpr std::array<OpFamily, 8> kOpFamilies = {{
+    {"graph_io", define_graph_io_ops},
+    {"arith", define_arith_ops},
+    {"linalg", define_linalg_ops},
+    {"activation", define_activation_ops},
+    {"reduce", define_reduce_ops},
+    {"loss", define_loss_ops},
+    {"fake_quantize", define_fake_quantize_ops},
+    {"observer", define_observer_ops},
+}};
+}  // namespace
+
+void register_all_ops(OpRegistry& registry) {
+  for (const OpFamily& family : kOpFamilies) family.define(registry);
+#ifdef QG_WITH_CUDA
+  add_cuda_kernels(registry);
+#endif
+}
+
+}  // namespace qg

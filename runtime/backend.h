@@ -1,0 +1,30 @@
+// A backend runs kernels on one device. Kernels live in the op registry keyed by device;
+// the backend answers supports() up front so the executor never meets an unsupported
+// (op, dtype) pair mid-graph.
+#pragma once
+
+#include <memory>
+
+#include "core/graph.h"
+
+namespace qg {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual void* stream() const { return nullptr; }
+  virtual void synchronize() {}
+  // Called after every kernel: the CUDA backend checks the launch's last error here.
+  virtual void after_kernel(const Node& node) { (void)node; }
+
+  bool supports(const OpDef& op, DType dtype) const;
+  // Throws qg::Error naming the op, device and dtype when there is no kernel.
+  const KernelDef& kernel_for(const OpDef& op, DType dtype) const;
+};
+
+// CPU always; CUDA when built with it and a device is present (else qg::Error saying so).
+std::unique_ptr<Backend> make_backend(Device device);
+bool cuda_available();
+
+}  // namespace qg

@@ -1,0 +1,20 @@
+// The CUDA backend: one stream for all work and copies, the caching allocator, and a
+// launch-error check after every kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/op_registry.h"
+
+namespace qg::cuda {
+
+cudaStream_t stream();
+// Launch configuration for a grid-stride element-wise kernel over n elements.
+struct LaunchShape {
+  unsigned blocks;
+  unsigned threads;
+};
+LaunchShape elementwise_launch(int64_t n, int threads = 256);
+int multiprocessor_count();
+
+}  // namespace qg::cuda

@@ -1,0 +1,185 @@
+#include "runtime/executor.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace qg {
+
+Executor::Executor(const Graph& graph, Device device)
+    : graph_(graph), backend_(make_backend(device)) {
+  prepare();
+}
+
+Executor::~Executor() = default;
+
+Device Executor::device() const {
+  return backend_->device();
+}
+
+// Orders the graph, picks a kernel for every node (failing before anything runs when one is
+// missing), and creates the state of nodes added since the last call.
+void Executor::prepare() {
+  order_ = graph_.topological_order();
+  int n = graph_.num_nodes();
+  states_.resize(n);
+  kernels_.resize(n, nullptr);
+  for (NodeId id : order_) {
+    const Node& node = graph_.node(id);
+    DType key = node.inputs.empty() ? graph_.value(node.outputs.at(0)).type.dtype
+                                    : graph_.value(node.inputs[0]).type.dtype;
+    kernels_[id] = &backend_->kernel_for(*node.op, key);
+    if (id < prepared_nodes_ || node.states.empty()) continue;
+    std::vector<Tensor>& st = states_[id];
+    for (const StateSpec& spec : node.states) {
+      Tensor host;
+      if (spec.name == "value" && node.value.defined()) {
+        host = node.value;
+      } else {
+        host = Tensor::empty(spec.type.shape, spec.type.dtype);
+        host.fill(spec.init);
+      }
+      st.push_back(host.to(device()));
+    }
+  }
+  prepared_nodes_ = n;
+}
+
+std::vector<bool> Executor::needed_nodes(const std::vector<ValueId>& fetches,
+                                         const std::vector<NodeId>& targets) const {
+  std::vector<bool> needed(graph_.num_nodes(), false);
+  std::vector<NodeId> stack;
+  for (ValueId v : fetches) stack.push_back(graph_.value(v).producer);
+  for (NodeId t : targets) stack.push_back(graph_.node(t).id);
+  const BoostGraph& bg = graph_.boost_graph();
+  while (!stack.empty()) {
+    NodeId id = stack.back();
+    stack.pop_back();
+    if (needed[id]) continue;
+    needed[id] = true;
+    for (auto [e, end] = boost::in_edges(id, bg); e != end; ++e)
+      stack.push_back(static_cast<NodeId>(boost::source(*e, bg)));
+  }
+  return needed;
+}
+
+void Executor::execute(const Feeds& feeds, const std::vector<bool>& needed,
+                       std::vector<Tensor>& values, const std::vector<ValueId>& keep) {
+  if (graph_.num_nodes() != prepared_nodes_) prepare();
+  for (const auto& [name, t] : feeds) {
+    ValueId v = graph_.find(name);
+    QG_CHECK(v != kNoValue && graph_.node(graph_.value(v).producer).op->name == "input", "executor",
+             "feed '", name, "' does not name a graph input");
+  }
+  // Last position at which each value is read, so intermediates are released early.
+  std::vector<int> last_use(graph_.num_values(), -1);
+  for (size_t p = 0; p < order_.size(); ++p)
+    if (needed[order_[p]])
+      for (ValueId in : graph_.node(order_[p]).inputs) last_use[in] = static_cast<int>(p);
+  for (ValueId k : keep) last_use[k] = static_cast<int>(order_.size());
+
+  values.assign(graph_.num_values(), Tensor());
+  std::vector<Tensor> fed_on_device;
+  for (size_t p = 0; p < order_.size(); ++p) {
+    NodeId id = order_[p];
+    if (!needed[id]) continue;
+    const Node& node = graph_.node(id);
+    std::vector<Tensor> outputs;
+    for (ValueId out : node.outputs) {
+      const TensorType& t = graph_.value(out).type;
+      outputs.push_back(node.op->is_source ? Tensor::empty(t.shape, t.dtype, Device::cpu())
+                                           : Tensor::empty(t.shape, t.dtype, device()));
+    }
+    std::vector<Tensor> inputs;
+    for (ValueId in : node.inputs) inputs.push_back(values[in]);
+    KernelContext ctx{node.op->name,
+                      node,
+                      node.attrs,
+                      std::move(inputs),
+                      std::move(outputs),
+                      states_[id],
+                      training_,
+                      backend_->stream(),
+                      nullptr};
+    Tensor feed;
+    if (node.op->name == "input") {
+      auto it = feeds.find(node.name);
+      if (it != feeds.end()) {
+        QG_CHECK(it->second.defined(), "input", "graph input '", node.name,
+                 "' was fed an undefined tensor");
+        feed = it->second.device() == device() ? it->second : it->second.to(device());
+        ctx.feed = &feed;
+      }
+    }
+    kernels_[id]->fn(ctx);
+    backend_->after_kernel(node);
+    for (size_t i = 0; i < node.outputs.size(); ++i) {
+      const TensorType& t = graph_.value(node.outputs[i]).type;
+      const Tensor& got = ctx.outputs[i];
+      QG_CHECK(got.defined() && got.dtype() == t.dtype && got.shape() == t.shape &&
+                   got.device() == device(),
+               node.op->name, "kernel produced ", got.defined() ? got.str() : "nothing",
+               " for output '", node.op->outputs[i], "' declared ", t.str(), " on ",
+               device().str());
+      values[node.outputs[i]] = got;
+    }
+    if (on_node) on_node(node, ctx.outputs);
+    for (ValueId in : node.inputs)
+      if (last_use[in] == static_cast<int>(p)) values[in] = Tensor();
+  }
+}
+
+std::vector<Tensor> Executor::run(const Feeds& feeds, const std::vector<ValueId>& fetches,
+                                  const std::vector<NodeId>& targets) {
+  if (graph_.num_nodes() != prepared_nodes_) prepare();
+  std::vector<Tensor> values;
+  execute(feeds, needed_nodes(fetches, targets), values, fetches);
+  std::vector<Tensor> out;
+  for (ValueId v : fetches) out.push_back(values[v]);
+  return out;
+}
+
+std::map<std::string, Tensor> Executor::run_named(const Feeds& feeds,
+                                                  const std::vector<std::string>& fetches,
+                                                  const std::vector<NodeId>& targets) {
+  std::vector<ValueId> ids;
+  for (const auto& name : fetches) ids.push_back(graph_.at(name));
+  std::vector<Tensor> got = run(feeds, ids, targets);
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < fetches.size(); ++i) out[fetches[i]] = got[i];
+  return out;
+}
+
+std::vector<Tensor> Executor::run_all(const Feeds& feeds) {
+  if (graph_.num_nodes() != prepared_nodes_) prepare();
+  std::vector<bool> needed(graph_.num_nodes(), false);
+  for (NodeId id : order_) needed[id] = true;
+  std::vector<ValueId> all(graph_.num_values());
+  for (int i = 0; i < graph_.num_values(); ++i) all[i] = i;
+  std::vector<Tensor> values;
+  execute(feeds, needed, values, all);
+  return values;
+}
+
+Tensor& Executor::state(NodeId node, const std::string& name) {
+  if (graph_.num_nodes() != prepared_nodes_) prepare();
+  const Node& n = graph_.node(node);
+  for (size_t i = 0; i < n.states.size(); ++i)
+    if (n.states[i].name == name) return states_[node].at(i);
+  QG_FAIL(n.op->name, "node '", n.name, "' has no state named '", name, "'");
+}
+
+const std::vector<Tensor>& Executor::states(NodeId node) {
+  if (graph_.num_nodes() != prepared_nodes_) prepare();
+  graph_.node(node);
+  return states_[node];
+}
+
+Tensor& Executor::parameter(const std::string& name) {
+  ValueId v = graph_.at(name);
+  NodeId n = graph_.value(v).producer;
+  QG_CHECK(graph_.node(n).op->name == "parameter", "executor", "'", name, "' is not a parameter");
+  return state(n, "value");
+}
+
+}  // namespace qg

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages qatgraph needs, skipping those already present.
+# Idempotent and non-interactive; a no-op on a machine that has everything.
+set -euo pipefail
+
+packages=(
+  cmake g++ make ccache pkg-config zlib1g-dev
+  libeigen3-dev libboost-graph-dev libcli11-dev nlohmann-json3-dev
+  libgtest-dev libbenchmark-dev
+  python3 python3-numpy python3-torch python3-sklearn python3-matplotlib
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite: install what is missing, build, and run ctest.
+#   scripts/test.sh             normal build (CUDA code compiled when nvcc is present)
+#   scripts/test.sh --sanitize  CPU-only build with AddressSanitizer + UBSan
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+if [ "${1:-}" = "--sanitize" ]; then
+  scripts/build.sh build-sanitize -DQG_SANITIZE=ON -DQG_ENABLE_CUDA=OFF -DQG_BUILD_BENCH=OFF
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  ctest --test-dir build-sanitize --output-on-failure -j "$jobs"
+else
+  scripts/build.sh build
+  ctest --test-dir build --output-on-failure -j "$jobs"
+fi
