@@ -1,0 +1,145 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "core/graph.h"
+#include "tests/core/test_util.h"
+
+namespace qg {
+namespace {
+
+using testing::expect_error;
+
+TEST(Graph, UnknownOp) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2}});
+  expect_error([&] { g.apply("frobnicate", {x}); }, {"unknown op 'frobnicate'"});
+}
+
+TEST(Graph, UnknownAttributeNamesOpAndValue) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2}});
+  expect_error([&] { g.apply("sum", {x}, {{"axis_typo", 3}}); },
+               {"[sum]", "unknown attribute 'axis_typo' = 3", "known: axes, keepdim"});
+}
+
+TEST(Graph, AttributeTypeMismatch) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2}});
+  expect_error([&] { g.apply("sum", {x}, {{"keepdim", "yes"}}); },
+               {"[sum]", "'keepdim' must be bool", "\"yes\""});
+}
+
+TEST(Graph, MissingRequiredAttribute) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2}});
+  expect_error([&] { g.apply("reshape", {x}); }, {"[reshape]", "required attribute 'shape'"});
+}
+
+TEST(Graph, ArityMismatch) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2}});
+  expect_error([&] { g.apply("add", {x}); }, {"[add]", "expects 2 inputs, got 1"});
+}
+
+TEST(Graph, ShapeMismatch) {
+  Graph g;
+  ValueId a = g.input("a", {DType::f32, {2, 3}});
+  ValueId b = g.input("b", {DType::f32, {4}});
+  expect_error([&] { g.apply("add", {a, b}); }, {"[add]", "[2, 3]", "[4]", "broadcast"});
+  ValueId m = g.input("m", {DType::f32, {3, 5}});
+  expect_error([&] { g.apply("matmul", {m, a}); }, {"[matmul]", "inner dimensions differ"});
+}
+
+TEST(Graph, DtypeMismatch) {
+  Graph g;
+  ValueId a = g.input("a", {DType::f32, {2}});
+  ValueId b = g.input("b", {DType::f64, {2}});
+  expect_error([&] { g.apply("mul", {a, b}); }, {"[mul]", "dtype mismatch", "f32[2]", "f64[2]"});
+}
+
+TEST(Graph, IntegerInputToFloatOp) {
+  Graph g;
+  ValueId a = g.input("a", {DType::i32, {2}});
+  expect_error([&] { g.apply("relu", {a}); }, {"[relu]", "floating point", "i32[2]"});
+}
+
+TEST(Graph, UndefinedValue) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2}});
+  expect_error([&] { g.apply("add", {x, 999}); }, {"[add]", "value 999", "not defined"});
+}
+
+TEST(Graph, DanglingInputAfterRemoval) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2}});
+  ValueId y = g.apply1("relu", {x});
+  ValueId z = g.apply1("neg", {x});
+  ValueId w = g.apply1("add", {z, x});
+  // Rewire w to read y, remove neg (no readers left), then point w back at neg's output.
+  g.replace_input(g.value(w).producer, 0, y);
+  g.remove_node(g.value(z).producer);
+  g.replace_input(g.value(w).producer, 0, z);
+  expect_error([&] { g.topological_order(); }, {"dangling input"});
+}
+
+TEST(Graph, RemovingANodeWithReadersIsRefused) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2}});
+  ValueId y = g.apply1("relu", {x});
+  g.apply1("neg", {y});
+  expect_error([&] { g.remove_node(g.value(y).producer); }, {"cannot remove", "is read by"});
+}
+
+TEST(Graph, CycleIsReportedWithItsNodes) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2}});
+  ValueId a = g.apply1("relu", {x}, {}, "first");
+  ValueId b = g.apply1("neg", {a}, {}, "second");
+  g.replace_input(g.value(a).producer, 0, b);  // first reads second, second reads first
+  expect_error([&] { g.topological_order(); }, {"cycle", "first", "second"});
+}
+
+TEST(Graph, TopologicalOrderRespectsDependencies) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2}});
+  ValueId a = g.apply1("relu", {x});
+  ValueId b = g.apply1("neg", {x});
+  ValueId c = g.apply1("add", {a, b});
+  auto order = g.topological_order();
+  auto pos = [&](ValueId v) {
+    return std::find(order.begin(), order.end(), g.value(v).producer) - order.begin();
+  };
+  EXPECT_LT(pos(x), pos(a));
+  EXPECT_LT(pos(a), pos(c));
+  EXPECT_LT(pos(b), pos(c));
+  EXPECT_EQ(boost::num_edges(g.boost_graph()), 4u);
+}
+
+TEST(Graph, ControlDependencyOrdersNodes) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2}});
+  ValueId a = g.apply1("relu", {x});
+  ValueId b = g.apply1("neg", {x});
+  g.add_control_dependency(g.value(a).producer, g.value(b).producer);
+  auto order = g.topological_order();
+  auto ia = std::find(order.begin(), order.end(), g.value(a).producer);
+  auto ib = std::find(order.begin(), order.end(), g.value(b).producer);
+  EXPECT_LT(ia, ib);
+}
+
+TEST(Graph, NamesAreUnique) {
+  Graph g;
+  g.input("x", {DType::f32, {2}});
+  expect_error([&] { g.input("x", {DType::f32, {2}}); }, {"already used"});
+  expect_error([&] { g.at("nope"); }, {"no value is named 'nope'"});
+}
+
+TEST(Graph, ParametersMustBeFloat) {
+  Graph g;
+  expect_error([&] { g.parameter("w", Tensor::from_doubles({2}, {1, 2}, DType::i32)); },
+               {"[parameter]", "floating point", "i32"});
+}
+
+}  // namespace
+}  // namespace qg
