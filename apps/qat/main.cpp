@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   CLI::App app{"qat - quantization-aware training engine (qatgraph)"};
   app.require_subcommand(1);
   qg::cli::add_gradcheck_command(app);
+  qg::cli::add_op_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
