@@ -15,9 +15,7 @@ namespace qg {
 namespace {
 
 std::string temp_path(const std::string& name) {
-  const char* dir = std::getenv("TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/qg_npy_test_" + std::to_string(::getpid()) + "_" +
-         name + ".npy";
+  return ::testing::TempDir() + "qg_npy_test_" + std::to_string(::getpid()) + "_" + name + ".npy";
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
