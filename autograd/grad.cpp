@@ -13,6 +13,12 @@ ValueId BackwardContext::grad_or_zeros(int output) const {
 
 namespace {
 
+// An integer value (quantized storage) receives a floating gradient of its own shape: the
+// straight-through path quantize -> dequantize carries real-valued gradients through it.
+bool gradient_type_ok(const TensorType& value, const TensorType& g) {
+  return value == g || (is_integral(value.dtype) && is_floating(g.dtype) && value.shape == g.shape);
+}
+
 ValueId sum_contributions(Graph& g, const std::vector<ValueId>& parts) {
   ValueId acc = parts.at(0);
   for (size_t i = 1; i < parts.size(); ++i)
@@ -25,7 +31,7 @@ ValueId sum_contributions(Graph& g, const std::vector<ValueId>& parts) {
 std::vector<ValueId> grad_with_seed(Graph& g, ValueId output, ValueId seed,
                                     const std::vector<ValueId>& wrt) {
   const std::vector<NodeId> order = g.topological_order();
-  QG_CHECK(g.value(seed).type == g.value(output).type, "grad", "seed ", g.value(seed).type.str(),
+  QG_CHECK(gradient_type_ok(g.value(output).type, g.value(seed).type), "grad", "seed ", g.value(seed).type.str(),
            " does not match the output ", g.value(output).type.str());
   for (ValueId w : wrt)
     QG_CHECK(is_floating(g.value(w).type.dtype), "grad",
@@ -75,7 +81,7 @@ std::vector<ValueId> grad_with_seed(Graph& g, ValueId output, ValueId seed,
       if (!needs[i] || in_grads[i] == kNoValue) continue;
       const TensorType& want = g.value(node.inputs[i]).type;
       const TensorType& got = g.value(in_grads[i]).type;
-      QG_CHECK(want == got, node.op->name, "backward rule gave a ", got.str(),
+      QG_CHECK(gradient_type_ok(want, got), node.op->name, "backward rule gave a ", got.str(),
                " gradient for input '", node.op->inputs[i], "' of type ", want.str());
       contributions[node.inputs[i]].push_back(in_grads[i]);
     }

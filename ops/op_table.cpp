@@ -15,6 +15,9 @@ void define_reduce_ops(OpRegistry&);
 void define_loss_ops(OpRegistry&);
 void define_fake_quantize_ops(OpRegistry&);
 void define_observer_ops(OpRegistry&);
+void define_lsq_ops(OpRegistry&);
+void define_quantize_ops(OpRegistry&);
+void define_dynamic_quant_ops(OpRegistry&);
 
 #ifdef QG_WITH_CUDA
 void add_cuda_kernels(OpRegistry&);  // runtime/cuda: registers every family's CUDA kernels
@@ -26,7 +29,7 @@ struct OpFamily {
   void (*define)(OpRegistry&);
 };
 
-constexpr std::array<OpFamily, 8> kOpFamilies = {{
+constexpr std::array<OpFamily, 11> kOpFamilies = {{
     {"graph_io", define_graph_io_ops},
     {"arith", define_arith_ops},
     {"linalg", define_linalg_ops},
@@ -35,6 +38,9 @@ constexpr std::array<OpFamily, 8> kOpFamilies = {{
     {"loss", define_loss_ops},
     {"fake_quantize", define_fake_quantize_ops},
     {"observer", define_observer_ops},
+    {"lsq", define_lsq_ops},
+    {"quantize", define_quantize_ops},
+    {"dynamic_quant", define_dynamic_quant_ops},
 }};
 }  // namespace
 

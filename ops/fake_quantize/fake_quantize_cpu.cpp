@@ -37,10 +37,27 @@ HostQParams<M> load_qparams(const std::string& op, const Tensor& scale, const Te
   return q;
 }
 
+// fake_quant_enabled == 0 (PyTorch's FakeQuantize flag): y = x and every mask bit set, so
+// the STE backward passes dy through unchanged. Bits past the last element stay 0.
+template <typename T>
+void fake_quantize_disabled(KernelContext& ctx) {
+  const Tensor& x = ctx.inputs[0];
+  if (x.numel() == 0) return;
+  std::memcpy(ctx.outputs[0].data<T>(), x.data<T>(), x.nbytes());
+  uint8_t* mask = ctx.outputs[1].data<uint8_t>();
+  std::memset(mask, 0xff, ctx.outputs[1].nbytes());
+  if (int tail = static_cast<int>(x.numel() & 7))
+    mask[ctx.outputs[1].numel() - 1] = static_cast<uint8_t>((1u << tail) - 1);
+}
+
 template <typename T>
 void fake_quantize_typed(KernelContext& ctx) {
   using M = math_t<T>;
   const Tensor& x = ctx.inputs[0];
+  if (!ctx.states.empty() && ctx.states[0].data<uint8_t>()[0] == 0) {
+    fake_quantize_disabled<T>(ctx);
+    return;
+  }
   QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
   ScopeLayout l = scope_layout(ctx.op, ctx.attrs, x.shape());
   HostQParams<M> qp = load_qparams<M>(ctx.op, ctx.inputs[1], ctx.inputs[2], r);

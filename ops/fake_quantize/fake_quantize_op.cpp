@@ -78,6 +78,11 @@ void define_fake_quantize_ops(OpRegistry& r) {
   op.attrs = concat_attrs(quant_range_attrs(), scope_attrs());
   op.differentiable_inputs = {true, false, false};
   op.infer = infer_fake_quantize;
+  // PyTorch's FakeQuantize flag, kept on the node's device so toggling it needs no graph
+  // rebuild and no host synchronisation: 0 makes the node an identity with an all-ones mask.
+  op.states = [](const InferContext&) {
+    return std::vector<StateSpec>{{"fake_quant_enabled", {DType::u8, {1}}, 1}};
+  };
   op.kernels.push_back(
       {DeviceType::cpu, {DType::f32, DType::f64, DType::f16, DType::bf16}, fake_quantize_cpu});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {

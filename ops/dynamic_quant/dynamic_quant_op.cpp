@@ -1,0 +1,120 @@
+// dynamic_range_quantize(x) -> (q, scale, zero_point): reduce and quantize in one op, for the
+// tensor, channel, token and group scopes, symmetric or affine. Each scope's qparams come
+// from its own finite values (non-finite ones are skipped by the reduction; NaN quantizes
+// to the zero point, +/-Inf to the end codes). The outputs are fixed: zero_point is always
+// produced and is all zero in symmetric mode, so graphs need not branch on the mode.
+#include <limits>
+#include <vector>
+
+#include "core/graph.h"
+#include "core/half.h"
+#include "ops/common/quant_attrs.h"
+#include "ops/common/quant_scope.h"
+#include "ops/common/schema_helpers.h"
+#include "ops/dynamic_quant/dynamic_quant_math.h"
+#include "ops/quantize/quantize_cpu.h"
+#include "ops/quantize/quantize_math.h"
+
+namespace qg {
+namespace {
+
+// Defaults give the symmetric range [-127, 127] of SEMANTICS.md.
+std::vector<AttrSpec> dynamic_attrs() {
+  std::vector<AttrSpec> a = quant_range_attrs();
+  for (AttrSpec& s : a)
+    if (s.name == "signed" || s.name == "narrow_range") s.default_value = Attr(true);
+  a = concat_attrs(a, scope_attrs());
+  a.push_back(string_attr("mode", "symmetric", {"symmetric", "affine"},
+                          "symmetric: scale = max|x| / qmax, zp = 0; affine: min/max range"));
+  a.push_back(string_attr("out_dtype", "auto", {"auto", "i8", "u8"},
+                          "storage dtype; auto: i8 when quant_min < 0, else u8"));
+  return a;
+}
+
+std::vector<TensorType> infer_dynamic(const InferContext& ctx) {
+  expect_float(ctx, 0);
+  QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
+  DType storage = quantize_storage_dtype(ctx.op, ctx.attrs, r);
+  QG_CHECK(ctx.attrs.get_string("mode") != "symmetric" || (r.qmin < 0 && r.qmax > 0), ctx.op,
+           "attribute 'mode' = symmetric needs a signed range around 0, got [", r.qmin, ", ",
+           r.qmax, "]");
+  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, ctx.inputs[0].shape);
+  return {TensorType{storage, ctx.inputs[0].shape}, TensorType{DType::f32, l.qparam_shape},
+          TensorType{DType::i32, l.qparam_shape}};
+}
+
+template <typename Fn>
+void for_each_scoped(const ScopeLayout& l, Fn&& fn) {
+  int64_t k = 0;
+  for (int64_t o = 0; o < l.outer; ++o)
+    for (int64_t a = 0; a < l.axis_len; ++a)
+      for (int64_t i = 0; i < l.inner; ++i, ++k) fn(k, qparam_index(l, o, a, i));
+}
+
+template <typename T, typename Q>
+void dynamic_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& l) {
+  using M = math_t<T>;
+  const T* px = ctx.inputs[0].data<T>();
+  // 1. Finite min/max per scope, in the math type.
+  std::vector<M> lo(l.num_qparams, std::numeric_limits<M>::infinity());
+  std::vector<M> hi(l.num_qparams, -std::numeric_limits<M>::infinity());
+  for_each_scoped(l, [&](int64_t k, int64_t qi) {
+    M v = static_cast<M>(px[k]);
+    if (!qmath::is_finite(v)) return;
+    lo[qi] = v < lo[qi] ? v : lo[qi];
+    hi[qi] = v > hi[qi] ? v : hi[qi];
+  });
+  // 2. Qparams in f32.
+  bool symmetric = ctx.attrs.get_string("mode") == "symmetric";
+  float* scale = ctx.outputs[1].data<float>();
+  int32_t* zp = ctx.outputs[2].data<int32_t>();
+  std::vector<M> inv(l.num_qparams), zpm(l.num_qparams);
+  for (int64_t q = 0; q < l.num_qparams; ++q) {
+    dynq::QParams p =
+        dynq::qparams(static_cast<float>(lo[q]), static_cast<float>(hi[q]), lo[q] <= hi[q],
+                      symmetric, static_cast<int32_t>(r.qmin), static_cast<int32_t>(r.qmax));
+    QG_CHECK(!p.overflow, ctx.op, "scope ", q, " has range [", lo[q], ", ", hi[q],
+             "] whose width overflows f32; the affine scale is not finite");
+    scale[q] = p.scale;
+    zp[q] = p.zero_point;
+    inv[q] = M(1) / static_cast<M>(p.scale);
+    zpm[q] = static_cast<M>(p.zero_point);
+  }
+  // 3. Quantize with the scope's reciprocal scale.
+  const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
+  Q* pq = ctx.outputs[0].data<Q>();
+  for_each_scoped(l, [&](int64_t k, int64_t qi) {
+    pq[k] =
+        static_cast<Q>(qstore::quantize<M>(static_cast<M>(px[k]), inv[qi], zpm[qi], qmin, qmax).q);
+  });
+}
+
+void dynamic_range_quantize_cpu(KernelContext& ctx) {
+  QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
+  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, ctx.inputs[0].shape());
+  dispatch_float(ctx.inputs[0].dtype(), "dynamic_range_quantize", [&](auto t) {
+    if (ctx.outputs[0].dtype() == DType::i8)
+      dynamic_typed<decltype(t), int8_t>(ctx, r, l);
+    else
+      dynamic_typed<decltype(t), uint8_t>(ctx, r, l);
+  });
+}
+
+}  // namespace
+
+void define_dynamic_quant_ops(OpRegistry& r) {
+  OpDef& op = r.define("dynamic_range_quantize");
+  op.doc =
+      "Reduce + quantize in one op: per-scope scale (and zero point) from the input's own "
+      "range, then s8/u8 codes. Outputs q, scale (f32) and zero_point (i32, all zero when "
+      "symmetric).";
+  op.inputs = {"x"};
+  op.outputs = {"q", "scale", "zero_point"};
+  op.attrs = dynamic_attrs();
+  op.infer = infer_dynamic;
+  op.kernels.push_back({DeviceType::cpu,
+                        {DType::f32, DType::f64, DType::f16, DType::bf16},
+                        dynamic_range_quantize_cpu});
+}
+
+}  // namespace qg

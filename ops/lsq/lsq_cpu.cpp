@@ -1,0 +1,134 @@
+// CPU kernels for lsq_fake_quantize and lsq_backward. Both walk the [outer, axis, inner]
+// view of the scope; the backward accumulates the scale and zero-point sums in f64 in
+// element order, so the result is deterministic.
+#include <cmath>
+#include <vector>
+
+#include "core/half.h"
+#include "ops/common/quant_attrs.h"
+#include "ops/common/quant_scope.h"
+#include "ops/lsq/lsq_cpu.h"
+#include "ops/lsq/lsq_math.h"
+
+namespace qg {
+
+double lsq_grad_factor(const std::string& op, const Attrs& attrs, int64_t numel) {
+  if (attrs.has("grad_factor")) {
+    double g = attrs.get_real("grad_factor");
+    QG_CHECK(std::isfinite(g), op, "attribute 'grad_factor' = ", g, " must be finite");
+    return g;
+  }
+  QuantRange r = quant_range_from_attrs(op, attrs);
+  QG_CHECK(r.qmax > 0, op, "the default grad_factor 1/sqrt(numel * quant_max) needs quant_max > 0",
+           ", got quant_max = ", r.qmax, "; pass 'grad_factor' explicitly");
+  // An empty tensor has nothing to scale; keep the factor finite.
+  if (numel == 0) return 1.0;
+  return 1.0 / std::sqrt(static_cast<double>(numel) * static_cast<double>(r.qmax));
+}
+
+namespace {
+
+template <typename M>
+struct LsqQParams {
+  std::vector<M> scale, inv_scale, zp_int;
+};
+
+// Scale must be positive and finite; the learnable zero point only finite (it is rounded
+// and clamped into range, as it drifts during training).
+template <typename M>
+LsqQParams<M> load(const std::string& op, const Tensor& scale, const Tensor& zp,
+                   const QuantRange& r) {
+  LsqQParams<M> q;
+  int64_t n = scale.numel();
+  q.scale.resize(n);
+  q.inv_scale.resize(n);
+  q.zp_int.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    double s = scale.at(i), z = zp.at(i);
+    check_scale_value(op, s, i);
+    QG_CHECK(std::isfinite(z), op, "zero_point[", i, "] = ", z, " must be finite");
+    q.scale[i] = static_cast<M>(s);
+    q.inv_scale[i] = M(1) / q.scale[i];
+    q.zp_int[i] =
+        lsq::zero_point_int<M>(static_cast<M>(z), static_cast<M>(r.qmin), static_cast<M>(r.qmax));
+  }
+  return q;
+}
+
+template <typename T>
+void forward_typed(KernelContext& ctx) {
+  using M = math_t<T>;
+  const Tensor& x = ctx.inputs[0];
+  QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
+  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, x.shape());
+  LsqQParams<M> qp = load<M>(ctx.op, ctx.inputs[1], ctx.inputs[2], r);
+  const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
+  const T* px = x.data<T>();
+  T* py = ctx.outputs[0].data<T>();
+  int64_t k = 0;
+  for (int64_t o = 0; o < l.outer; ++o)
+    for (int64_t a = 0; a < l.axis_len; ++a)
+      for (int64_t i = 0; i < l.inner; ++i, ++k) {
+        int64_t qi = qparam_index(l, o, a, i);
+        auto res = qmath::fake_quant<M>(static_cast<M>(px[k]), qp.inv_scale[qi], qp.scale[qi],
+                                        qp.zp_int[qi], qmin, qmax);
+        py[k] = static_cast<T>(res.y);
+      }
+}
+
+template <typename G>
+void store_sums(Tensor& out, const std::vector<double>& sums, double g) {
+  G* p = out.data<G>();
+  for (size_t i = 0; i < sums.size(); ++i) p[i] = static_cast<G>(g * sums[i]);
+}
+
+void store(Tensor& out, const std::vector<double>& sums, double g) {
+  if (out.dtype() == DType::f64)
+    store_sums<double>(out, sums, g);
+  else
+    store_sums<float>(out, sums, g);
+}
+
+// Inputs: dy, x, scale, zero_point. Outputs: dx, dscale, dzero_point.
+template <typename T>
+void backward_typed(KernelContext& ctx) {
+  using M = math_t<T>;
+  const Tensor& dy = ctx.inputs[0];
+  const Tensor& x = ctx.inputs[1];
+  QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
+  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, x.shape());
+  LsqQParams<M> qp = load<M>(ctx.op, ctx.inputs[2], ctx.inputs[3], r);
+  const double g = lsq_grad_factor(ctx.op, ctx.attrs, x.numel());
+  const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
+  const T* px = x.data<T>();
+  const T* pdy = dy.data<T>();
+  T* pdx = ctx.outputs[0].data<T>();
+  std::vector<double> dscale(l.num_qparams, 0.0), dzp(l.num_qparams, 0.0);
+  int64_t k = 0;
+  for (int64_t o = 0; o < l.outer; ++o)
+    for (int64_t a = 0; a < l.axis_len; ++a)
+      for (int64_t i = 0; i < l.inner; ++i, ++k) {
+        int64_t qi = qparam_index(l, o, a, i);
+        auto e = lsq::element_grad<M>(static_cast<M>(px[k]), static_cast<M>(pdy[k]),
+                                      qp.inv_scale[qi], qp.scale[qi], qp.zp_int[qi], qmin, qmax);
+        pdx[k] = static_cast<T>(e.dx);
+        dscale[qi] += static_cast<double>(e.dscale);
+        dzp[qi] += static_cast<double>(e.dzp);
+      }
+  store(ctx.outputs[1], dscale, g);
+  store(ctx.outputs[2], dzp, g);
+}
+
+}  // namespace
+
+void lsq_fake_quantize_cpu(KernelContext& ctx) {
+  dispatch_float(ctx.inputs[0].dtype(), "lsq_fake_quantize",
+                 [&](auto tag) { forward_typed<decltype(tag)>(ctx); });
+}
+
+void lsq_backward_cpu(KernelContext& ctx) {
+  dispatch_float(ctx.inputs[1].dtype(), "lsq_backward",
+                 [&](auto tag) { backward_typed<decltype(tag)>(ctx); });
+}
+
+}  // namespace qg
