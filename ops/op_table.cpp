@@ -18,6 +18,7 @@ void define_observer_ops(OpRegistry&);
 void define_lsq_ops(OpRegistry&);
 void define_quantize_ops(OpRegistry&);
 void define_dynamic_quant_ops(OpRegistry&);
+void define_int4_ops(OpRegistry&);
 
 #ifdef QG_WITH_CUDA
 void add_cuda_kernels(OpRegistry&);  // runtime/cuda: registers every family's CUDA kernels
@@ -29,7 +30,7 @@ struct OpFamily {
   void (*define)(OpRegistry&);
 };
 
-constexpr std::array<OpFamily, 11> kOpFamilies = {{
+constexpr std::array<OpFamily, 12> kOpFamilies = {{
     {"graph_io", define_graph_io_ops},
     {"arith", define_arith_ops},
     {"linalg", define_linalg_ops},
@@ -41,6 +42,7 @@ constexpr std::array<OpFamily, 11> kOpFamilies = {{
     {"lsq", define_lsq_ops},
     {"quantize", define_quantize_ops},
     {"dynamic_quant", define_dynamic_quant_ops},
+    {"int4", define_int4_ops},
 }};
 }  // namespace
 

@@ -1,0 +1,112 @@
+// CPU kernels for int4_quantize_pack and int4_unpack_dequantize. The per-element math is
+// int4_math.h (shared with CUDA); these loops walk the [outer, axis_len, inner] view one
+// group at a time: first the group's range, then its codes.
+#include <cstring>
+#include <limits>
+
+#include "core/half.h"
+#include "ops/int4/int4_cpu.h"
+#include "ops/int4/int4_math.h"
+
+namespace qg {
+
+ScopeLayout int4_group_layout(const std::string& op, const Attrs& attrs, const Shape& shape) {
+  Attrs group = attrs;
+  group.set("scope", "group");
+  return scope_layout(op, group, shape);
+}
+
+namespace {
+
+template <typename T>
+void quantize_pack_typed(KernelContext& ctx) {
+  using M = math_t<T>;
+  const Tensor& x = ctx.inputs[0];
+  const ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, x.shape());
+  const bool symmetric = ctx.attrs.get_string("mode") == "symmetric";
+  const bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  const T* px = x.data<T>();
+  uint8_t* packed = ctx.outputs[0].data<uint8_t>();
+  M* scale = ctx.outputs[1].data<M>();
+  uint8_t* zp = ctx.outputs[2].data<uint8_t>();
+  // Nibbles are OR-ed in, and pad nibbles must read 0.
+  if (ctx.outputs[0].numel() > 0) std::memset(packed, 0, ctx.outputs[0].nbytes());
+  const M inf = std::numeric_limits<M>::infinity();
+  for (int64_t o = 0; o < l.outer; ++o) {
+    for (int64_t g = 0; g < l.num_groups; ++g) {
+      const int64_t a0 = g * l.group_size;
+      const int64_t a1 = std::min(a0 + l.group_size, l.axis_len);
+      for (int64_t i = 0; i < l.inner; ++i) {
+        // 1. The group's range over its finite values.
+        M mn = inf, mx = -inf, amax = M(0);
+        for (int64_t a = a0; a < a1; ++a) {
+          M v = static_cast<M>(px[(o * l.axis_len + a) * l.inner + i]);
+          if (!qmath::is_finite(v)) continue;
+          mn = v < mn ? v : mn;
+          mx = v > mx ? v : mx;
+          M av = v < M(0) ? -v : v;
+          amax = av > amax ? av : amax;
+        }
+        const auto p =
+            symmetric ? int4::symmetric_params<M>(amax) : int4::asymmetric_params<M>(mn, mx);
+        const int64_t qi = (o * l.num_groups + g) * l.inner + i;
+        scale[qi] = p.scale;
+        zp[qi] = static_cast<uint8_t>(p.zero_point);
+        // 2. Its codes, into the flat nibble stream.
+        for (int64_t a = a0; a < a1; ++a) {
+          const int64_t k = (o * l.axis_len + a) * l.inner + i;
+          uint8_t c = int4::encode<M>(static_cast<M>(px[k]), p);
+          packed[k >> 1] |= static_cast<uint8_t>(c << int4::nibble_shift(k, high_first));
+        }
+      }
+    }
+  }
+}
+
+template <typename S, typename T>
+void unpack_dequantize_typed(KernelContext& ctx) {
+  using M = S;  // the math runs in the scale's type (f32, or f64 for f64 scales)
+  const Tensor& zp_t = ctx.inputs[2];
+  const ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, ctx.outputs[0].shape());
+  const bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  const uint8_t* packed = ctx.inputs[0].data<uint8_t>();
+  const S* scale = ctx.inputs[1].data<S>();
+  std::vector<M> zp(static_cast<size_t>(zp_t.numel()));
+  for (int64_t q = 0; q < zp_t.numel(); ++q) {
+    double z = zp_t.at(q);
+    QG_CHECK(z >= 0 && z <= 15, ctx.op, "zero_point[", q, "] = ", z, " is outside [0, 15]");
+    double s = ctx.inputs[1].at(q);
+    QG_CHECK(qmath::is_finite(s) && s > 0, ctx.op, "scale[", q, "] = ", s,
+             " must be positive and finite");
+    zp[q] = static_cast<M>(z);
+  }
+  T* py = ctx.outputs[0].data<T>();
+  int64_t k = 0;
+  for (int64_t o = 0; o < l.outer; ++o)
+    for (int64_t a = 0; a < l.axis_len; ++a)
+      for (int64_t i = 0; i < l.inner; ++i, ++k) {
+        const int64_t qi = qparam_index(l, o, a, i);
+        py[k] = static_cast<T>(
+            int4::decode<M>(int4::get_code(packed, k, high_first), scale[qi], zp[qi]));
+      }
+}
+
+}  // namespace
+
+void int4_quantize_pack_cpu(KernelContext& ctx) {
+  dispatch_float(ctx.inputs[0].dtype(), ctx.op.c_str(),
+                 [&](auto tag) { quantize_pack_typed<decltype(tag)>(ctx); });
+}
+
+void int4_unpack_dequantize_cpu(KernelContext& ctx) {
+  dispatch_float(ctx.outputs[0].dtype(), ctx.op.c_str(), [&](auto out_tag) {
+    using T = decltype(out_tag);
+    if (ctx.inputs[1].dtype() == DType::f64) {
+      unpack_dequantize_typed<double, T>(ctx);
+    } else {
+      unpack_dequantize_typed<float, T>(ctx);
+    }
+  });
+}
+
+}  // namespace qg
