@@ -1,0 +1,78 @@
+// Pieces every observer op shares: the attribute set (range, qscheme, scope), shape
+// inference (scale f32 and zero_point i32 shaped by the scope), the common state entries
+// (nonfinite_count, observer_enabled), the update gate (training mode AND the flag) and a
+// loop visiting every finite element with its channel, counting the others.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "core/half.h"
+#include "ops/common/quant_attrs.h"
+#include "ops/common/quant_scope.h"
+#include "ops/common/schema_helpers.h"
+
+namespace qg {
+
+// bits/signed/narrow_range/quant_min/quant_max/reduce_range, qscheme, symmetric_denominator,
+// eps, scope (tensor | channel) and axis, plus the op's own attributes.
+std::vector<AttrSpec> observer_attrs(const std::vector<AttrSpec>& extra = {});
+
+// Validates the input dtype, the range and the scope; returns (scale f32, zero_point i32).
+std::vector<TensorType> infer_observer_outputs(const InferContext& ctx);
+
+// The state entries every observer ends with.
+void append_common_states(std::vector<StateSpec>& states);
+
+// Indices of the common states for an op whose own states number `own`.
+struct CommonStates {
+  int64_t* nonfinite = nullptr;
+  bool enabled = false;
+};
+CommonStates common_states(KernelContext& ctx, size_t own);
+
+// True when statistics may change: training mode, the observer_enabled flag set, and a
+// non-empty input.
+bool should_update(const KernelContext& ctx, const CommonStates& s);
+
+// Calls fn(channel, value_f32) for each finite element in memory order and counts the
+// non-finite ones (after the cast to f32, as PyTorch casts to its f32 statistics).
+template <typename Fn>
+void for_each_finite(const std::string& op, const Tensor& x, const ScopeLayout& l,
+                     int64_t* nonfinite, Fn&& fn) {
+  dispatch_float(x.dtype(), op.c_str(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    int64_t k = 0;
+    for (int64_t o = 0; o < l.outer; ++o)
+      for (int64_t a = 0; a < l.axis_len; ++a)
+        for (int64_t i = 0; i < l.inner; ++i, ++k) {
+          float v = static_cast<float>(px[k]);
+          if (!qmath::is_finite(v)) {
+            ++*nonfinite;
+            continue;
+          }
+          fn(qparam_index(l, o, a, i), v);
+        }
+  });
+}
+
+// Per-channel running min/max of this batch's finite values (+inf/-inf where a channel
+// has none).
+void batch_min_max(const std::string& op, const Tensor& x, const ScopeLayout& l, int64_t* nonfinite,
+                   std::vector<float>& mn, std::vector<float>& mx);
+
+// The finite values of each channel, in memory order.
+std::vector<std::vector<float>> gather_finite(const std::string& op, const Tensor& x,
+                                              const ScopeLayout& l, int64_t* nonfinite);
+
+// Writes scale[q], zero_point[q] from per-channel ranges; `valid[q]` false gives (1, 0).
+void write_qparams(KernelContext& ctx, const std::vector<float>& mn, const std::vector<float>& mx,
+                   const std::vector<bool>& valid);
+
+// Throws unless lo < value <= hi, naming the op, the attribute and the value.
+void check_real_in(const std::string& op, const std::string& attr, double value, double lo,
+                   double hi);
+
+}  // namespace qg

@@ -1,0 +1,13 @@
+// The observer family: stateful nodes that watch a tensor and emit (scale, zero_point).
+#include "ops/observer/observer_defs.h"
+
+namespace qg {
+
+void define_observer_ops(OpRegistry& r) {
+  define_minmax_observer(r);
+  define_moving_average_observer(r);
+  define_percentile_observer(r);
+  define_histogram_observer(r);
+}
+
+}  // namespace qg
