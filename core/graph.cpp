@@ -151,6 +151,17 @@ void Graph::set_name(ValueId id, const std::string& name) {
   names_[name] = id;
 }
 
+void Graph::mark_output(ValueId id) {
+  check_value(id, "graph", "mark_output");
+  if (marked_outputs_.size() < values_.size()) marked_outputs_.resize(values_.size(), false);
+  marked_outputs_[id] = true;
+}
+
+bool Graph::is_output(ValueId id) const {
+  bool marked = id < static_cast<ValueId>(marked_outputs_.size()) && marked_outputs_[id];
+  return marked || !value(id).name.empty();
+}
+
 ValueId Graph::find(const std::string& name) const {
   auto it = names_.find(name);
   return it == names_.end() ? kNoValue : it->second;

@@ -31,6 +31,9 @@ struct Node {
   Tensor value;  // constants and parameter initial values
   std::vector<StateSpec> states;
   bool dead = false;  // removed by a pass; kept so ids stay stable
+  // For nodes made by a fusion pass: the original nodes, in execution order. Fused kernels
+  // read their attributes, and the fused node's states are theirs, concatenated.
+  std::vector<Node> fused_from;
 };
 
 struct EdgeInfo {
@@ -63,6 +66,10 @@ class Graph {
   int num_live_nodes() const;
 
   void set_name(ValueId id, const std::string& name);
+  // Graph outputs may be fetched, so passes never fuse them away. Named values count as
+  // outputs too: a user who names a value may fetch it by that name.
+  void mark_output(ValueId id);
+  bool is_output(ValueId id) const;
   ValueId find(const std::string& name) const;  // kNoValue when absent
   ValueId at(const std::string& name) const;    // throws when absent
   std::vector<ValueId> inputs() const;          // values produced by `input` nodes
@@ -91,6 +98,7 @@ class Graph {
   BoostGraph g_;
   std::vector<Value> values_;
   std::map<std::string, ValueId> names_;
+  std::vector<bool> marked_outputs_;
 };
 
 }  // namespace qg

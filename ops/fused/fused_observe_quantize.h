@@ -1,0 +1,19 @@
+// The fused observer + quantizer op (see fused_observe_quantize_op.cpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/op_registry.h"
+
+namespace qg {
+
+// Ops the fusion pass may combine: an observer producing (scale, zero_point) from x, and a
+// quantizer consuming (x, scale, zero_point) and producing (y, mask).
+const std::vector<std::string>& fusible_observers();
+const std::vector<std::string>& fusible_quantizers();
+
+// Runs the two original kernels of a fused node back to back on `device`.
+void run_fused_observe_quantize_composed(KernelContext& ctx, DeviceType device);
+
+}  // namespace qg

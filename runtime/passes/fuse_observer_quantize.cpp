@@ -1,0 +1,107 @@
+// Observer + quantizer fusion.
+//
+//   before:                               after:
+//     x ──► observer ──► scale ─┐           x ──► fused_observe_quantize ──► y, mask
+//     │                 zp ─────┤                     (scale, zp as extra outputs)
+//     └──────────────► quantizer ──► y, mask
+//
+// Legal only when the quantizer reads the same x the observer reads, the observer's scale
+// and zero point have no reader other than the quantizer and are not graph outputs, and the
+// two nodes agree on scope, axis, group size and integer range (so the qparams shapes fit
+// and the fused kernel can quantize with what it observed).
+#include "runtime/passes/fuse_observer_quantize.h"
+
+#include <algorithm>
+
+#include "ops/common/quant_attrs.h"
+#include "ops/fused/fused_observe_quantize.h"
+
+namespace qg {
+namespace {
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+std::string attr_or(const Attrs& a, const std::string& k) {
+  return a.has(k) ? a.at(k).str() : "-";
+}
+
+}  // namespace
+
+std::string fusion_blocker(const Graph& g, NodeId obs_id, NodeId q_id) {
+  const Node& obs = g.node(obs_id);
+  const Node& q = g.node(q_id);
+  if (!contains(fusible_observers(), obs.op->name))
+    return obs.op->name + " is not a fusible observer";
+  if (!contains(fusible_quantizers(), q.op->name))
+    return q.op->name + " is not a fusible quantizer";
+  if (q.inputs.size() != 3 || q.outputs.size() != 2) return "quantizer arity does not fit";
+  if (q.inputs[0] != obs.inputs.at(0)) return "observer and quantizer read different values";
+  if (q.inputs[1] != obs.outputs.at(0) || q.inputs[2] != obs.outputs.at(1))
+    return "quantizer does not take its qparams from this observer";
+  for (ValueId v : obs.outputs) {
+    if (g.is_output(v)) return "qparams value " + std::to_string(v) + " is a graph output";
+    auto readers = g.consumers(v);
+    if (readers.size() != 1 || readers[0] != q_id)
+      return "qparams value " + std::to_string(v) + " has another reader";
+  }
+  for (const char* k : {"scope", "axis", "group_size"})
+    if (attr_or(obs.attrs, k) != attr_or(q.attrs, k))
+      return std::string("attribute '") + k + "' differs";
+  QuantRange ro = quant_range_from_attrs(obs.op->name, obs.attrs);
+  QuantRange rq = quant_range_from_attrs(q.op->name, q.attrs);
+  if (ro.qmin != rq.qmin || ro.qmax != rq.qmax) return "integer ranges differ";
+  return "";
+}
+
+int FuseObserverQuantizePass::run(Graph& g) {
+  int rewrites = 0;
+  // 1. Find chains: every quantizer whose scale comes from an observer.
+  std::vector<std::pair<NodeId, NodeId>> chains;
+  for (NodeId id : g.topological_order()) {
+    const Node& q = g.node(id);
+    if (!contains(fusible_quantizers(), q.op->name) || q.inputs.size() < 2) continue;
+    NodeId obs = g.value(q.inputs[1]).producer;
+    if (fusion_blocker(g, obs, id).empty()) chains.emplace_back(obs, id);
+  }
+  const OpDef& fused_op = OpRegistry::instance().get("fused_observe_quantize");
+  for (auto [obs_id, q_id] : chains) {
+    // 2. Build the fused node from copies of the originals.
+    Node obs = g.node(obs_id);
+    Node q = g.node(q_id);
+    Node fused;
+    fused.op = &fused_op;
+    fused.name = obs.name + "+" + q.name;
+    fused.inputs = {obs.inputs[0]};
+    fused.states = obs.states;
+    fused.states.insert(fused.states.end(), q.states.begin(), q.states.end());
+    fused.fused_from = {obs, q};
+    std::vector<TensorType> types = {g.value(q.outputs[0]).type, g.value(q.outputs[1]).type,
+                                     g.value(obs.outputs[0]).type, g.value(obs.outputs[1]).type};
+    NodeId f = g.add_raw_node(fused, types);
+    std::vector<ValueId> new_out = g.node(f).outputs;
+    // 3. Rewire the quantizer's readers, carry names and output marks over, drop the pair.
+    for (int i = 0; i < 2; ++i) {
+      ValueId old = q.outputs[i];
+      for (NodeId reader : g.consumers(old)) {
+        const Node& r = g.node(reader);
+        for (size_t slot = 0; slot < r.inputs.size(); ++slot)
+          if (g.node(reader).inputs[slot] == old)
+            g.replace_input(reader, static_cast<int>(slot), new_out[i]);
+      }
+    }
+    bool marked[2] = {g.is_output(q.outputs[0]), g.is_output(q.outputs[1])};
+    std::string names[2] = {g.value(q.outputs[0]).name, g.value(q.outputs[1]).name};
+    g.remove_node(q_id);
+    g.remove_node(obs_id);
+    for (int i = 0; i < 2; ++i) {
+      if (!names[i].empty()) g.set_name(new_out[i], names[i]);
+      if (marked[i]) g.mark_output(new_out[i]);
+    }
+    ++rewrites;
+  }
+  return rewrites;
+}
+
+}  // namespace qg

@@ -1,0 +1,46 @@
+// Graph passes. Each pass has a name and can be switched off on its own, by option or by
+// the environment (QG_DISABLE_PASSES=name1,name2 or =all), so the same graph can run fused
+// and unfused.
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+
+namespace qg {
+
+struct PassOptions {
+  std::set<std::string> disabled;  // pass names, or "all"
+  bool enabled(const std::string& pass) const {
+    return disabled.count(pass) == 0 && disabled.count("all") == 0;
+  }
+  // Reads QG_DISABLE_PASSES (comma-separated) on top of `base`.
+  static PassOptions from_env(PassOptions base = {});
+};
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual const char* name() const = 0;
+  // Rewrites the graph; returns how many rewrites it made.
+  virtual int run(Graph& graph) = 0;
+};
+
+struct PassRecord {
+  std::string name;
+  bool ran = false;
+  int rewrites = 0;
+};
+
+// The default pipeline, in order: fuse_observer_quantize.
+std::vector<std::unique_ptr<Pass>> default_passes();
+std::vector<std::string> default_pass_names();
+
+// Runs the default pipeline on `graph` under `options` (environment included).
+std::vector<PassRecord> optimize(Graph& graph,
+                                 const PassOptions& options = PassOptions::from_env());
+
+}  // namespace qg

@@ -1,0 +1,42 @@
+#include <cstdlib>
+#include <sstream>
+
+#include "runtime/passes/fuse_observer_quantize.h"
+#include "runtime/passes/pass.h"
+
+namespace qg {
+
+PassOptions PassOptions::from_env(PassOptions base) {
+  const char* env = std::getenv("QG_DISABLE_PASSES");
+  if (env == nullptr) return base;
+  std::stringstream ss(env);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) base.disabled.insert(item);
+  return base;
+}
+
+std::vector<std::unique_ptr<Pass>> default_passes() {
+  std::vector<std::unique_ptr<Pass>> passes;
+  passes.push_back(std::make_unique<FuseObserverQuantizePass>());
+  return passes;
+}
+
+std::vector<std::string> default_pass_names() {
+  std::vector<std::string> names;
+  for (const auto& p : default_passes()) names.push_back(p->name());
+  return names;
+}
+
+std::vector<PassRecord> optimize(Graph& graph, const PassOptions& options) {
+  std::vector<PassRecord> records;
+  for (const auto& pass : default_passes()) {
+    PassRecord r{pass->name(), options.enabled(pass->name()), 0};
+    if (r.ran) r.rewrites = pass->run(graph);
+    records.push_back(r);
+  }
+  graph.validate();
+  return records;
+}
+
+}  // namespace qg
