@@ -7,6 +7,7 @@
 #include "core/half.h"
 #include "ops/int4/int4_cpu.h"
 #include "ops/int4/int4_math.h"
+#include "ops/int4/narrow_cast.h"
 
 namespace qg {
 
@@ -86,7 +87,7 @@ void unpack_dequantize_typed(KernelContext& ctx) {
     for (int64_t a = 0; a < l.axis_len; ++a)
       for (int64_t i = 0; i < l.inner; ++i, ++k) {
         const int64_t qi = qparam_index(l, o, a, i);
-        py[k] = static_cast<T>(
+        py[k] = narrow_cast<T>(
             int4::decode<M>(int4::get_code(packed, k, high_first), scale[qi], zp[qi]));
       }
 }

@@ -135,6 +135,17 @@ TEST(Int4, HalfAndDoubleInputs) {
   EXPECT_EQ(y.dtype(), DType::f16);
 }
 
+TEST(Int4, F64ScaleToHalfOutputRoundsOnce) {
+  // 1 + 2^-11 + 2^-30 lies just above the f16 midpoint 1 + 2^-11: one rounding gives
+  // 1 + 2^-10, but rounding through f32 first lands on the midpoint and then on 1.0.
+  const double s = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -30);
+  Tensor packed = Tensor::from_doubles({1}, {0x99}, DType::u8);  // codes 9, 9
+  Tensor y =
+      dequantize(packed, Tensor::from_doubles({1}, {s}, DType::f64),
+                 Tensor::from_doubles({1}, {8}, DType::u8), {{"shape", {2}}, {"dtype", "f16"}});
+  EXPECT_EQ(y.to_doubles(), (std::vector<double>{1.0009765625, 1.0009765625}));
+}
+
 TEST(Int4, RoundTripErrorIsAtMostHalfAStep) {
   std::vector<double> v;
   for (int i = 0; i < 37; ++i) v.push_back(std::sin(i * 1.3) * (1 + i % 5));
