@@ -7,6 +7,7 @@
 
 #include "ops/observer/observer_common.h"
 #include "ops/observer/observer_defs.h"
+#include "ops/observer/observer_math.h"
 
 namespace qg {
 namespace {
@@ -28,8 +29,8 @@ void minmax_observer_cpu(KernelContext& ctx) {
   if (should_update(ctx, common)) {
     // min/max are order-independent, so updating in place is deterministic.
     for_each_finite(ctx.op, ctx.inputs[0], l, common.nonfinite, [&](int64_t q, float v) {
-      mn[q] = std::min(mn[q], v);
-      mx[q] = std::max(mx[q], v);
+      mn[q] = obsmath::ordered_min(mn[q], v);
+      mx[q] = obsmath::ordered_max(mx[q], v);
     });
   }
   size_t n = static_cast<size_t>(l.num_qparams);

@@ -1,4 +1,5 @@
 #include "ops/observer/observer_common.h"
+#include "ops/observer/observer_math.h"
 
 #include <cmath>
 #include <limits>
@@ -44,8 +45,8 @@ void batch_min_max(const std::string& op, const Tensor& x, const ScopeLayout& l,
   mn.assign(static_cast<size_t>(l.num_qparams), inf);
   mx.assign(static_cast<size_t>(l.num_qparams), -inf);
   for_each_finite(op, x, l, nonfinite, [&](int64_t q, float v) {
-    mn[q] = std::min(mn[q], v);
-    mx[q] = std::max(mx[q], v);
+    mn[q] = obsmath::ordered_min(mn[q], v);
+    mx[q] = obsmath::ordered_max(mx[q], v);
   });
 }
 

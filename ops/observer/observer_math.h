@@ -18,6 +18,15 @@ QG_HD float moving_average(float running, float current, float c) {
   return running + step;
 }
 
+// min/max that are independent of the visiting order even for signed zeros: -0 wins the
+// min and +0 the max (std::min keeps whichever zero came first).
+QG_HD float ordered_min(float a, float b) {
+  return (b < a || (b == a && (copysignf(1.0f, b) < 0.0f))) ? b : a;
+}
+QG_HD float ordered_max(float a, float b) {
+  return (b > a || (b == a && !(copysignf(1.0f, b) < 0.0f))) ? b : a;
+}
+
 // torch.histc's bin for v over [lo, hi] with `bins` bins, all in f32:
 // pos = int((v - lo) * bins / (hi - lo)), the top edge falling into the last bin.
 // Returns -1 for values outside [lo, hi].

@@ -88,8 +88,8 @@ void torch_histogram_update(TorchHistogram h, const std::vector<float>& values,
   if (values.empty()) return;
   float bmin = values[0], bmax = values[0];
   for (float v : values) {
-    bmin = std::min(bmin, v);
-    bmax = std::max(bmax, v);
+    bmin = obsmath::ordered_min(bmin, v);
+    bmax = obsmath::ordered_max(bmax, v);
   }
   const int64_t bins = h.bins;
   if (!*h.initialized || *h.min == *h.max) {
@@ -107,7 +107,7 @@ void torch_histogram_update(TorchHistogram h, const std::vector<float>& values,
     return;
   }
   const float old_min = *h.min, old_max = *h.max;
-  float cmin = std::min(bmin, old_min), cmax = std::max(bmax, old_max);
+  float cmin = obsmath::ordered_min(bmin, old_min), cmax = obsmath::ordered_max(bmax, old_max);
   // _adjust_min_max, in f32 tensor arithmetic.
   float cell = (old_max - old_min) / static_cast<float>(bins * upsample_rate);
   float old_span = static_cast<float>(bins) * cell;
