@@ -19,6 +19,7 @@ void define_lsq_ops(OpRegistry&);
 void define_quantize_ops(OpRegistry&);
 void define_dynamic_quant_ops(OpRegistry&);
 void define_int4_ops(OpRegistry&);
+void define_optim_ops(OpRegistry&);
 
 #ifdef QG_WITH_CUDA
 void add_cuda_kernels(OpRegistry&);  // runtime/cuda: registers every family's CUDA kernels
@@ -30,7 +31,7 @@ struct OpFamily {
   void (*define)(OpRegistry&);
 };
 
-constexpr std::array<OpFamily, 12> kOpFamilies = {{
+constexpr std::array<OpFamily, 13> kOpFamilies = {{
     {"graph_io", define_graph_io_ops},
     {"arith", define_arith_ops},
     {"linalg", define_linalg_ops},
@@ -43,6 +44,7 @@ constexpr std::array<OpFamily, 12> kOpFamilies = {{
     {"quantize", define_quantize_ops},
     {"dynamic_quant", define_dynamic_quant_ops},
     {"int4", define_int4_ops},
+    {"optim", define_optim_ops},
 }};
 }  // namespace
 

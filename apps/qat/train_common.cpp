@@ -1,0 +1,135 @@
+#include "apps/qat/train_common.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "nn/checkpoint.h"
+#include "nn/png_plot.h"
+#include "runtime/backend.h"
+
+namespace qg::cli {
+
+nn::TrainConfig make_config(const TrainOptions& o, const nn::QConfig& qc) {
+  QG_CHECK(o.width > 0 && o.depth >= 0 && o.batch > 0 && o.epochs >= 0, "train", "width ", o.width,
+           ", depth ", o.depth, ", batch ", o.batch, ", epochs ", o.epochs,
+           ": width and batch must be > 0, depth and epochs >= 0");
+  nn::TrainConfig c;
+  c.mlp.hidden.assign(static_cast<size_t>(o.depth), o.width);
+  c.mlp.batch = o.batch;
+  c.qconfig = qc;
+  c.optimizer.kind = o.optimizer;
+  c.optimizer.lr = o.lr;
+  c.seed = o.seed;
+  return c;
+}
+
+std::unique_ptr<nn::Trainer> make_trainer(const TrainOptions& o, const nn::QConfig& qc,
+                                          const nn::Dataset& train, const nn::Dataset& test) {
+  nn::TrainConfig c = make_config(o, qc);
+  QG_CHECK(o.device == "auto" || o.device == "cpu" || o.device == "cuda", "train", "device '",
+           o.device, "' is not one of auto, cpu, cuda");
+  if (o.device == "cpu" || (o.device == "auto" && !cuda_available()))
+    return std::make_unique<nn::Trainer>(c, train, test);
+  c.device = Device::cuda();
+  if (o.device == "cuda") return std::make_unique<nn::Trainer>(c, train, test);
+  try {
+    return std::make_unique<nn::Trainer>(c, train, test);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "note: --device auto falls back to the CPU: %s\n", e.message().c_str());
+    c.device = Device::cpu();
+    return std::make_unique<nn::Trainer>(c, train, test);
+  }
+}
+
+void run_training(nn::Trainer& t, int epochs, const std::string& label,
+                  const std::string& checkpoint, int checkpoint_every) {
+  const bool tty = isatty(fileno(stdout)) != 0;
+  while (t.epoch() < epochs) {
+    auto start = std::chrono::steady_clock::now();
+    auto last_draw = start;
+    auto on_step = [&](const nn::StepInfo& s) {
+      if (!tty) return;
+      auto now = std::chrono::steady_clock::now();
+      if (s.step_in_epoch != s.steps_per_epoch &&
+          std::chrono::duration<double>(now - last_draw).count() < 0.05)
+        return;
+      last_draw = now;
+      double secs = std::chrono::duration<double>(now - start).count();
+      const int bar = 20;
+      int filled =
+          static_cast<int>(bar * s.step_in_epoch / std::max<int64_t>(s.steps_per_epoch, 1));
+      std::string b(static_cast<size_t>(filled), '#');
+      b.resize(bar, '.');
+      std::printf(
+          "\r%-8s epoch %3d/%d [%s] step %3lld/%lld  loss %.4f  acc %6.2f%%  %7.0f steps/s ",
+          label.c_str(), s.epoch, epochs, b.c_str(), static_cast<long long>(s.step_in_epoch),
+          static_cast<long long>(s.steps_per_epoch), s.loss, 100 * s.accuracy,
+          secs > 0 ? s.step_in_epoch / secs : 0.0);
+      std::fflush(stdout);
+    };
+    nn::EpochMetrics m = t.train_epoch(on_step);
+    int64_t steps =
+        t.history().size() >= 2 ? m.step - t.history()[t.history().size() - 2].step : m.step;
+    std::printf(
+        "%s%-8s epoch %3d/%d  step %5lld  loss %.4f  train acc %6.2f%%  test acc %6.2f%%  %7.0f "
+        "steps/s\n",
+        tty ? "\r" : "", label.c_str(), m.epoch, epochs, static_cast<long long>(m.step),
+        m.train_loss, 100 * m.train_accuracy, 100 * m.test_accuracy,
+        m.seconds > 0 ? steps / m.seconds : 0.0);
+    std::fflush(stdout);
+    if (!checkpoint.empty() && checkpoint_every > 0 && m.epoch % checkpoint_every == 0)
+      t.save_checkpoint(checkpoint);
+  }
+}
+
+void ensure_dir(const std::string& dir) {
+  std::string path;
+  std::istringstream parts(dir);
+  std::string part;
+  if (!dir.empty() && dir[0] == '/') path = "/";
+  while (std::getline(parts, part, '/')) {
+    if (part.empty()) continue;
+    path += part + "/";
+    if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST)
+      QG_FAIL("train", "cannot create directory '", path, "'");
+  }
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    o += c;
+  }
+  return o;
+}
+
+void write_metrics(const std::string& dir, const std::string& stem,
+                   const std::vector<nn::EpochMetrics>& history, const std::string& extra_json) {
+  std::ostringstream csv, json;
+  csv.precision(9);
+  json.precision(9);
+  csv << "epoch,step,train_loss,train_accuracy,test_accuracy,seconds\n";
+  json << "{\n  \"epochs\": [\n";
+  for (size_t i = 0; i < history.size(); ++i) {
+    const auto& m = history[i];
+    csv << m.epoch << ',' << m.step << ',' << m.train_loss << ',' << m.train_accuracy << ','
+        << m.test_accuracy << ',' << m.seconds << '\n';
+    json << "    {\"epoch\": " << m.epoch << ", \"step\": " << m.step
+         << ", \"train_loss\": " << m.train_loss << ", \"train_accuracy\": " << m.train_accuracy
+         << ", \"test_accuracy\": " << m.test_accuracy << ", \"seconds\": " << m.seconds << "}"
+         << (i + 1 < history.size() ? "," : "") << "\n";
+  }
+  json << "  ]" << (extra_json.empty() ? "" : ",\n" + extra_json) << "\n}\n";
+  nn::write_file_atomic(dir + "/" + stem + ".csv", csv.str());
+  nn::write_file_atomic(dir + "/" + stem + ".json", json.str());
+}
+
+}  // namespace qg::cli

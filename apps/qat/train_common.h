@@ -1,0 +1,50 @@
+// Shared pieces of `qat train`: options, device choice, the progress display, the training
+// loop with checkpoints, and the metrics writers (JSON, CSV, PNG).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/trainer.h"
+
+namespace qg::cli {
+
+struct TrainOptions {
+  int width = 128;
+  int depth = 1;
+  std::string weight_bits = "32";  // 32, 8, 4, nf4
+  std::string act_bits = "32";     // 32, 8
+  std::string scope = "channel";
+  std::string observer = "moving_average";
+  std::string optimizer = "adam";
+  double lr = 3e-3;
+  int epochs = 20;
+  int batch = 64;
+  uint64_t seed = 1;
+  std::string device = "auto";
+  std::string out = "qat_train_out";
+  std::string data;
+  std::string resume;
+  int checkpoint_every = 0;
+  bool compare = false;
+};
+
+nn::TrainConfig make_config(const TrainOptions& o, const nn::QConfig& qc);
+// Builds the trainer on the requested device; "auto" prefers CUDA and falls back to the
+// CPU (saying why) when there is no GPU or an op lacks a CUDA kernel.
+std::unique_ptr<nn::Trainer> make_trainer(const TrainOptions& o, const nn::QConfig& qc,
+                                          const nn::Dataset& train, const nn::Dataset& test);
+
+// Trains until `epochs` epochs are done, with a live progress line (a TTY gets an
+// in-place bar; otherwise one line per epoch), saving a checkpoint every
+// `checkpoint_every` epochs when `checkpoint` is not empty.
+void run_training(nn::Trainer& t, int epochs, const std::string& label,
+                  const std::string& checkpoint, int checkpoint_every);
+
+void write_metrics(const std::string& dir, const std::string& stem,
+                   const std::vector<nn::EpochMetrics>& history, const std::string& extra_json);
+void ensure_dir(const std::string& dir);
+std::string json_escape(const std::string& s);
+
+}  // namespace qg::cli

@@ -1,0 +1,90 @@
+// Training, evaluation, calibration and checkpointing of an nn::Mlp on a dataset. One
+// Executor::run per step runs forward, backward and the optimizer nodes. The epoch's sample
+// order comes from the trainer's seeded Rng, whose state is part of every checkpoint, so a
+// resumed run replays the uninterrupted one bit for bit on the CPU.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/digits.h"
+#include "nn/model.h"
+#include "nn/optimizer.h"
+#include "runtime/executor.h"
+
+namespace qg::nn {
+
+struct TrainConfig {
+  MlpSpec mlp;
+  QConfig qconfig;
+  OptimizerConfig optimizer;
+  uint64_t seed = 1;
+  Device device = Device::cpu();
+};
+
+struct EpochMetrics {
+  int epoch = 0;
+  int64_t step = 0;  // optimizer steps taken so far
+  double train_loss = 0, train_accuracy = 0, test_accuracy = 0;
+  double seconds = 0;  // wall time of the epoch (not part of determinism checks)
+};
+
+struct StepInfo {
+  int epoch = 0;
+  int64_t step_in_epoch = 0, steps_per_epoch = 0;
+  double loss = 0, accuracy = 0;  // running means over the epoch so far
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& config, const Dataset& train, const Dataset& test);
+
+  // One pass over the training data in a fresh seeded order (the last partial batch is
+  // dropped, as DataLoader(drop_last=True)); test accuracy is measured after it.
+  EpochMetrics train_epoch(const std::function<void(const StepInfo&)>& on_step = {});
+  // Accuracy in eval mode (observers frozen); the last batch is padded and the padding
+  // ignored, so every sample counts once.
+  double evaluate(const Dataset& data);
+  // Logits for every row of `data` (eval mode), [n, classes] row-major.
+  std::vector<float> predict(const Dataset& data);
+  // Runs `batches` forward passes in training mode without optimizer steps, so observers
+  // record the data's ranges (post-training quantization).
+  void calibrate(const Dataset& data, int batches);
+  // Copies every parameter value from `other` (same architecture).
+  void copy_parameters_from(Trainer& other);
+
+  void save_checkpoint(const std::string& path);
+  void load_checkpoint(const std::string& path);
+  // Loads from checkpoint bytes already in memory; `what` names them in errors. A failed
+  // load leaves the trainer unchanged.
+  void load_checkpoint_bytes(const std::string& bytes, const std::string& what);
+
+  Graph& graph() { return graph_; }
+  Executor& executor() { return *exec_; }
+  const Mlp& model() const { return mlp_; }
+  const TrainConfig& config() const { return config_; }
+  const std::vector<EpochMetrics>& history() const { return history_; }
+  int epoch() const { return epoch_; }
+  int64_t step() const { return step_; }
+
+ private:
+  void fill_batch(const Dataset& data, const std::vector<int64_t>& order, int64_t start, Tensor& x,
+                  Tensor& labels) const;
+  std::string config_key() const;
+
+  TrainConfig config_;
+  const Dataset& train_;
+  const Dataset& test_;
+  Graph graph_;
+  Mlp mlp_;
+  std::vector<NodeId> steps_;
+  std::unique_ptr<Executor> exec_;
+  Rng rng_;
+  int epoch_ = 0;
+  int64_t step_ = 0;
+  std::vector<EpochMetrics> history_;
+};
+
+}  // namespace qg::nn

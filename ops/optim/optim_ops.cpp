@@ -1,0 +1,185 @@
+// Optimizer steps as graph ops: sgd(param, grad) and adam(param, grad) update the parameter's
+// state tensor in place (a parameter node hands out its state as its value, so input 0 IS the
+// persistent tensor). They have no outputs and run as Executor::run targets
+// (side_effects = true); nn::Optimizer adds control dependencies so a step runs after every
+// reader of the parameter. The optimizer state (momentum buffer, Adam moments, step count)
+// is node state, so checkpoints capture it with everything else.
+//
+// Formulas follow PyTorch's torch.optim (single-tensor path, maximize = False):
+//   SGD:  g = grad + wd * p;  buf = step == 0 ? g : momentum * buf + (1 - dampening) * g;
+//         g = nesterov ? g + momentum * buf : buf (when momentum != 0);  p = p - lr * g
+//   Adam: g = grad + wd * p;  t += 1;  m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g^2
+//         p = p - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+#include <cmath>
+
+#include "core/error.h"
+#include "core/graph.h"
+#include "ops/common/schema_helpers.h"
+
+namespace qg {
+namespace {
+
+// A real attribute with a closed/open range check, naming the op, attribute and value.
+AttrSpec bounded_real(const std::string& name, double def, const std::string& doc, double lo,
+                      double hi, bool hi_open) {
+  AttrSpec s = real_attr(name, def, doc);
+  s.validate = [name, lo, hi, hi_open](const std::string& op, const Attr& v) {
+    double x = v.as_real();
+    bool ok = std::isfinite(x) && x >= lo && (hi_open ? x < hi : x <= hi);
+    QG_CHECK(ok, op, "attribute '", name, "' = ", x, " must be in [", lo, ", ", hi,
+             hi_open ? ")" : "]");
+  };
+  return s;
+}
+
+AttrSpec positive_real(const std::string& name, double def, const std::string& doc) {
+  AttrSpec s = real_attr(name, def, doc);
+  s.validate = [name](const std::string& op, const Attr& v) {
+    double x = v.as_real();
+    QG_CHECK(std::isfinite(x) && x > 0.0, op, "attribute '", name, "' = ", x,
+             " must be finite and > 0");
+  };
+  return s;
+}
+
+std::vector<TensorType> infer_step(const InferContext& ctx) {
+  QG_CHECK(ctx.inputs[0].dtype == DType::f32 || ctx.inputs[0].dtype == DType::f64, ctx.op,
+           "param must be f32 or f64, got ", ctx.inputs[0].str());
+  QG_CHECK(ctx.inputs[0] == ctx.inputs[1], ctx.op, "grad ", ctx.inputs[1].str(),
+           " must match param ", ctx.inputs[0].str());
+  return {};
+}
+
+// Runs f(p, g, i) over every element after checking the parameter is the persistent,
+// contiguous tensor the update can be written to.
+template <typename T, typename F>
+void for_each_element(KernelContext& ctx, F f) {
+  Tensor& p = ctx.inputs[0];
+  const Tensor& g = ctx.inputs[1];
+  QG_CHECK(p.is_contiguous() && g.is_contiguous(), ctx.op, "param and grad must be contiguous");
+  T* pp = p.data<T>();
+  const T* pg = g.data<T>();
+  for (int64_t i = 0; i < p.numel(); ++i) f(pp[i], pg[i], i);
+}
+
+template <typename T>
+void sgd_cpu(KernelContext& ctx) {
+  const T lr = static_cast<T>(ctx.attrs.get_real("lr"));
+  const T mom = static_cast<T>(ctx.attrs.get_real("momentum"));
+  // 1 - dampening (and Adam's 1 - beta) are formed in double and rounded once, as PyTorch
+  // does with its Python-float hyper-parameters; forming them in f32 from a rounded beta
+  // would shift every step by ~1e-7 relative.
+  const T one_minus_damp = static_cast<T>(1.0 - ctx.attrs.get_real("dampening"));
+  const T wd = static_cast<T>(ctx.attrs.get_real("weight_decay"));
+  const bool nesterov = ctx.attrs.get_bool("nesterov");
+  T* buf = ctx.states[0].data<T>();
+  int64_t& step = ctx.states[1].data<int64_t>()[0];
+  const bool first = step == 0;
+  for_each_element<T>(ctx, [&](T& p, T g, int64_t i) {
+    if (wd != T(0)) g = g + wd * p;
+    if (mom != T(0)) {
+      buf[i] = first ? g : mom * buf[i] + one_minus_damp * g;
+      g = nesterov ? g + mom * buf[i] : buf[i];
+    }
+    p = p - lr * g;
+  });
+  ++step;
+}
+
+template <typename T>
+void adam_cpu(KernelContext& ctx) {
+  const double lr = ctx.attrs.get_real("lr");
+  const T b1 = static_cast<T>(ctx.attrs.get_real("beta1"));
+  const T b2 = static_cast<T>(ctx.attrs.get_real("beta2"));
+  const T one_minus_b1 = static_cast<T>(1.0 - ctx.attrs.get_real("beta1"));
+  const T one_minus_b2 = static_cast<T>(1.0 - ctx.attrs.get_real("beta2"));
+  const T eps = static_cast<T>(ctx.attrs.get_real("eps"));
+  const T wd = static_cast<T>(ctx.attrs.get_real("weight_decay"));
+  T* m = ctx.states[0].data<T>();
+  T* v = ctx.states[1].data<T>();
+  int64_t& step = ctx.states[2].data<int64_t>()[0];
+  ++step;
+  // Bias corrections in double, as PyTorch computes them on the host from a Python float.
+  const double bc1 = 1.0 - std::pow(ctx.attrs.get_real("beta1"), static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(ctx.attrs.get_real("beta2"), static_cast<double>(step));
+  const T step_size = static_cast<T>(lr / bc1);
+  const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
+  for_each_element<T>(ctx, [&](T& p, T g, int64_t i) {
+    if (wd != T(0)) g = g + wd * p;
+    m[i] = b1 * m[i] + one_minus_b1 * g;
+    v[i] = b2 * v[i] + one_minus_b2 * (g * g);
+    T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    p = p - step_size * (m[i] / denom);
+  });
+}
+
+template <template <typename> class K>
+KernelFn by_dtype() {
+  return [](KernelContext& ctx) {
+    if (ctx.inputs[0].dtype() == DType::f64)
+      K<double>::run(ctx);
+    else
+      K<float>::run(ctx);
+  };
+}
+template <typename T>
+struct SgdKernel {
+  static void run(KernelContext& ctx) { sgd_cpu<T>(ctx); }
+};
+template <typename T>
+struct AdamKernel {
+  static void run(KernelContext& ctx) { adam_cpu<T>(ctx); }
+};
+
+void define_sgd(OpRegistry& r) {
+  OpDef& op = r.define("sgd");
+  op.doc = "SGD step with momentum (PyTorch torch.optim.SGD); updates param in place.";
+  op.inputs = {"param", "grad"};
+  op.attrs = {positive_real("lr", 0.01, "learning rate"),
+              bounded_real("momentum", 0.0, "momentum factor", 0.0, 1.0, true),
+              bounded_real("dampening", 0.0, "dampening of the momentum", 0.0, 1.0, false),
+              bounded_real("weight_decay", 0.0, "L2 penalty", 0.0, 1e30, false),
+              bool_attr("nesterov", false, "Nesterov momentum")};
+  op.infer = [](const InferContext& ctx) {
+    bool nesterov = ctx.attrs.get_bool("nesterov");
+    QG_CHECK(!nesterov ||
+                 (ctx.attrs.get_real("momentum") > 0.0 && ctx.attrs.get_real("dampening") == 0.0),
+             ctx.op, "nesterov needs momentum > 0 and dampening = 0 (got momentum ",
+             ctx.attrs.get_real("momentum"), ", dampening ", ctx.attrs.get_real("dampening"), ")");
+    return infer_step(ctx);
+  };
+  op.states = [](const InferContext& ctx) {
+    return std::vector<StateSpec>{{"momentum_buffer", ctx.inputs[0], 0.0},
+                                  {"step", {DType::i64, {1}}, 0.0}};
+  };
+  op.side_effects = true;
+  op.kernels.push_back({DeviceType::cpu, {DType::f32, DType::f64}, by_dtype<SgdKernel>()});
+}
+
+void define_adam(OpRegistry& r) {
+  OpDef& op = r.define("adam");
+  op.doc = "Adam step (PyTorch torch.optim.Adam, amsgrad off); updates param in place.";
+  op.inputs = {"param", "grad"};
+  op.attrs = {positive_real("lr", 1e-3, "learning rate"),
+              bounded_real("beta1", 0.9, "first-moment decay", 0.0, 1.0, true),
+              bounded_real("beta2", 0.999, "second-moment decay", 0.0, 1.0, true),
+              positive_real("eps", 1e-8, "denominator term"),
+              bounded_real("weight_decay", 0.0, "L2 penalty", 0.0, 1e30, false)};
+  op.infer = infer_step;
+  op.states = [](const InferContext& ctx) {
+    return std::vector<StateSpec>{{"exp_avg", ctx.inputs[0], 0.0},
+                                  {"exp_avg_sq", ctx.inputs[0], 0.0},
+                                  {"step", {DType::i64, {1}}, 0.0}};
+  };
+  op.side_effects = true;
+  op.kernels.push_back({DeviceType::cpu, {DType::f32, DType::f64}, by_dtype<AdamKernel>()});
+}
+
+}  // namespace
+
+void define_optim_ops(OpRegistry& r) {
+  define_sgd(r);
+  define_adam(r);
+}
+
+}  // namespace qg
