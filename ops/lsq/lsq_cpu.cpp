@@ -112,8 +112,8 @@ void backward_typed(KernelContext& ctx) {
         auto e = lsq::element_grad<M>(static_cast<M>(px[k]), static_cast<M>(pdy[k]),
                                       qp.inv_scale[qi], qp.scale[qi], qp.zp_int[qi], qmin, qmax);
         pdx[k] = static_cast<T>(e.dx);
-        dscale[qi] += static_cast<double>(e.dscale);
-        dzp[qi] += static_cast<double>(e.dzp);
+        dscale[qi] += e.dscale;
+        dzp[qi] += e.dzp;
       }
   store(ctx.outputs[1], dscale, g);
   store(ctx.outputs[2], dzp, g);
