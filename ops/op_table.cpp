@@ -19,6 +19,7 @@ void define_lsq_ops(OpRegistry&);
 void define_quantize_ops(OpRegistry&);
 void define_dynamic_quant_ops(OpRegistry&);
 void define_int4_ops(OpRegistry&);
+void define_nf4_ops(OpRegistry&);
 void define_optim_ops(OpRegistry&);
 
 #ifdef QG_WITH_CUDA
@@ -31,7 +32,7 @@ struct OpFamily {
   void (*define)(OpRegistry&);
 };
 
-constexpr std::array<OpFamily, 13> kOpFamilies = {{
+constexpr std::array<OpFamily, 14> kOpFamilies = {{
     {"graph_io", define_graph_io_ops},
     {"arith", define_arith_ops},
     {"linalg", define_linalg_ops},
@@ -44,6 +45,7 @@ constexpr std::array<OpFamily, 13> kOpFamilies = {{
     {"quantize", define_quantize_ops},
     {"dynamic_quant", define_dynamic_quant_ops},
     {"int4", define_int4_ops},
+    {"nf4", define_nf4_ops},
     {"optim", define_optim_ops},
 }};
 }  // namespace
