@@ -46,12 +46,6 @@ struct ObserveArgs {
   const uint8_t* enabled;
 };
 
-// Element r of channel q in memory order: o = r / inner, i = r % inner.
-__device__ __forceinline__ int64_t channel_element(const ScopeDims& d, int64_t q, int64_t r) {
-  if (d.kind == ScopeKind::tensor) return r;
-  return ((r / d.inner) * d.axis_len + q) * d.inner + r % d.inner;
-}
-
 template <typename T>
 __global__ void observe_partial_kernel(const T* x, ObserveArgs a, Part* partial) {
   if (*a.enabled == 0) return;
@@ -60,7 +54,8 @@ __global__ void observe_partial_kernel(const T* x, ObserveArgs a, Part* partial)
     int64_t lo = s * a.chunk, hi = lo + a.chunk < a.per_q ? lo + a.chunk : a.per_q;
     Part p = identity_part();
     for (int64_t r = lo + threadIdx.x; r < hi; r += blockDim.x) {
-      int64_t k = channel_element(a.d, q, r);
+      int64_t k;
+      if (!scope_element(a.d, q, r, k)) break;
       float v = static_cast<float>(to_math(x[k]));  // the f32 statistics, as on the CPU
       if (!qmath::is_finite(v)) {
         ++p.nonfinite;
@@ -132,14 +127,9 @@ void observer_cuda(KernelContext& ctx) {
   const int threads = 256;
   int64_t nq = l.num_qparams;
   bool update = ctx.training && x.numel() > 0;
-  ObserveArgs oa{scope_dims(l), l.kind == ScopeKind::tensor ? x.numel() : l.outer * l.inner, 1,
-                 1, in_ptr<uint8_t>(ctx.states[own + 1])};
-  int64_t sms = multiprocessor_count();
-  if (nq < 2 * sms && oa.per_q > threads * 16) {
-    int64_t by_size = (oa.per_q + threads * 16 - 1) / (threads * 16);
-    int64_t by_occupancy = (4 * sms + nq - 1) / nq;
-    oa.splits = by_size < by_occupancy ? by_size : by_occupancy;
-  }
+  ObserveArgs oa{scope_dims(l), 0, 1, 1, in_ptr<uint8_t>(ctx.states[own + 1])};
+  oa.per_q = elements_per_qparam(oa.d);
+  oa.splits = reduction_splits(nq, oa.per_q, threads);
   oa.chunk = oa.per_q == 0 ? 1 : (oa.per_q + oa.splits - 1) / oa.splits;
   Tensor partial;
   if (update) {

@@ -33,10 +33,11 @@ QG_HD float ordered_max(float a, float b) {
 QG_HD int64_t histc_bin(float v, float lo, float hi, int64_t bins) {
   if (!(v >= lo && v <= hi)) return -1;
   float num = (v - lo) * static_cast<float>(bins);
-  int64_t pos = static_cast<int64_t>(num / (hi - lo));
-  if (pos >= bins) pos = bins - 1;
-  if (pos < 0) pos = 0;
-  return pos;
+  float f = num / (hi - lo);
+  // Guards before the integer conversion: an overflowing span gives inf/inf = NaN.
+  if (!(f < static_cast<float>(bins))) return bins - 1;
+  if (!(f >= 0.0f)) return 0;
+  return static_cast<int64_t>(f);
 }
 
 // Python's float floor division `a // b` (what torch.div(..., rounding_mode='floor') does

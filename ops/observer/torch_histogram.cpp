@@ -47,6 +47,20 @@ void combine(float* fresh, const std::vector<float>& old, int64_t bins, int64_t 
   }
 }
 
+constexpr float kMaxDownsample = 2147483648.0f;  // 2^31
+
+void rebin_centres(const TorchHistogram& h, float old_min, float old_max, float lo, float hi,
+                   float* out) {
+  const double w =
+      (static_cast<double>(old_max) - static_cast<double>(old_min)) / static_cast<double>(h.bins);
+  for (int64_t i = 0; i < h.bins; ++i) {
+    if (h.hist[i] == 0.0f) continue;
+    float centre = static_cast<float>(static_cast<double>(old_min) + (i + 0.5) * w);
+    centre = qmath::clamp(centre, lo, hi);
+    out[obsmath::histc_bin(centre, lo, hi, h.bins)] += h.hist[i];
+  }
+}
+
 // _compute_quantization_error for the candidate bins [ns, ne].
 double quantization_error(const TorchHistogram& h, int64_t dst_nbins, int64_t ns, int64_t ne) {
   const int64_t bins = h.bins;
@@ -112,11 +126,23 @@ void torch_histogram_update(TorchHistogram h, const std::vector<float>& values,
   float cell = (old_max - old_min) / static_cast<float>(bins * upsample_rate);
   float old_span = static_cast<float>(bins) * cell;
   float ratio = (cmax - cmin) / old_span;
+  std::vector<float> fresh(static_cast<size_t>(bins), 0.0f);
+  if (!(cell > 0.0f) || !(ratio <= kMaxDownsample) ||
+      !std::isfinite(static_cast<float>(std::ceil(ratio)) * old_span)) {
+    // The merge grid is not representable (a range of a few subnormals, or a jump by more
+    // than 2^31; PyTorch would divide by zero or allocate the grid): keep the unadjusted
+    // combined range and move each old bin's mass to the new bin of its centre.
+    histc_add(values, cmin, cmax, bins, fresh.data());
+    rebin_centres(h, old_min, old_max, cmin, cmax, fresh.data());
+    std::copy(fresh.begin(), fresh.end(), h.hist);
+    *h.min = cmin;
+    *h.max = cmax;
+    return;
+  }
   int64_t down = static_cast<int64_t>(std::ceil(ratio));
   float e = static_cast<float>(down) * old_span - (cmax - cmin);
   cmax = cmax + e;
   int64_t start = static_cast<int64_t>(std::nearbyint((old_min - cmin) / cell));
-  std::vector<float> fresh(static_cast<size_t>(bins), 0.0f);
   histc_add(values, cmin, cmax, bins, fresh.data());
   if (cmin == old_min && cmax == old_max) {
     for (int64_t i = 0; i < bins; ++i) fresh[static_cast<size_t>(i)] += h.hist[i];

@@ -82,3 +82,27 @@ TEST(HistogramObserver, RejectsBadBinsAndUpsampleRate) {
 
 }  // namespace
 }  // namespace qg
+
+namespace qg {
+namespace {
+
+TEST(HistogramObserver, UnrepresentableMergeGridFallsBackToBinCentres) {
+  // A range of one subnormal makes PyTorch's merge cell 0; the old mass moves to the new
+  // bin of its centre instead of dividing by zero.
+  testing::ObserverHarness h("histogram_observer", {2}, {{"bins", 8}});
+  h.run({0.0, 1e-44});
+  h.run({1e30, 5e29});
+  auto counts = h.state("histogram");
+  EXPECT_EQ(counts[0], 2);  // the two tiny values
+  EXPECT_EQ(counts[4], 1);  // 5e29
+  EXPECT_EQ(counts[7], 1);  // 1e30
+  EXPECT_EQ(h.state("min")[0], 0.0);
+  EXPECT_EQ(h.state("max")[0], static_cast<double>(1e30f));
+  // Huge finite values (the span 2e38 still fits in f32) give finite qparams.
+  testing::ObserverHarness w("histogram_observer", {2});
+  auto r = w.run({-1e38, 1e38});
+  EXPECT_TRUE(std::isfinite(r[0][0]) && r[0][0] > 0);
+}
+
+}  // namespace
+}  // namespace qg
