@@ -14,6 +14,7 @@
 #include "ops/dynamic_quant/dynamic_quant_math.h"
 #include "ops/quantize/quantize_cpu.h"
 #include "ops/quantize/quantize_math.h"
+#include "ops/quantize/scope_runs.h"
 
 namespace qg {
 namespace {
@@ -43,14 +44,6 @@ std::vector<TensorType> infer_dynamic(const InferContext& ctx) {
           TensorType{DType::i32, l.qparam_shape}};
 }
 
-template <typename Fn>
-void for_each_scoped(const ScopeLayout& l, Fn&& fn) {
-  int64_t k = 0;
-  for (int64_t o = 0; o < l.outer; ++o)
-    for (int64_t a = 0; a < l.axis_len; ++a)
-      for (int64_t i = 0; i < l.inner; ++i, ++k) fn(k, qparam_index(l, o, a, i));
-}
-
 template <typename T, typename Q>
 void dynamic_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& l) {
   using M = math_t<T>;
@@ -58,7 +51,7 @@ void dynamic_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& l
   // 1. Finite min/max per scope, in the math type.
   std::vector<M> lo(l.num_qparams, std::numeric_limits<M>::infinity());
   std::vector<M> hi(l.num_qparams, -std::numeric_limits<M>::infinity());
-  for_each_scoped(l, [&](int64_t k, int64_t qi) {
+  for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
     M v = static_cast<M>(px[k]);
     if (!qmath::is_finite(v)) return;
     lo[qi] = v < lo[qi] ? v : lo[qi];
@@ -83,7 +76,7 @@ void dynamic_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& l
   // 3. Quantize with the scope's reciprocal scale.
   const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
   Q* pq = ctx.outputs[0].data<Q>();
-  for_each_scoped(l, [&](int64_t k, int64_t qi) {
+  for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
     pq[k] =
         static_cast<Q>(qstore::quantize<M>(static_cast<M>(px[k]), inv[qi], zpm[qi], qmin, qmax).q);
   });

@@ -1,6 +1,6 @@
-// CPU kernels for lsq_fake_quantize and lsq_backward. Both walk the [outer, axis, inner]
-// view of the scope; the backward accumulates the scale and zero-point sums in f64 in
-// element order, so the result is deterministic.
+// CPU kernels for lsq_fake_quantize and lsq_backward. Both walk the scope in element order
+// (ops/quantize/scope_runs.h); the backward accumulates the scale and zero-point sums in f64
+// in that order, so the result is deterministic.
 #include <cmath>
 #include <vector>
 
@@ -9,6 +9,7 @@
 #include "ops/common/quant_scope.h"
 #include "ops/lsq/lsq_cpu.h"
 #include "ops/lsq/lsq_math.h"
+#include "ops/quantize/scope_runs.h"
 
 namespace qg {
 
@@ -65,15 +66,11 @@ void forward_typed(KernelContext& ctx) {
   const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
   const T* px = x.data<T>();
   T* py = ctx.outputs[0].data<T>();
-  int64_t k = 0;
-  for (int64_t o = 0; o < l.outer; ++o)
-    for (int64_t a = 0; a < l.axis_len; ++a)
-      for (int64_t i = 0; i < l.inner; ++i, ++k) {
-        int64_t qi = qparam_index(l, o, a, i);
-        auto res = qmath::fake_quant<M>(static_cast<M>(px[k]), qp.inv_scale[qi], qp.scale[qi],
-                                        qp.zp_int[qi], qmin, qmax);
-        py[k] = static_cast<T>(res.y);
-      }
+  for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
+    auto res = qmath::fake_quant<M>(static_cast<M>(px[k]), qp.inv_scale[qi], qp.scale[qi],
+                                    qp.zp_int[qi], qmin, qmax);
+    py[k] = static_cast<T>(res.y);
+  });
 }
 
 template <typename G>
@@ -104,17 +101,13 @@ void backward_typed(KernelContext& ctx) {
   const T* pdy = dy.data<T>();
   T* pdx = ctx.outputs[0].data<T>();
   std::vector<double> dscale(l.num_qparams, 0.0), dzp(l.num_qparams, 0.0);
-  int64_t k = 0;
-  for (int64_t o = 0; o < l.outer; ++o)
-    for (int64_t a = 0; a < l.axis_len; ++a)
-      for (int64_t i = 0; i < l.inner; ++i, ++k) {
-        int64_t qi = qparam_index(l, o, a, i);
-        auto e = lsq::element_grad<M>(static_cast<M>(px[k]), static_cast<M>(pdy[k]),
-                                      qp.inv_scale[qi], qp.scale[qi], qp.zp_int[qi], qmin, qmax);
-        pdx[k] = static_cast<T>(e.dx);
-        dscale[qi] += e.dscale;
-        dzp[qi] += e.dzp;
-      }
+  for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
+    auto e = lsq::element_grad<M>(static_cast<M>(px[k]), static_cast<M>(pdy[k]), qp.inv_scale[qi],
+                                  qp.scale[qi], qp.zp_int[qi], qmin, qmax);
+    pdx[k] = static_cast<T>(e.dx);
+    dscale[qi] += e.dscale;
+    dzp[qi] += e.dzp;
+  });
   store(ctx.outputs[1], dscale, g);
   store(ctx.outputs[2], dzp, g);
 }

@@ -9,6 +9,7 @@
 #include "ops/common/quant_scope.h"
 #include "ops/quantize/quantize_cpu.h"
 #include "ops/quantize/quantize_math.h"
+#include "ops/quantize/scope_runs.h"
 
 namespace qg {
 
@@ -65,15 +66,6 @@ QParams<M> load(const std::string& op, const Tensor& scale, const Tensor* zp, co
   return q;
 }
 
-// Calls fn(o, a, i, k, qparam index) over the scope view in element order.
-template <typename Fn>
-void for_each_scoped(const ScopeLayout& l, Fn&& fn) {
-  int64_t k = 0;
-  for (int64_t o = 0; o < l.outer; ++o)
-    for (int64_t a = 0; a < l.axis_len; ++a)
-      for (int64_t i = 0; i < l.inner; ++i, ++k) fn(k, qparam_index(l, o, a, i));
-}
-
 template <typename T, typename Q>
 void quantize_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& l) {
   using M = math_t<T>;
@@ -83,7 +75,7 @@ void quantize_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& 
   Q* pq = ctx.outputs[0].data<Q>();
   uint8_t* mask = ctx.outputs[1].data<uint8_t>();
   if (ctx.outputs[1].numel() > 0) std::memset(mask, 0, ctx.outputs[1].nbytes());
-  for_each_scoped(l, [&](int64_t k, int64_t qi) {
+  for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
     qstore::Code c =
         qstore::quantize<M>(static_cast<M>(px[k]), qp.inv_scale[qi], qp.zp[qi], qmin, qmax);
     pq[k] = static_cast<Q>(c.q);
@@ -98,7 +90,7 @@ void dequantize_typed(KernelContext& ctx, const ScopeLayout& l) {
       load<M>(ctx.op, ctx.inputs[1], &ctx.inputs[2], storage_range(ctx.inputs[0].dtype()));
   const Q* pq = ctx.inputs[0].data<Q>();
   T* py = ctx.outputs[0].data<T>();
-  for_each_scoped(l, [&](int64_t k, int64_t qi) {
+  for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
     py[k] = static_cast<T>(qstore::dequantize<M>(pq[k], qp.scale[qi], qp.zp[qi]));
   });
 }
@@ -135,7 +127,7 @@ void quantize_backward_cpu(KernelContext& ctx) {
     QParams<M> qp = load<M>(ctx.op, ctx.inputs[2], nullptr, QuantRange{});
     const T* pdy = dy.data<T>();
     T* pdx = dx.data<T>();
-    for_each_scoped(l, [&](int64_t k, int64_t qi) {
+    for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
       pdx[k] = static_cast<T>(
           qstore::quantize_grad<M>(static_cast<M>(pdy[k]), qp.scale[qi], bitmask_get(mask, k)));
     });
@@ -166,7 +158,7 @@ void dequantize_backward_cpu(KernelContext& ctx) {
       QParams<M> qp = load<M>(ctx.op, ctx.inputs[2], &ctx.inputs[3], storage_range(q.dtype()));
       const T* pdy = dy.data<T>();
       T* pdq = ctx.outputs[0].data<T>();
-      for_each_scoped(l, [&](int64_t k, int64_t qi) {
+      for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
         M d = static_cast<M>(pdy[k]);
         pdq[k] = static_cast<T>(d * qp.scale[qi]);
         dscale[qi] += static_cast<double>(d) * (static_cast<double>(pq[k]) - qp.zp[qi]);

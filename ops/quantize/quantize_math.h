@@ -13,11 +13,16 @@ struct Code {
 
 // q = clamp(rint(x * inv) + zp, qmin, qmax); NaN -> zp (mask 0); +/-Inf -> the end codes
 // (mask 0). Agrees with qmath::quantize_code, and adds the mask the backward needs.
+// Written without early returns so compilers emit selects (min/max, blends) rather than
+// branches that random data mispredicts; NaN fails both comparisons and is replaced last.
 template <typename M>
 QG_HD Code quantize(M x, M inv_scale, M zp, M qmin, M qmax) {
-  if (qmath::is_nan(x)) return {static_cast<int32_t>(zp), false};
   M q = qmath::round_even(x * inv_scale) + zp;
-  return {static_cast<int32_t>(qmath::clamp(q, qmin, qmax)), (q >= qmin) && (q <= qmax)};
+  bool in_range = (q >= qmin) & (q <= qmax);
+  M c = q < qmin ? qmin : q;
+  c = c > qmax ? qmax : c;
+  c = qmath::is_nan(c) ? zp : c;
+  return {static_cast<int32_t>(c), in_range};
 }
 
 // x' = (q - zp) * scale: the subtraction is exact for 8-bit codes, then one rounding.
