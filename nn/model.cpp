@@ -48,10 +48,19 @@ ValueId Builder::fake_quant_activation(ValueId x, const std::string& name, NodeI
 ValueId Builder::fake_quant_weight(ValueId w, const std::string& name, NodeId* observer) {
   if (qc_.weight == WeightQuant::none) return w;
   if (qc_.weight == WeightQuant::nf4) {
-    QG_CHECK(OpRegistry::instance().find("nf4_fake_quantize") != nullptr, "nn",
-             "NF4 weights need the op 'nf4_fake_quantize', which this build does not register");
-    return g_.apply("nf4_fake_quantize", {w}, {{"group_size", qc_.nf4_group_size}},
-                    name + ".fq")[0];
+    QG_CHECK(OpRegistry::instance().find("nf4_quantize_pack") != nullptr, "nn",
+             "NF4 weights need the op 'nf4_quantize_pack', which this build does not register");
+    // NF4 round trip per group of nf4_group_size weights along each row, then a
+    // straight-through estimator built from existing ops:
+    //   y = stop_gradient(wq) + (w - stop_gradient(w))
+    // w - w is exactly 0 for finite w, so y == wq bit for bit, while dy/dw = 1.
+    Attrs layout{{"group_size", static_cast<int64_t>(qc_.nf4_group_size)}, {"axis", -1}};
+    auto packed = g_.apply("nf4_quantize_pack", {w}, layout, name + ".nf4_pack");
+    Attrs unpack = layout;
+    unpack.set("shape", g_.value(w).type.shape);
+    ValueId wq = g_.apply1("nf4_unpack_dequantize", {packed[0], packed[1]}, unpack, name + ".fq");
+    ValueId zero = g_.apply1("sub", {w, g_.apply1("stop_gradient", {w})}, {}, name + ".ste_zero");
+    return g_.apply1("add", {g_.apply1("stop_gradient", {wq}), zero}, {}, name + ".ste");
   }
   // Symmetric signed, full range (-128..127 / -8..7), zero point 0, per output channel:
   // PyTorch's default_per_channel_weight_fake_quant for int8.

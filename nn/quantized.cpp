@@ -60,12 +60,13 @@ void dequantize_row(const QuantizedLinear& l, int64_t r, float* w) {
         w[c] = static_cast<float>(static_cast<int>(nibble(l.packed, row_bytes, r, c)) - 8) * s;
       break;
     }
-    case WeightQuant::nf4:
-      for (int64_t c = 0; c < l.in; ++c) {
-        int64_t flat = r * l.in + c;
-        w[c] = nf4_value(nibble(l.packed, row_bytes, r, c)) * l.scales[flat / l.group_size];
-      }
+    case WeightQuant::nf4: {
+      const int64_t groups_per_row = (l.in + l.group_size - 1) / l.group_size;
+      for (int64_t c = 0; c < l.in; ++c)
+        w[c] = nf4_value(nibble(l.packed, row_bytes, r, c)) *
+               l.scales[r * groups_per_row + c / l.group_size];
       break;
+    }
   }
 }
 
@@ -90,20 +91,23 @@ QuantizedLinear convert_layer(Executor& ex, const LinearLayer& l, const QConfig&
   if (q.kind == WeightQuant::none) {
     q.weight_f32.assign(pw, pw + w.numel());
   } else if (q.kind == WeightQuant::nf4) {
+    // Groups of nf4_group_size along each row (the last group of a row may be shorter), as
+    // nf4_quantize_pack lays them out with axis = -1.
     q.group_size = qc.nf4_group_size;
     q.packed.assign(static_cast<size_t>(q.out * row_bytes), 0);
-    int64_t n = w.numel();
-    for (int64_t g0 = 0; g0 < n; g0 += q.group_size) {
-      int64_t g1 = std::min(n, g0 + q.group_size);
-      float absmax = 0.0f;
-      for (int64_t i = g0; i < g1; ++i)
-        if (std::isfinite(pw[i])) absmax = std::max(absmax, std::fabs(pw[i]));
-      float scale = absmax > 0.0f ? absmax : 1.0f;  // an all-zero group gets scale 1
-      const float inv = 1.0f / scale;
-      q.scales.push_back(scale);
-      for (int64_t i = g0; i < g1; ++i)
-        set_nibble(q.packed, row_bytes, i / q.in, i % q.in, nf4_code(pw[i] * inv));
-    }
+    for (int64_t r = 0; r < q.out; ++r)
+      for (int64_t g0 = 0; g0 < q.in; g0 += q.group_size) {
+        int64_t g1 = std::min(q.in, g0 + q.group_size);
+        float absmax = 0.0f;
+        for (int64_t c = g0; c < g1; ++c)
+          if (std::isfinite(pw[r * q.in + c]))
+            absmax = std::max(absmax, std::fabs(pw[r * q.in + c]));
+        float scale = absmax > 0.0f ? absmax : 1.0f;  // an all-zero group dequantizes to 0 anyway
+        const float inv = 1.0f / scale;
+        q.scales.push_back(scale);
+        for (int64_t c = g0; c < g1; ++c)
+          set_nibble(q.packed, row_bytes, r, c, nf4_code(pw[r * q.in + c] * inv));
+      }
   } else {
     auto [scale, zp] = observer_qparams(ex, l.weight_observer);
     q.scales = scale;

@@ -14,40 +14,6 @@
 namespace qg::cli {
 namespace {
 
-nn::QConfig qconfig_from(const TrainOptions& o) {
-  nn::QConfig qc;
-  qc.weight = nn::parse_weight_quant(o.weight_bits);
-  qc.activation = nn::parse_act_quant(o.act_bits);
-  qc.observer = nn::parse_observer(o.observer);
-  qc.weight_scope = o.scope;
-  return qc;
-}
-
-struct Row {
-  std::string name;
-  double fake_quant_acc = 0, integer_acc = -1;
-  int64_t bytes = 0;
-  std::vector<nn::EpochMetrics> history;
-};
-
-std::string pct(double a) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f%%", 100 * a);
-  return b;
-}
-
-Row evaluate_row(const std::string& name, nn::Trainer& t, const nn::Dataset& test) {
-  Row r;
-  r.name = name;
-  r.fake_quant_acc = t.evaluate(test);
-  nn::QuantizedMlp q = nn::convert_to_quantized(t.executor(), t.model().layers,
-                                                t.model().input_observer, t.config().qconfig);
-  r.bytes = q.size_bytes();
-  if (t.config().qconfig.quantized()) r.integer_acc = q.accuracy(test);
-  r.history = t.history();
-  return r;
-}
-
 void run_single(const TrainOptions& o) {
   nn::Dataset all = nn::load_digits(o.data), train, test;
   nn::split_dataset(all, 0.2, 0, &train, &test);
@@ -65,7 +31,7 @@ void run_single(const TrainOptions& o) {
   std::printf("data: %lld train / %lld test rows\n", static_cast<long long>(train.size()),
               static_cast<long long>(test.size()));
   run_training(*t, o.epochs, qc.quantized() ? "qat" : "float", o.out + "/checkpoint.qgck",
-               o.checkpoint_every);
+               o.checkpoint_every, true);
   Row r = evaluate_row(qc.str(), *t, test);
   std::printf("test accuracy (fake-quant graph): %s\n", pct(r.fake_quant_acc).c_str());
   if (r.integer_acc >= 0)
@@ -90,81 +56,6 @@ void run_single(const TrainOptions& o) {
       o.out + "/curves.png",
       {{"LOSS", {{"TRAIN", loss}}}, {"ACCURACY %", {{"TRAIN", train_acc}, {"TEST", acc}}}});
   std::printf("wrote %s/metrics.json, metrics.csv, curves.png\n", o.out.c_str());
-}
-
-void run_compare(const TrainOptions& o) {
-  nn::Dataset all = nn::load_digits(o.data), train, test;
-  nn::split_dataset(all, 0.2, 0, &train, &test);
-  ensure_dir(o.out);
-  std::vector<Row> rows;
-  nn::QConfig fp = nn::QConfig::float32();
-  auto base = nn::QConfig::w8a8();
-  base.observer = nn::parse_observer(o.observer);
-  base.weight_scope = o.scope;
-  auto with_weight = [&](nn::WeightQuant w) {
-    nn::QConfig q = base;
-    q.weight = w;
-    return q;
-  };
-
-  // 1. float32.
-  auto ft = make_trainer(o, fp, train, test);
-  run_training(*ft, o.epochs, "float32", "", 0);
-  rows.push_back(evaluate_row("float32", *ft, test));
-  // 2. PTQ: the float weights, observers calibrated on the training data, no retraining.
-  for (auto w : {nn::WeightQuant::int8, nn::WeightQuant::int4}) {
-    auto pt = make_trainer(o, with_weight(w), train, test);
-    pt->copy_parameters_from(*ft);
-    pt->calibrate(train, static_cast<int>(train.size() / o.batch));
-    rows.push_back(evaluate_row(w == nn::WeightQuant::int8 ? "PTQ W8A8" : "PTQ W4A8", *pt, test));
-  }
-  // 3. QAT from scratch with the same recipe.
-  const std::pair<const char*, nn::WeightQuant> qat[] = {{"QAT W8A8", nn::WeightQuant::int8},
-                                                         {"QAT W4A8", nn::WeightQuant::int4},
-                                                         {"QAT NF4", nn::WeightQuant::nf4}};
-  for (const auto& [name, w] : qat) {
-    try {
-      auto qt = make_trainer(o, with_weight(w), train, test);
-      run_training(*qt, o.epochs, name, "", 0);
-      rows.push_back(evaluate_row(name, *qt, test));
-    } catch (const Error& e) {  // e.g. a build without the NF4 fake-quant op
-      std::printf("%s skipped: %s\n", name, e.message().c_str());
-    }
-  }
-
-  std::printf("\n%-10s %22s %24s %12s\n", "model", "test acc (fake-quant)",
-              "test acc (int weights)", "size (B)");
-  std::ostringstream csv, json;
-  csv << "model,test_accuracy,integer_test_accuracy,model_bytes\n";
-  json.precision(9);
-  json << "  \"compare\": [\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    std::printf("%-10s %22s %24s %12lld\n", r.name.c_str(), pct(r.fake_quant_acc).c_str(),
-                r.integer_acc >= 0 ? pct(r.integer_acc).c_str() : "-",
-                static_cast<long long>(r.bytes));
-    csv << r.name << ',' << r.fake_quant_acc << ','
-        << (r.integer_acc >= 0 ? std::to_string(r.integer_acc) : "") << ',' << r.bytes << '\n';
-    json << "    {\"model\": \"" << r.name << "\", \"test_accuracy\": " << r.fake_quant_acc
-         << ", \"integer_test_accuracy\": " << (r.integer_acc >= 0 ? r.integer_acc : 0.0)
-         << ", \"model_bytes\": " << r.bytes << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
-  }
-  json << "  ]";
-  nn::write_file_atomic(o.out + "/compare.csv", csv.str());
-  write_metrics(o.out, "metrics", rows[0].history, json.str());
-  nn::Panel loss{"LOSS", {}}, acc{"TEST ACCURACY %", {}};
-  for (const Row& r : rows) {
-    if (r.history.empty() || r.name.rfind("PTQ", 0) == 0) continue;
-    nn::Series l{r.name, {}}, a{r.name, {}};
-    for (const auto& m : r.history) {
-      l.y.push_back(m.train_loss);
-      a.y.push_back(100 * m.test_accuracy);
-    }
-    loss.series.push_back(l);
-    acc.series.push_back(a);
-  }
-  nn::write_plot_png(o.out + "/curves.png", {loss, acc});
-  std::printf("wrote %s/compare.csv, metrics.json, metrics.csv, curves.png\n", o.out.c_str());
 }
 
 }  // namespace
@@ -193,6 +84,11 @@ void add_train_command(CLI::App& app) {
                   "Save <out>/checkpoint.qgck every N epochs (0: never)")
       ->capture_default_str();
   cmd->add_flag("--compare", o->compare, "Train float32, PTQ and QAT variants; print one table");
+  cmd->add_option("--qat-epochs", o->qat_epochs, "--compare: QAT fine-tuning epochs")
+      ->capture_default_str();
+  cmd->add_option("--qat-lr", o->qat_lr, "--compare: QAT fine-tuning learning rate")
+      ->capture_default_str();
+  cmd->add_option("--seeds", o->seeds, "--compare: seeds to average over")->capture_default_str();
   cmd->callback([o] {
     if (o->compare)
       run_compare(*o);

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "nn/checkpoint.h"
 #include "nn/png_plot.h"
+#include "nn/quantized.h"
 #include "runtime/backend.h"
 
 namespace qg::cli {
@@ -47,8 +48,35 @@ std::unique_ptr<nn::Trainer> make_trainer(const TrainOptions& o, const nn::QConf
   }
 }
 
+nn::QConfig qconfig_from(const TrainOptions& o) {
+  nn::QConfig qc;
+  qc.weight = nn::parse_weight_quant(o.weight_bits);
+  qc.activation = nn::parse_act_quant(o.act_bits);
+  qc.observer = nn::parse_observer(o.observer);
+  qc.weight_scope = o.scope;
+  return qc;
+}
+
+std::string pct(double a) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f%%", 100 * a);
+  return b;
+}
+
+Row evaluate_row(const std::string& name, nn::Trainer& t, const nn::Dataset& test) {
+  Row r;
+  r.name = name;
+  r.fake_quant_acc = t.evaluate(test);
+  nn::QuantizedMlp q = nn::convert_to_quantized(t.executor(), t.model().layers,
+                                                t.model().input_observer, t.config().qconfig);
+  r.bytes = q.size_bytes();
+  if (t.config().qconfig.quantized()) r.integer_acc = q.accuracy(test);
+  r.history = t.history();
+  return r;
+}
+
 void run_training(nn::Trainer& t, int epochs, const std::string& label,
-                  const std::string& checkpoint, int checkpoint_every) {
+                  const std::string& checkpoint, int checkpoint_every, bool epoch_lines) {
   const bool tty = isatty(fileno(stdout)) != 0;
   while (t.epoch() < epochs) {
     auto start = std::chrono::steady_clock::now();
@@ -74,14 +102,18 @@ void run_training(nn::Trainer& t, int epochs, const std::string& label,
       std::fflush(stdout);
     };
     nn::EpochMetrics m = t.train_epoch(on_step);
-    int64_t steps =
-        t.history().size() >= 2 ? m.step - t.history()[t.history().size() - 2].step : m.step;
-    std::printf(
-        "%s%-8s epoch %3d/%d  step %5lld  loss %.4f  train acc %6.2f%%  test acc %6.2f%%  %7.0f "
-        "steps/s\n",
-        tty ? "\r" : "", label.c_str(), m.epoch, epochs, static_cast<long long>(m.step),
-        m.train_loss, 100 * m.train_accuracy, 100 * m.test_accuracy,
-        m.seconds > 0 ? steps / m.seconds : 0.0);
+    if (!epoch_lines) {
+      if (tty) std::printf("\r%*s\r", 110, "");
+    } else {
+      int64_t steps =
+          t.history().size() >= 2 ? m.step - t.history()[t.history().size() - 2].step : m.step;
+      std::printf(
+          "%s%-8s epoch %3d/%d  step %5lld  loss %.4f  train acc %6.2f%%  test acc %6.2f%%  %7.0f "
+          "steps/s\n",
+          tty ? "\r" : "", label.c_str(), m.epoch, epochs, static_cast<long long>(m.step),
+          m.train_loss, 100 * m.train_accuracy, 100 * m.test_accuracy,
+          m.seconds > 0 ? steps / m.seconds : 0.0);
+    }
     std::fflush(stdout);
     if (!checkpoint.empty() && checkpoint_every > 0 && m.epoch % checkpoint_every == 0)
       t.save_checkpoint(checkpoint);

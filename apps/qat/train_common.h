@@ -19,7 +19,7 @@ struct TrainOptions {
   std::string observer = "moving_average";
   std::string optimizer = "adam";
   double lr = 3e-3;
-  int epochs = 20;
+  int epochs = 30;
   int batch = 64;
   uint64_t seed = 1;
   std::string device = "auto";
@@ -28,7 +28,26 @@ struct TrainOptions {
   std::string resume;
   int checkpoint_every = 0;
   bool compare = false;
+  // --compare: QAT fine-tunes the float model for qat_epochs at qat_lr; results are the
+  // mean over `seeds` seeds (seed, seed + 1, ...).
+  int qat_epochs = 10;
+  double qat_lr = 3e-4;
+  int seeds = 5;
 };
+
+// The result of one trained (or calibrated) model.
+struct Row {
+  std::string name;
+  double fake_quant_acc = 0, integer_acc = -1;  // integer_acc < 0: not quantized
+  int64_t bytes = 0;
+  std::vector<nn::EpochMetrics> history;
+};
+
+nn::QConfig qconfig_from(const TrainOptions& o);
+// Accuracy of the fake-quant graph and of the converted integer-weight model, and its size.
+Row evaluate_row(const std::string& name, nn::Trainer& t, const nn::Dataset& test);
+std::string pct(double a);
+void run_compare(const TrainOptions& o);
 
 nn::TrainConfig make_config(const TrainOptions& o, const nn::QConfig& qc);
 // Builds the trainer on the requested device; "auto" prefers CUDA and falls back to the
@@ -37,10 +56,10 @@ std::unique_ptr<nn::Trainer> make_trainer(const TrainOptions& o, const nn::QConf
                                           const nn::Dataset& train, const nn::Dataset& test);
 
 // Trains until `epochs` epochs are done, with a live progress line (a TTY gets an
-// in-place bar; otherwise one line per epoch), saving a checkpoint every
-// `checkpoint_every` epochs when `checkpoint` is not empty.
+// in-place bar; otherwise, when `epoch_lines`, one line per epoch), saving a checkpoint
+// every `checkpoint_every` epochs when `checkpoint` is not empty.
 void run_training(nn::Trainer& t, int epochs, const std::string& label,
-                  const std::string& checkpoint, int checkpoint_every);
+                  const std::string& checkpoint, int checkpoint_every, bool epoch_lines);
 
 void write_metrics(const std::string& dir, const std::string& stem,
                    const std::vector<nn::EpochMetrics>& history, const std::string& extra_json);

@@ -7,6 +7,7 @@
 
 #include "autograd/grad.h"
 #include "nn/optimizer.h"
+#include "runtime/backend.h"
 #include "runtime/executor.h"
 #include "tests/core/test_util.h"
 
@@ -187,6 +188,46 @@ TEST(Optim, StepRunsAfterEveryReaderOfTheParameter) {
   EXPECT_DOUBLE_EQ(ex.run({{"x", xv}}, {loss}, steps)[0].at(0), 1 - 2 + 6);
   EXPECT_EQ(ex.parameter("w").to_doubles(), (std::vector<double>{0.5, 2.5, 2.0}));
   EXPECT_DOUBLE_EQ(ex.run({{"x", xv}}, {loss}, steps)[0].at(0), 0.5 - 2.5 + 4);
+}
+
+}  // namespace
+}  // namespace qg
+
+namespace qg {
+namespace {
+
+// The CUDA kernels against the CPU kernels over several steps (GPU machines only).
+TEST(OptimCuda, MatchesTheCpuKernels) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  const std::vector<std::pair<std::string, Attrs>> cases = {
+      {"sgd", {{"lr", 0.1}, {"momentum", 0.9}, {"weight_decay", 0.01}}},
+      {"sgd", {{"lr", 0.05}, {"momentum", 0.8}, {"nesterov", true}}},
+      {"adam", {{"lr", 0.1}, {"weight_decay", 0.001}}}};
+  for (const auto& [op, attrs] : cases) {
+    std::vector<double> init(1000), grads(1000);
+    for (int i = 0; i < 1000; ++i) init[i] = std::sin(0.37 * i), grads[i] = std::cos(0.11 * i);
+    std::vector<std::vector<double>> got;
+    for (Device d : {Device::cpu(), Device::cuda()}) {
+      Graph g;
+      ValueId p = g.parameter("p", Tensor::from_doubles({1000}, init));
+      ValueId gr = g.input("g", {DType::f32, {1000}});
+      g.apply(op, {p, gr}, attrs, "p.step");
+      NodeId step = g.num_nodes() - 1;
+      Executor ex(g, d);
+      for (int k = 0; k < 3; ++k) {
+        std::vector<double> gk(grads);
+        for (double& v : gk) v *= (k + 1) * 0.5;
+        ex.run({{"g", Tensor::from_doubles({1000}, gk)}}, {}, {step});
+      }
+      got.push_back(ex.parameter("p").to(Device::cpu()).to_doubles());
+      EXPECT_EQ(ex.state(step, "step").to(Device::cpu()).at(0), 3);
+    }
+    // Same f32 expressions; Adam's bias corrections use the device's pow, which may differ
+    // from glibc's in the last bit before rounding to f32: allow 2 ulps.
+    for (int i = 0; i < 1000; ++i)
+      ASSERT_NEAR(got[0][i], got[1][i], 2.5e-7 * std::max(1.0, std::fabs(got[0][i])))
+          << op << " element " << i;
+  }
 }
 
 }  // namespace

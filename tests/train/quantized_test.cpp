@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "autograd/grad.h"
 #include "nn/png_plot.h"
 #include "nn/quantized.h"
 #include "tests/core/test_util.h"
@@ -30,7 +31,7 @@ std::vector<double> fake_quant_weight(nn::Trainer& t, const std::string& layer) 
 }
 
 TEST_F(QuantizedTest, Int8AndInt4CodesDequantizeToTheFakeQuantWeights) {
-  for (nn::QConfig qc : {nn::QConfig::w8a8(), nn::QConfig::w4a8()}) {
+  for (nn::QConfig qc : {nn::QConfig::w8a8(), nn::QConfig::w4a8(), nn::QConfig::nf4a8()}) {
     nn::Trainer t(config(qc), train, test);
     t.train_epoch();
     nn::QuantizedMlp q =
@@ -41,6 +42,15 @@ TEST_F(QuantizedTest, Int8AndInt4CodesDequantizeToTheFakeQuantWeights) {
     for (int64_t r = 0; r < l.out; ++r)
       for (int64_t c = 0; c < l.in; ++c) {
         int code;
+        if (qc.weight == nn::WeightQuant::nf4) {
+          // One absmax group per row here (64 inputs, group 64): the graph's
+          // nf4_unpack_dequantize output must equal table[code] * absmax exactly.
+          uint8_t b = l.packed[r * ((l.in + 1) / 2) + c / 2];
+          ASSERT_EQ(nn::nf4_value((c % 2 == 0) ? (b & 0xf) : (b >> 4)) * l.scales[r],
+                    static_cast<float>(want[r * l.in + c]))
+              << "nf4 row " << r << " col " << c;
+          continue;
+        }
         if (qc.weight == nn::WeightQuant::int8) {
           code = l.codes8[r * l.in + c];
         } else {
@@ -54,6 +64,8 @@ TEST_F(QuantizedTest, Int8AndInt4CodesDequantizeToTheFakeQuantWeights) {
     // Bytes: 3 activation quantizers (input, fc1 out, fc2 out) x 8; per layer the codes,
     // one f32 scale per output channel and the f32 bias. int8: fc1 1024 + 64 + 64, fc2
     // 160 + 40 + 40. int4 packs two codes per byte: fc1 512 + 64 + 64, fc2 80 + 40 + 40.
+    // NF4 stores one f32 absmax per 64-weight group along a row: one per row here, so its
+    // size equals INT4's.
     int64_t expect = qc.weight == nn::WeightQuant::int8 ? 24 + 1152 + 240 : 24 + 640 + 160;
     EXPECT_EQ(q.size_bytes(), expect) << qc.str();
   }
@@ -74,6 +86,34 @@ TEST_F(QuantizedTest, IntegerWeightAccuracyMatchesTheFakeQuantGraph) {
   int far = 0;
   for (size_t i = 0; i < a.size(); ++i) far += std::fabs(a[i] - b[i]) > 0.2f ? 1 : 0;
   EXPECT_LE(far, static_cast<int>(a.size() / 100));
+}
+
+TEST(Nf4, StraightThroughWeightIsExactForwardAndIdentityBackward) {
+  Graph g;
+  nn::Builder b(g, nn::QConfig::nf4a8(), 1);
+  std::vector<double> wv(2 * 64);
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = std::sin(0.7 * static_cast<double>(i));
+  ValueId w = g.parameter("w", Tensor::from_doubles({2, 64}, wv));
+  NodeId unused = -1;
+  ValueId wq = b.fake_quant_weight(w, "w", &unused);
+  ValueId x = g.input("x", {DType::f32, {2, 64}});
+  ValueId loss = g.apply1("sum", {g.apply1("mul", {wq, x})});
+  ValueId dw = grad(g, loss, {w})[0];
+  Executor ex(g);
+  std::vector<double> xv(128);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = 0.5 + static_cast<double>(i);
+  auto out = ex.run({{"x", Tensor::from_doubles({2, 64}, xv)}}, {wq, dw});
+  std::vector<double> q = out[0].to_doubles(), d = out[1].to_doubles();
+  for (int r = 0; r < 2; ++r) {
+    double absmax = 0;
+    for (int c = 0; c < 64; ++c)
+      absmax = std::max(absmax, std::fabs(static_cast<double>(static_cast<float>(wv[r * 64 + c]))));
+    for (int c = 0; c < 64; ++c) {
+      float v = static_cast<float>(wv[r * 64 + c]) * (1.0f / static_cast<float>(absmax));
+      EXPECT_EQ(q[r * 64 + c], nn::nf4_value(nn::nf4_code(v)) * static_cast<float>(absmax));
+    }
+  }
+  EXPECT_EQ(d, xv);  // straight through: d(sum(wq * x))/dw = x
 }
 
 TEST(Nf4, CodesFollowTheMidpointRule) {

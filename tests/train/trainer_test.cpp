@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "nn/quantized.h"
+#include "runtime/backend.h"
 #include "tests/core/test_util.h"
 #include "tests/train/train_util.h"
 
@@ -104,6 +105,39 @@ TEST_F(TrainerTest, PtqCalibrationSetsObserversFromFloatWeights) {
   q.calibrate(train, 4);
   // Calibrated int8 weights land close to the float model's accuracy.
   EXPECT_NEAR(q.evaluate(test), fp.evaluate(test), 0.03);
+}
+
+}  // namespace
+}  // namespace qg
+
+namespace qg {
+namespace {
+
+class TrainerCudaTest : public ::testing::Test, public testing::DigitsFixture {};
+
+// The whole QAT step (forward, backward, observers, Adam) on the GPU tracks the CPU run.
+// Matmul reductions are ordered differently on the two backends, so the runs agree closely
+// rather than bit for bit.
+TEST_F(TrainerCudaTest, GpuTrainingTracksTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  nn::TrainConfig c = config(nn::QConfig::w8a8(), 32);
+  nn::Trainer cpu(c, train, test);
+  c.device = Device::cuda();
+  nn::Trainer gpu(c, train, test);
+  for (int e = 0; e < 2; ++e) {
+    nn::EpochMetrics a = cpu.train_epoch(), b = gpu.train_epoch();
+    EXPECT_NEAR(a.train_loss, b.train_loss, 1e-3 * a.train_loss) << "epoch " << e + 1;
+    EXPECT_NEAR(a.test_accuracy, b.test_accuracy, 3.0 / test.size()) << "epoch " << e + 1;
+  }
+  // Checkpoints move between devices: a GPU checkpoint resumes on the CPU.
+  std::string path = ::testing::TempDir() + "/qg_gpu.qgck";
+  gpu.save_checkpoint(path);
+  nn::TrainConfig cc = config(nn::QConfig::w8a8(), 32);
+  nn::Trainer resumed(cc, train, test);
+  resumed.load_checkpoint(path);
+  EXPECT_EQ(resumed.epoch(), 2);
+  EXPECT_EQ(resumed.evaluate(test), resumed.evaluate(test));
+  std::remove(path.c_str());
 }
 
 }  // namespace
