@@ -67,9 +67,8 @@ void forward_typed(KernelContext& ctx) {
   const T* px = x.data<T>();
   T* py = ctx.outputs[0].data<T>();
   for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
-    auto res = qmath::fake_quant<M>(static_cast<M>(px[k]), qp.inv_scale[qi], qp.scale[qi],
-                                    qp.zp_int[qi], qmin, qmax);
-    py[k] = static_cast<T>(res.y);
+    py[k] = static_cast<T>(lsq::forward<M>(static_cast<M>(px[k]), qp.inv_scale[qi], qp.scale[qi],
+                                           qp.zp_int[qi], qmin, qmax));
   });
 }
 

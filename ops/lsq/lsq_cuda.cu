@@ -95,8 +95,15 @@ __global__ void lsq_finish_kernel(const Sums* partial, int64_t nq, int64_t split
 LsqArgs make_args(const KernelContext& ctx, const Tensor& x) {
   QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
   ScopeLayout l = scope_layout(ctx.op, ctx.attrs, x.shape());
-  LsqArgs a{scope_dims(l), static_cast<double>(r.qmin), static_cast<double>(r.qmax), x.numel(),
-            0, 1, 1, device_error_record(), ctx.node.id};
+  LsqArgs a{scope_dims(l),
+            static_cast<double>(r.qmin),
+            static_cast<double>(r.qmax),
+            x.numel(),
+            0,
+            1,
+            1,
+            device_error_record(),
+            ctx.node.id};
   a.per_q = elements_per_qparam(a.d);
   a.splits = reduction_splits(a.d.num_qparams, a.per_q, kThreads);
   a.chunk = a.per_q == 0 ? 1 : (a.per_q + a.splits - 1) / a.splits;
@@ -173,7 +180,8 @@ const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DTyp
 void add_lsq_cuda_kernels(OpRegistry& r) {
   r.get_mutable("lsq_fake_quantize")
       .kernels.push_back({DeviceType::cuda, kFloatTypes, lsq_forward_cuda});
-  r.get_mutable("lsq_backward").kernels.push_back({DeviceType::cuda, kFloatTypes, lsq_backward_cuda});
+  r.get_mutable("lsq_backward")
+      .kernels.push_back({DeviceType::cuda, kFloatTypes, lsq_backward_cuda});
 }
 
 }  // namespace qg

@@ -34,18 +34,32 @@ struct ElementGrad {
 // this way the term is exact for f32 data, as PyTorch's contracted (FMA) evaluation nearly is.
 // The classification still uses the f32 v, exactly as the forward does.
 // NaN x has no defined q: it contributes nothing (a NaN would poison the whole reduction).
+// Selects instead of early returns, so random data does not mispredict branches.
 template <typename M>
 QG_HD ElementGrad<M> element_grad(M x, M dy, M inv_scale, M scale, M zp_int, M qmin, M qmax) {
-  if (qmath::is_nan(x)) return {M(0), 0.0, 0.0};
   M r = qmath::round_even(x * inv_scale);
   M q = r + zp_int;
+  bool below = q<qmin, above = q> qmax, nan = qmath::is_nan(x);
+  bool inside = !(below | above | nan);
   const double dyd = static_cast<double>(dy);
-  if (q < qmin || q > qmax) {
-    double end = static_cast<double>(q < qmin ? qmin : qmax);
-    return {M(0), dyd * (end - static_cast<double>(zp_int)), -dyd * static_cast<double>(scale)};
-  }
-  double exact_v = static_cast<double>(x) * static_cast<double>(inv_scale);
-  return {dy, dyd * (static_cast<double>(r) - exact_v), 0.0};
+  double end = static_cast<double>(below ? qmin : qmax);
+  double out_scale = dyd * (end - static_cast<double>(zp_int));
+  double in_scale =
+      dyd * (static_cast<double>(r) - static_cast<double>(x) * static_cast<double>(inv_scale));
+  double out_zp = -dyd * static_cast<double>(scale);
+  return {inside ? dy : M(0), inside ? in_scale : (nan ? 0.0 : out_scale),
+          (inside | nan) ? 0.0 : out_zp};
+}
+
+// The forward value, identical to qmath::fake_quant(...).y (NaN stays the same NaN), written
+// with selects for the same reason.
+template <typename M>
+QG_HD M forward(M x, M inv_scale, M scale, M zp_int, M qmin, M qmax) {
+  M q = qmath::round_even(x * inv_scale) + zp_int;
+  M c = q < qmin ? qmin : q;
+  c = c > qmax ? qmax : c;
+  M y = (c - zp_int) * scale;
+  return qmath::is_nan(x) ? x : y;
 }
 
 }  // namespace qg::lsq
