@@ -74,13 +74,24 @@ void quantize_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& 
   const T* px = ctx.inputs[0].data<T>();
   Q* pq = ctx.outputs[0].data<Q>();
   uint8_t* mask = ctx.outputs[1].data<uint8_t>();
-  if (ctx.outputs[1].numel() > 0) std::memset(mask, 0, ctx.outputs[1].nbytes());
-  for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
-    qstore::Code c =
-        qstore::quantize<M>(static_cast<M>(px[k]), qp.inv_scale[qi], qp.zp[qi], qmin, qmax);
+  // Elements arrive in order, so mask bits gather in a register and each byte is stored
+  // once (a read-modify-write per element would chain every element on the last store).
+  // Pointers captured by value: the byte stores to pq may alias anything, so values reached
+  // through references would be reloaded after every store.
+  uint32_t bits = 0;
+  const M* inv = qp.inv_scale.data();
+  const M* zp = qp.zp.data();
+  for_each_scoped(l, [=, &bits](int64_t k, int64_t qi) QG_ELEMENT {
+    qstore::Code c = qstore::quantize<M>(static_cast<M>(px[k]), inv[qi], zp[qi], qmin, qmax);
     pq[k] = static_cast<Q>(c.q);
-    mask[k >> 3] |= static_cast<uint8_t>(c.in_range) << (k & 7);
+    bits |= static_cast<uint32_t>(c.in_range) << (k & 7);
+    if ((k & 7) == 7) {
+      mask[k >> 3] = static_cast<uint8_t>(bits);
+      bits = 0;
+    }
   });
+  int64_t n = ctx.inputs[0].numel();
+  if (n & 7) mask[n >> 3] = static_cast<uint8_t>(bits);
 }
 
 template <typename Q, typename T>
