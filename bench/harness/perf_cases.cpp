@@ -1,0 +1,167 @@
+#include "bench/harness/perf_cases.h"
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <sstream>
+
+#include "bench/harness/device_timer.h"
+#include "runtime/executor.h"
+#include "runtime/passes/pass.h"
+#include "runtime/static_run.h"
+
+namespace qg::bench {
+
+std::string PerfCase::label() const {
+  return name + " " + dtype_name(dtype) + shape_str(shape);
+}
+
+namespace {
+
+ValueId constant_f32(Graph& g, const Shape& shape, double v) {
+  return g.constant(Tensor::from_doubles(shape, std::vector<double>(shape_numel(shape), v)));
+}
+
+ValueId constant_i32(Graph& g, const Shape& shape, double v) {
+  return g.constant(
+      Tensor::from_doubles(shape, std::vector<double>(shape_numel(shape), v), DType::i32));
+}
+
+using Build = std::function<std::vector<ValueId>(Graph&, ValueId)>;
+
+Build fixed_fq(bool per_channel, bool backward) {
+  return [=](Graph& g, ValueId x) {
+    Shape s = g.value(x).type.shape;
+    Shape qs = per_channel ? Shape{s[0]} : Shape{1};
+    Attrs a = per_channel ? Attrs{{"scope", "channel"}, {"axis", 0}} : Attrs{};
+    auto fq = g.apply("fake_quantize", {x, constant_f32(g, qs, 0.02), constant_i32(g, qs, 128)}, a);
+    if (!backward) return fq;
+    ValueId dy = g.input("dy", g.value(x).type);
+    return std::vector<ValueId>{fq[0], g.apply1("ste_backward", {dy, fq[1]})};
+  };
+}
+
+Build observer_fq(bool per_channel) {
+  return [=](Graph& g, ValueId x) {
+    Attrs a = per_channel ? Attrs{{"scope", "channel"}, {"axis", 0}} : Attrs{};
+    auto qp = g.apply("moving_average_observer", {x}, a);
+    return g.apply("fake_quantize", {x, qp[0], qp[1]}, a);
+  };
+}
+
+Build lsq_fwd_bwd() {
+  return [](Graph& g, ValueId x) {
+    Shape one{1};
+    ValueId s = constant_f32(g, one, 0.02), z = constant_f32(g, one, 3.0);
+    Attrs a{{"signed", true}};
+    ValueId y = g.apply1("lsq_fake_quantize", {x, s, z}, a);
+    ValueId dy = g.input("dy", g.value(x).type);
+    auto b = g.apply("lsq_backward", {dy, x, s, z}, a);
+    return std::vector<ValueId>{y, b[0], b[1], b[2]};
+  };
+}
+
+Build single(const std::string& op, Attrs attrs) {
+  return [=](Graph& g, ValueId x) { return g.apply(op, {x}, attrs); };
+}
+
+}  // namespace
+
+std::vector<PerfCase> perf_cases(DeviceType device, bool quick) {
+  std::vector<Shape> big = device == DeviceType::cpu
+                               ? std::vector<Shape>{{1024, 4096}}
+                               : std::vector<Shape>{{8192, 4096}, {2048, 2048}, {64, 768}};
+  if (quick) big = {{64, 768}};
+  std::vector<PerfCase> cases;
+  auto add = [&](const std::string& name, bool fusable, const Build& b, std::vector<DType> dtypes) {
+    for (const Shape& s : big)
+      for (DType d : dtypes) cases.push_back({name, s, d, fusable, b});
+  };
+  std::vector<DType> both = {DType::f32, DType::bf16};
+  std::vector<DType> f32 = {DType::f32};
+  add("obs+fq per-tensor", true, observer_fq(false), both);
+  add("obs+fq per-channel", true, observer_fq(true), both);
+  add("fq fwd per-tensor", false, fixed_fq(false, false), both);
+  add("fq fwd per-channel", false, fixed_fq(true, false), f32);
+  add("fq fwd+bwd per-tensor", false, fixed_fq(false, true), both);
+  add("fq fwd+bwd per-channel", false, fixed_fq(true, true), f32);
+  add("lsq fwd+bwd per-tensor", false, lsq_fwd_bwd(), f32);
+  add("dynamic int8 per-token", false,
+      single("dynamic_range_quantize", {{"scope", "token"}, {"mode", "symmetric"}}), both);
+  add("int4 g128 pack", false, single("int4_quantize_pack", {{"group_size", 128}}), both);
+  add("nf4 g64 pack", false, single("nf4_quantize_pack", {{"group_size", 64}}), f32);
+  return cases;
+}
+
+struct CaseRunner::Impl {
+  Graph graph;
+  std::unique_ptr<Executor> exec;
+  std::unique_ptr<StaticRun> run;
+  std::vector<std::vector<std::pair<std::string, Tensor>>> rotations;
+};
+
+CaseRunner::CaseRunner(const PerfCase& c, Device device, bool fused) : impl_(new Impl) {
+  bytes_ = shape_numel(c.shape) * static_cast<int64_t>(dtype_size(c.dtype));
+  Graph& g = impl_->graph;
+  ValueId x = g.input("x", {c.dtype, c.shape});
+  std::vector<ValueId> fetches = c.build(g, x);
+  for (size_t i = 0; i < fetches.size(); ++i) g.set_name(fetches[i], "out" + std::to_string(i));
+  optimize(g, fused ? PassOptions{} : PassOptions{{"all"}});
+  for (size_t i = 0; i < fetches.size(); ++i) fetches[i] = g.at("out" + std::to_string(i));
+  impl_->exec = std::make_unique<Executor>(g, device);
+  // Several input copies when they would fit in cache, so each launch reads cold data.
+  const int64_t cache_bytes = device.is_cpu() ? (64 << 20) : (128 << 20);
+  int copies = static_cast<int>(
+      std::min<int64_t>(8, std::max<int64_t>(1, cache_bytes / std::max<int64_t>(bytes_, 1))));
+  std::mt19937 rng(7);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  impl_->rotations.resize(copies);
+  Executor::Feeds first;
+  for (ValueId in : g.inputs()) {
+    const Value v = g.value(in);
+    for (int k = 0; k < copies; ++k) {
+      std::vector<double> data(static_cast<size_t>(v.type.numel()));
+      for (auto& d : data) d = dist(rng);
+      Tensor t = Tensor::from_doubles(v.type.shape, data, v.type.dtype).to(device);
+      impl_->rotations[k].push_back({v.name, t});
+      if (k == 0) first[v.name] = t;
+    }
+  }
+  impl_->run = std::make_unique<StaticRun>(*impl_->exec, first, fetches);
+}
+
+CaseRunner::~CaseRunner() {
+  delete impl_;
+}
+
+void CaseRunner::launch(int i) {
+  for (auto& [name, t] : impl_->rotations[i % impl_->rotations.size()])
+    impl_->run->bind_input(name, t);
+  impl_->run->launch();
+}
+
+int CaseRunner::kernels() const {
+  return impl_->run->kernels_per_launch();
+}
+
+std::vector<Measurement> measure(const PerfCase& c, Device device, int reps) {
+  std::vector<Measurement> out;
+  int64_t bytes = shape_numel(c.shape) * static_cast<int64_t>(dtype_size(c.dtype));
+  double copy = copy_us(device, bytes, reps);
+  std::vector<std::string> variants =
+      c.fusable ? std::vector<std::string>{"fused", "unfused"} : std::vector<std::string>{"-"};
+  for (const std::string& variant : variants) {
+    CaseRunner runner(c, device, variant != "unfused");
+    Measurement m;
+    m.case_label = c.label();
+    m.variant = variant;
+    m.copy_us = copy;
+    m.kernels = runner.kernels();
+    m.us = median_us(
+        device, [&](int i) { runner.launch(i); }, reps);
+    out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace qg::bench
