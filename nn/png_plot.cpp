@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 
@@ -69,7 +70,7 @@ int glyph(char c) {
     case 'P':
       return 0x7BE4;  // 111 101 111 100 100
     case 'Q':
-      return 0x7B79;  // 111 101 101 111 001
+      return 0x7B73;  // 111 101 101 110 011
     case 'S':
       return 0x79CF;
     case 'T':
@@ -98,6 +99,10 @@ int glyph(char c) {
       return 0x5FED;  // 101 111 111 101 101
     case 'K':
       return 0x5BAD;  // 101 101 110 101 101 (approximate)
+    case '(':
+      return 0x2922;  // 010 100 100 100 010
+    case ')':
+      return 0x224A;  // 010 001 001 001 010
     case 'B':
       return 0x6BAE;  // 110 101 110 101 110
     default:
@@ -158,10 +163,15 @@ std::string fmt(double v) {
 void draw_panel(Canvas& cv, int x0, int y0, int w, int h, const Panel& p) {
   const int left = x0 + 60, right = x0 + w - 20, top = y0 + 40, bottom = y0 + h - 40;
   double lo = INFINITY, hi = -INFINITY;
-  size_t n = 0;
-  for (const auto& s : p.series)
+  int x_first = INT32_MAX, x_last = INT32_MIN;
+  for (const auto& s : p.series) {
     for (double v : s.y)
-      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v), n = std::max(n, s.y.size());
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    if (s.y.empty()) continue;
+    x_first = std::min(x_first, s.x0);
+    x_last = std::max(x_last, s.x0 + static_cast<int>(s.y.size()) - 1);
+  }
+  if (x_first > x_last) x_first = x_last = 1;
   if (!(lo <= hi)) lo = 0, hi = 1;
   if (hi - lo < 1e-12) hi = lo + 1;
   cv.text(left, y0 + 12, p.title, kBlack);
@@ -172,23 +182,33 @@ void draw_panel(Canvas& cv, int x0, int y0, int w, int h, const Panel& p) {
   }
   cv.line(left, top, left, bottom, kBlack);
   cv.line(left, bottom, right, bottom, kBlack);
-  cv.text(right - 40, bottom + 12, std::to_string(std::max<size_t>(n, 1)), kBlack);
-  cv.text(left, bottom + 12, "1", kBlack);
-  auto px = [&](size_t i) {
-    return left + static_cast<int>((right - left) * (n > 1 ? double(i) / double(n - 1) : 0.0));
+  cv.text(right - 24, bottom + 12, std::to_string(x_last), kBlack);
+  cv.text(left, bottom + 12, std::to_string(x_first), kBlack);
+  cv.text((left + right) / 2 - 20, bottom + 12, "EPOCH", kBlack);
+  const double span = x_last > x_first ? double(x_last - x_first) : 1.0;
+  auto px = [&](int x) {
+    return left + static_cast<int>((right - left) * double(x - x_first) / span);
   };
   auto py = [&](double v) {
     return bottom - static_cast<int>((bottom - top) * (v - lo) / (hi - lo));
   };
+  // The legend goes in the corner the curves leave empty: bottom right when the first
+  // series ends in the upper half (rising accuracy), top right otherwise (falling loss).
+  bool legend_low =
+      !p.series.empty() && !p.series[0].y.empty() && p.series[0].y.back() > (lo + hi) / 2;
+  const int legend_top = legend_low ? bottom - 8 - 14 * static_cast<int>(p.series.size()) : top;
   for (size_t si = 0; si < p.series.size(); ++si) {
     const uint8_t* c = kColors[si % 6];
     const auto& y = p.series[si].y;
+    const int x0 = p.series[si].x0;
     for (size_t i = 1; i < y.size(); ++i)
       if (std::isfinite(y[i - 1]) && std::isfinite(y[i]))
-        cv.line(px(i - 1), py(y[i - 1]), px(i), py(y[i]), c, 2);
-    cv.line(right - 150, top + 8 + 14 * static_cast<int>(si), right - 130,
-            top + 8 + 14 * static_cast<int>(si), c, 2);
-    cv.text(right - 124, top + 3 + 14 * static_cast<int>(si), p.series[si].label, c);
+        cv.line(px(x0 + int(i) - 1), py(y[i - 1]), px(x0 + int(i)), py(y[i]), c, 2);
+    if (y.size() == 1 && std::isfinite(y[0]))
+      cv.line(px(x0), py(y[0]) - 2, px(x0), py(y[0]) + 2, c, 2);
+    const int ly = legend_top + 8 + 14 * static_cast<int>(si);
+    cv.line(right - 150, ly, right - 130, ly, c, 2);
+    cv.text(right - 124, ly - 5, p.series[si].label, c);
   }
 }
 

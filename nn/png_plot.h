@@ -11,7 +11,8 @@ namespace qg::nn {
 
 struct Series {
   std::string label;
-  std::vector<double> y;  // x = 1, 2, ... (epochs)
+  std::vector<double> y;  // y[i] is plotted at x = x0 + i (epochs)
+  int x0 = 1;
 };
 
 struct Panel {

@@ -54,7 +54,7 @@ void run_single(const TrainOptions& o) {
   }
   nn::write_plot_png(
       o.out + "/curves.png",
-      {{"LOSS", {{"TRAIN", loss}}}, {"ACCURACY %", {{"TRAIN", train_acc}, {"TEST", acc}}}});
+      {{"LOSS", {{"TRAIN", loss}}}, {"ACCURACY (PCT)", {{"TRAIN", train_acc}, {"TEST", acc}}}});
   std::printf("wrote %s/metrics.json, metrics.csv, curves.png\n", o.out.c_str());
 }
 

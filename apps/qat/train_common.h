@@ -23,7 +23,7 @@ struct TrainOptions {
   int batch = 64;
   uint64_t seed = 1;
   std::string device = "auto";
-  std::string out = "qat_train_out";
+  std::string out = "out/train";
   std::string data;
   std::string resume;
   int checkpoint_every = 0;

@@ -144,10 +144,12 @@ void run_compare(const TrainOptions& o) {
   nn::write_file_atomic(o.out + "/compare.csv", csv.str());
   write_metrics(o.out, "metrics",
                 curves.empty() ? std::vector<nn::EpochMetrics>{} : curves[0].history, json.str());
-  nn::Panel loss{"TRAIN LOSS", {}}, acc{"TEST ACCURACY %", {}};
+  nn::Panel loss{"TRAIN LOSS", {}}, acc{"TEST ACCURACY (PCT)", {}};
   for (const Row& r : curves) {
     if (r.history.empty()) continue;
-    nn::Series l{r.name, {}}, a{r.name, {}};
+    // QAT fine-tunes continue from the float run: plot them after its epochs.
+    int x0 = r.name.rfind("QAT", 0) == 0 ? o.epochs + 1 : 1;
+    nn::Series l{r.name, {}, x0}, a{r.name, {}, x0};
     for (const auto& m : r.history) {
       l.y.push_back(m.train_loss);
       a.y.push_back(100 * m.test_accuracy);

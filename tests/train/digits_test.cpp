@@ -21,6 +21,28 @@ void write_gz(const std::string& path, const std::string& text) {
   gzclose(f);
 }
 
+// Sets QG_DIGITS_CSV for one scope and restores the caller's value afterwards (machines
+// without python3-sklearn point the whole suite at a copy through it).
+class ScopedDigitsEnv {
+ public:
+  explicit ScopedDigitsEnv(const std::string& value) {
+    const char* old = std::getenv("QG_DIGITS_CSV");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    ::setenv("QG_DIGITS_CSV", value.c_str(), 1);
+  }
+  ~ScopedDigitsEnv() {
+    if (had_)
+      ::setenv("QG_DIGITS_CSV", old_.c_str(), 1);
+    else
+      ::unsetenv("QG_DIGITS_CSV");
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+
 std::string tmp_path(const std::string& name) {
   return ::testing::TempDir() + "/qg_digits_" + name;
 }
@@ -65,14 +87,18 @@ TEST(Digits, SplitIsSeededDisjointAndComplete) {
 TEST(Digits, MissingFileNamesThePackage) {
   expect_error([] { nn::load_digits("/nonexistent/digits.csv.gz"); },
                {"/nonexistent/digits.csv.gz", "cannot be read"});
-  ::setenv("QG_DIGITS_CSV", "/nonexistent/env.csv.gz", 1);
-  expect_error([] { nn::load_digits(); }, {"QG_DIGITS_CSV", "/nonexistent/env.csv.gz"});
-  ::unsetenv("QG_DIGITS_CSV");
+  {
+    ScopedDigitsEnv env("/nonexistent/env.csv.gz");
+    expect_error([] { nn::load_digits(); }, {"QG_DIGITS_CSV", "/nonexistent/env.csv.gz"});
+  }
   // The default location's message (whether or not it exists here) names the package.
-  try {
-    nn::find_digits_csv();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("apt-get install python3-sklearn"), std::string::npos);
+  {
+    ScopedDigitsEnv env("");
+    try {
+      nn::find_digits_csv();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("apt-get install python3-sklearn"), std::string::npos);
+    }
   }
 }
 
@@ -81,9 +107,11 @@ TEST(Digits, EnvironmentVariableSelectsTheFile) {
   std::string row;
   for (int i = 0; i < 64; ++i) row += std::to_string(i % 17) + ",";
   write_gz(p, row + "7\n" + row + "3\n");
-  ::setenv("QG_DIGITS_CSV", p.c_str(), 1);
-  nn::Dataset d = nn::load_digits();
-  ::unsetenv("QG_DIGITS_CSV");
+  nn::Dataset d;
+  {
+    ScopedDigitsEnv env(p);
+    d = nn::load_digits();
+  }
   ASSERT_EQ(d.size(), 2);
   EXPECT_EQ(d.labels, (std::vector<int64_t>{7, 3}));
   EXPECT_FLOAT_EQ(d.x[16], 16.0f / 16.0f);
