@@ -6,9 +6,11 @@
 namespace qg {
 
 void add_graph_io_cuda_kernels(OpRegistry&);
+void add_optim_cuda_kernels(OpRegistry&);
 
 void add_cuda_kernels(OpRegistry& r) {
   add_graph_io_cuda_kernels(r);
+  add_optim_cuda_kernels(r);
 }
 
 }  // namespace qg
