@@ -17,6 +17,10 @@ class Backend {
   virtual void synchronize() {}
   // Called after every kernel: the CUDA backend checks the launch's last error here.
   virtual void after_kernel(const Node& node) { (void)node; }
+  // Called once at the end of every executor run (also after a failed one): the CUDA
+  // backend synchronises here and raises the errors its kernels recorded on the device
+  // (bad qparams, labels out of range), since a kernel cannot throw.
+  virtual void after_run(const Graph& graph) { (void)graph; }
 
   bool supports(const OpDef& op, DType dtype) const;
   // Throws qg::Error naming the op, device and dtype when there is no kernel.

@@ -79,7 +79,22 @@ void Executor::execute(const Feeds& feeds, const std::vector<bool>& needed,
   for (ValueId k : keep) last_use[k] = static_cast<int>(order_.size());
 
   values.assign(graph_.num_values(), Tensor());
-  std::vector<Tensor> fed_on_device;
+  try {
+    run_nodes(feeds, needed, values, last_use);
+  } catch (...) {
+    // Device-side errors of the failed run are consumed here so they are not reported
+    // against a later run; the first exception is the one that propagates.
+    try {
+      backend_->after_run(graph_);
+    } catch (...) {
+    }
+    throw;
+  }
+  backend_->after_run(graph_);
+}
+
+void Executor::run_nodes(const Feeds& feeds, const std::vector<bool>& needed,
+                         std::vector<Tensor>& values, const std::vector<int>& last_use) {
   for (size_t p = 0; p < order_.size(); ++p) {
     NodeId id = order_[p];
     if (!needed[id]) continue;

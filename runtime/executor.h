@@ -49,6 +49,8 @@ class Executor {
                                  const std::vector<NodeId>& targets) const;
   void execute(const Feeds& feeds, const std::vector<bool>& needed, std::vector<Tensor>& values,
                const std::vector<ValueId>& keep);
+  void run_nodes(const Feeds& feeds, const std::vector<bool>& needed, std::vector<Tensor>& values,
+                 const std::vector<int>& last_use);
 
   const Graph& graph_;
   std::unique_ptr<Backend> backend_;

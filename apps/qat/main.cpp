@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   qg::cli::add_gradcheck_command(app);
   qg::cli::add_op_command(app);
+  qg::cli::add_crosscheck_command(app);
   qg::cli::add_train_command(app);
   try {
     app.parse(argc, argv);

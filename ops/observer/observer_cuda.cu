@@ -2,9 +2,8 @@
 // deterministic two-pass reduction: blocks reduce fixed stretches of one channel's elements
 // to (min, max, nonfinite count) partials; one thread per channel then folds the partials
 // into the device-resident state and writes (scale, zero_point) with the shared
-// qmath::qparams_from_range. Min and max keep the earliest element among equals (an index
-// rides along), which is what the CPU's sequential std::min/std::max keep, so even the sign
-// of a zero statistic matches. The observer_enabled flag is read on the device.
+// qmath::qparams_from_range. Min and max use the CPU's order-independent ordered_min/max, so
+// even the sign of a zero statistic matches. The observer_enabled flag is read on the device.
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/quant_attrs.h"
@@ -17,25 +16,19 @@ using namespace cuda;
 
 struct Part {
   float mn, mx;
-  int64_t imn, imx;  // element index of mn / mx (-1: the running state, which comes first)
   unsigned long long nonfinite;
 };
 
 __device__ __forceinline__ Part identity_part() {
-  return {INFINITY, -INFINITY, INT64_MAX, INT64_MAX, 0ull};
+  return {INFINITY, -INFINITY, 0ull};
 }
 
+// obsmath::ordered_min/max (-0 below +0) are commutative and associative, so any fixed
+// reduction order gives the CPU's result, signed zeros included.
 struct CombineParts {
   __device__ Part operator()(Part a, Part b) const {
-    Part r;
-    bool bmin = b.mn < a.mn || (b.mn == a.mn && b.imn < a.imn);
-    bool bmax = a.mx < b.mx || (b.mx == a.mx && b.imx < a.imx);
-    r.mn = bmin ? b.mn : a.mn;
-    r.imn = bmin ? b.imn : a.imn;
-    r.mx = bmax ? b.mx : a.mx;
-    r.imx = bmax ? b.imx : a.imx;
-    r.nonfinite = a.nonfinite + b.nonfinite;
-    return r;
+    return {obsmath::ordered_min(a.mn, b.mn), obsmath::ordered_max(a.mx, b.mx),
+            a.nonfinite + b.nonfinite};
   }
 };
 
@@ -61,8 +54,8 @@ __global__ void observe_partial_kernel(const T* x, ObserveArgs a, Part* partial)
         ++p.nonfinite;
         continue;
       }
-      if (v < p.mn) p.mn = v, p.imn = k;
-      if (p.mx < v) p.mx = v, p.imx = k;
+      p.mn = obsmath::ordered_min(p.mn, v);
+      p.mx = obsmath::ordered_max(p.mx, v);
     }
     Part total = block_reduce(p, CombineParts{});
     if (threadIdx.x == 0) partial[b] = total;
@@ -103,7 +96,7 @@ __global__ void observe_finish_kernel(const Part* partial, FinishArgs a) {
           }
         }
       } else {
-        Part st{a.mn[q], a.mx[q], -1, -1, 0ull};
+        Part st{a.mn[q], a.mx[q], 0ull};
         Part r = CombineParts{}(st, p);
         a.mn[q] = r.mn;
         a.mx[q] = r.mx;
@@ -133,14 +126,13 @@ void observer_cuda(KernelContext& ctx) {
   oa.chunk = oa.per_q == 0 ? 1 : (oa.per_q + oa.splits - 1) / oa.splits;
   Tensor partial;
   if (update) {
-    partial = Tensor::empty({nq * oa.splits * static_cast<int64_t>(sizeof(Part))}, DType::u8,
-                            x.device());
+    partial =
+        Tensor::empty({nq * oa.splits * static_cast<int64_t>(sizeof(Part))}, DType::u8, x.device());
     int64_t blocks = nq * oa.splits;
     unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
     dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
       using T = decltype(tag);
-      observe_partial_kernel<T>
-          <<<grid, threads, 0, s>>>(in_ptr<T>(x), oa, out_ptr<Part>(partial));
+      observe_partial_kernel<T><<<grid, threads, 0, s>>>(in_ptr<T>(x), oa, out_ptr<Part>(partial));
       QG_CUDA_CHECK_LAUNCH(ctx.op);
     });
   }
@@ -155,8 +147,7 @@ void observer_cuda(KernelContext& ctx) {
   fa.nonfinite = out_ptr<unsigned long long>(ctx.states[own]);
   if (kMovingAverage) {
     double c = ctx.attrs.get_real("averaging_constant");
-    QG_CHECK(c > 0 && c <= 1, ctx.op, "attribute 'averaging_constant' = ", c,
-             " is outside (0, 1]");
+    QG_CHECK(c > 0 && c <= 1, ctx.op, "attribute 'averaging_constant' = ", c, " is outside (0, 1]");
     fa.c = static_cast<float>(c);
   }
   fa.cfg = qparams_config_from_attrs(ctx.op, ctx.attrs);

@@ -6,6 +6,7 @@
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_allocator.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_error.h"
 
 namespace qg {
 
@@ -39,6 +40,20 @@ LaunchShape elementwise_launch(int64_t n, int threads) {
 
 namespace {
 
+__global__ void probe_kernel(int* out) {
+  if (out != nullptr) out[threadIdx.x] = 1;
+}
+
+}  // namespace
+
+void launch_probe(unsigned threads_per_block) {
+  probe_kernel<<<1, threads_per_block, 0, stream()>>>(nullptr);
+  QG_CUDA_CHECK_LAUNCH("launch_probe");
+  QG_CUDA_CHECK("launch_probe", cudaStreamSynchronize(stream()));
+}
+
+namespace {
+
 void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   cudaMemcpyKind kind = cudaMemcpyDefault;
   QG_CUDA_CHECK("copy", cudaMemcpyAsync(dst, src, bytes, kind, stream()));
@@ -56,6 +71,7 @@ class CudaBackend final : public Backend {
     QG_CUDA_CHECK("cuda_backend", cudaStreamSynchronize(cuda::stream()));
   }
   void after_kernel(const Node& node) override { QG_CUDA_CHECK(node.op->name, cudaGetLastError()); }
+  void after_run(const Graph& graph) override { check_device_errors(&graph); }
 
  private:
   int index_;

@@ -1,0 +1,203 @@
+// `qat crosscheck`: every op, scope and dtype run on the CUDA backend and checked node by
+// node against the CPU reference (runtime/crosscheck.h). Prints one table row per case and
+// exits non-zero on a mismatch or an op without a CUDA kernel; on a machine without a GPU
+// it says so and exits 0.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+
+#include "apps/qat/commands.h"
+#include "apps/qat/crosscheck_cases.h"
+#include "autograd/grad.h"
+#include "core/graph.h"
+#include "runtime/crosscheck.h"
+
+namespace qg::cli {
+namespace {
+
+const DType kDtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
+
+Tensor draw(const GradcheckInput& spec, DType dtype, std::mt19937_64& rng) {
+  if (!spec.values.empty()) return Tensor::from_doubles(spec.shape, spec.values, dtype);
+  std::uniform_real_distribution<double> dist(spec.low, spec.high);
+  std::vector<double> v(static_cast<size_t>(shape_numel(spec.shape)));
+  for (auto& x : v) x = dist(rng);
+  return Tensor::from_doubles(spec.shape, v, dtype);
+}
+
+struct Built {
+  Graph graph;
+  Executor::Feeds feeds;
+};
+
+// Builds the case in `dtype`. Attempt 0 casts every f64 input; attempt 1 only the inputs
+// shaped like input 0 (qparams such as scale must stay f32 for f16/bf16 data).
+bool build(const CrosscheckCase& c, DType dtype, int attempt, uint64_t seed, Built& b,
+           std::string& why) {
+  try {
+    const OpDef& op = OpRegistry::instance().get(c.op);
+    std::mt19937_64 rng(seed);
+    std::vector<ValueId> ins;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      const GradcheckInput& in = c.inputs[i];
+      DType d = in.dtype;
+      if (d == DType::f64) {
+        bool follows = attempt == 0 || in.shape == c.inputs[0].shape;
+        d = follows ? dtype : (dtype == DType::f64 ? DType::f64 : DType::f32);
+      }
+      std::string name = "in" + std::to_string(i);
+      ins.push_back(b.graph.input(name, {d, in.shape}));
+      b.feeds[name] = draw(in, d, rng);
+    }
+    std::vector<ValueId> outs = b.graph.apply(c.op, ins, c.attrs, c.op);
+    if (c.backward && op.is_differentiable()) {
+      ValueId out = outs.at(c.output);
+      const TensorType t = b.graph.value(out).type;
+      if (is_floating(t.dtype)) {
+        ValueId w = b.graph.input("w", t);
+        b.feeds["w"] = draw(GradcheckInput(t.shape, DType::f64, 0.5, 1.5), t.dtype, rng);
+        ValueId loss = b.graph.apply1("sum", {b.graph.apply1("mul", {out, w})});
+        std::vector<ValueId> wrt;
+        for (size_t i = 0; i < ins.size(); ++i)
+          if (op.differentiable_inputs[i] && is_floating(b.graph.value(ins[i]).type.dtype))
+            wrt.push_back(ins[i]);
+        if (!wrt.empty()) grad(b.graph, loss, wrt);
+      }
+    }
+    return true;
+  } catch (const Error& e) {
+    why = e.what();
+    return false;
+  }
+}
+
+// Ops reachable in the graph without a CUDA kernel for their dtype.
+std::set<std::string> missing_kernels(const Graph& g) {
+  std::set<std::string> out;
+  for (NodeId id : g.topological_order()) {
+    const Node& n = g.node(id);
+    DType key =
+        n.inputs.empty() ? g.value(n.outputs.at(0)).type.dtype : g.value(n.inputs[0]).type.dtype;
+    if (n.op->find_kernel(DeviceType::cuda, key) == nullptr)
+      out.insert(n.op->name + "(" + dtype_name(key) + ")");
+  }
+  return out;
+}
+
+std::vector<CrosscheckCase> all_cases(const std::string& filter) {
+  std::vector<CrosscheckCase> cases;
+  for (const OpDef* op : OpRegistry::instance().all()) {
+    if (!op->is_differentiable() || !op->gradcheck_samples) continue;
+    if (!filter.empty() && op->name != filter) continue;
+    for (const GradcheckSample& s : op->gradcheck_samples())
+      cases.push_back({op->name, "gradcheck: " + s.label, s.inputs, s.attrs, true, s.output});
+  }
+  for (CrosscheckCase& c : extra_crosscheck_cases())
+    if (filter.empty() || c.op == filter) cases.push_back(std::move(c));
+  return cases;
+}
+
+// Prints every registered op that lacks a CUDA kernel for some float dtype.
+int list_missing() {
+  int n = 0;
+  for (const OpDef* op : OpRegistry::instance().all()) {
+    std::string lacking;
+    for (int i = 0; i < kDTypeCount; ++i) {
+      DType d = static_cast<DType>(i);
+      bool cpu = op->find_kernel(DeviceType::cpu, d) != nullptr;
+      if (cpu && op->find_kernel(DeviceType::cuda, d) == nullptr)
+        lacking += std::string(lacking.empty() ? "" : ",") + dtype_name(d);
+    }
+    if (!lacking.empty()) {
+      std::printf("%-34s no CUDA kernel for %s\n", op->name.c_str(), lacking.c_str());
+      ++n;
+    }
+  }
+  std::printf("%d ops lack CUDA kernels\n", n);
+  return n;
+}
+
+}  // namespace
+
+void add_crosscheck_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "crosscheck", "Run every op/scope/dtype on the GPU and compare with the CPU reference");
+  auto filter = std::make_shared<std::string>();
+  auto seed = std::make_shared<uint64_t>(1234);
+  auto allow_missing = std::make_shared<bool>(false);
+  auto only_list = std::make_shared<bool>(false);
+  cmd->add_option("--op", *filter, "Check only this op");
+  cmd->add_option("--seed", *seed, "Random seed for the inputs");
+  cmd->add_flag("--allow-missing", *allow_missing, "Ops without a CUDA kernel do not fail");
+  cmd->add_flag("--list-missing", *only_list, "Only list ops without CUDA kernels");
+  cmd->callback([filter, seed, allow_missing, only_list] {
+    if (*only_list) std::exit(list_missing() > 0 && !*allow_missing ? 1 : 0);
+    if (!cuda_available()) {
+      std::printf("qat crosscheck: no CUDA device present (or built without CUDA); skipped\n");
+      std::exit(0);
+    }
+    std::printf("%-30s %-40s %-5s %-8s %-10s %s\n", "op", "case", "dtype", "result", "max err",
+                "checked");
+    std::map<std::string, int> counts;
+    std::set<std::string> missing;
+    for (const CrosscheckCase& c : all_cases(*filter)) {
+      for (DType dtype : kDtypes) {
+        if (c.float_only && dtype != DType::f32) continue;
+        Built b;
+        std::string why;
+        bool ok = build(c, dtype, 0, *seed, b, why);
+        if (!ok) {
+          b = Built{};
+          ok = build(c, dtype, 1, *seed, b, why);
+        }
+        std::string result, note, err = "-";
+        if (!ok) {
+          result = "n/a";
+          note = why;
+        } else if (auto m = missing_kernels(b.graph); !m.empty()) {
+          result = "MISSING";
+          for (const auto& s : m) {
+            note += s + " ";
+            missing.insert(s);
+          }
+        } else {
+          CrosscheckReport r;
+          try {
+            r = crosscheck(b.graph, b.feeds);
+          } catch (const Error& e) {
+            r.passed = false;
+            CrosscheckMismatch m;
+            m.detail = e.what();
+            r.first = m;
+          }
+          result = r.passed ? (r.both_raised ? "raised" : "pass") : "FAIL";
+          char buf[32];
+          std::snprintf(buf, sizeof buf, "%.2e", r.max_error);
+          err = buf;
+          note = std::to_string(r.nodes_checked) + " nodes, " + std::to_string(r.values_compared) +
+                 " values";
+          if (r.both_raised) note = "both backends raised";
+          if (!r.passed && r.first) note = r.first->str();
+        }
+        ++counts[result];
+        std::printf("%-30s %-40s %-5s %-8s %-10s %s\n", c.op.c_str(), c.label.substr(0, 40).c_str(),
+                    dtype_name(dtype), result.c_str(), err.c_str(), note.c_str());
+      }
+    }
+    std::printf("\ncrosscheck summary:");
+    for (const auto& [k, v] : counts) std::printf(" %s=%d", k.c_str(), v);
+    std::printf("\n");
+    if (!missing.empty()) {
+      std::printf("ops without CUDA kernels:");
+      for (const auto& s : missing) std::printf(" %s", s.c_str());
+      std::printf("\n");
+    }
+    bool failed = counts["FAIL"] > 0 || (counts["MISSING"] > 0 && !*allow_missing);
+    std::exit(failed ? 1 : 0);
+  });
+}
+
+}  // namespace qg::cli

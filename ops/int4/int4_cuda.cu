@@ -1,0 +1,151 @@
+// CUDA kernels for int4_quantize_pack and int4_unpack_dequantize. Quantize-pack runs two
+// launches on the device: one thread per group computes the group's range and parameters
+// (exact min/max/absmax, then the shared int4::symmetric_params / asymmetric_params), then
+// one thread per output byte encodes its two elements with int4::encode and writes the whole
+// byte (pad nibble 0), so no atomics are needed even when a byte straddles two groups.
+// Unpack-dequantize is one thread per element with int4::decode and a single rounding to the
+// output dtype (as the CPU's narrow_cast). Bad qparams are recorded in the device error
+// buffer and raised at the end of the run.
+#include "core/graph.h"
+#include "ops/common/cuda_common.cuh"
+#include "ops/int4/int4_cpu.h"
+#include "ops/int4/int4_math.h"
+
+namespace qg {
+namespace {
+
+using namespace cuda;
+
+// One rounding from the math type to T: f64 -> f16/bf16 directly (the CPU's narrow_cast),
+// otherwise the usual conversion.
+template <typename T, typename M>
+__device__ __forceinline__ T narrow_to(M v) {
+  if constexpr (std::is_same_v<M, double> && std::is_same_v<T, __half>) {
+    return __double2half(v);
+  } else if constexpr (std::is_same_v<M, double> && std::is_same_v<T, __nv_bfloat16>) {
+    return __double2bfloat16(v);
+  } else {
+    return from_math<T>(static_cast<math_of<T>>(v));
+  }
+}
+
+template <typename T>
+__global__ void group_params_kernel(const T* x, ScopeDims d, bool symmetric, math_of<T>* scale,
+                                    uint8_t* zp, math_of<T>* inv, math_of<T>* zpm) {
+  using M = math_of<T>;
+  for (int64_t q = global_thread(); q < d.num_qparams; q += global_stride()) {
+    M mn = static_cast<M>(INFINITY), mx = static_cast<M>(-INFINITY), amax = M(0);
+    for (int64_t r = 0; r < d.group_size; ++r) {
+      int64_t k;
+      if (!scope_element(d, q, r, k)) break;
+      M v = to_math(x[k]);
+      if (!qmath::is_finite(v)) continue;
+      mn = v < mn ? v : mn;
+      mx = v > mx ? v : mx;
+      M av = v < M(0) ? -v : v;
+      amax = av > amax ? av : amax;
+    }
+    auto p = symmetric ? int4::symmetric_params<M>(amax) : int4::asymmetric_params<M>(mn, mx);
+    scale[q] = p.scale;
+    zp[q] = static_cast<uint8_t>(p.zero_point);
+    inv[q] = p.inv_scale;
+    zpm[q] = p.zero_point;
+  }
+}
+
+template <typename T>
+__global__ void pack_kernel(const T* x, ScopeDims d, int64_t n, bool high_first,
+                            const math_of<T>* scale, const math_of<T>* inv, const math_of<T>* zpm,
+                            uint8_t* packed) {
+  using M = math_of<T>;
+  for (int64_t b = global_thread(); b < (n + 1) / 2; b += global_stride()) {
+    uint8_t byte = 0;
+    for (int64_t k = 2 * b; k < 2 * b + 2 && k < n; ++k) {
+      int64_t q = qparam_of(d, k);
+      int4::GroupParams<M> p{scale[q], inv[q], zpm[q]};
+      byte |= static_cast<uint8_t>(int4::encode<M>(to_math(x[k]), p)
+                                   << int4::nibble_shift(k, high_first));
+    }
+    packed[b] = byte;
+  }
+}
+
+template <typename S, typename Z, typename T>
+__global__ void unpack_kernel(const uint8_t* packed, const S* scale, const Z* zp, T* y, ScopeDims d,
+                              int64_t n, bool high_first, DeviceErrorRecord* err, int32_t node) {
+  for (int64_t k = global_thread(); k < n; k += global_stride()) {
+    int64_t q = qparam_of(d, k);
+    double z = static_cast<double>(zp[q]), s = static_cast<double>(scale[q]);
+    if (!(z >= 0 && z <= 15)) report_device_error(err, kBadZeroPoint, node, q, z, 0, 15);
+    if (!(qmath::is_finite(s) && s > 0)) report_device_error(err, kBadScale, node, q, s);
+    S v = int4::decode<S>(int4::get_code(packed, k, high_first), scale[q], static_cast<S>(z));
+    y[k] = narrow_to<T>(v);
+  }
+}
+
+void quantize_pack_cuda(KernelContext& ctx) {
+  const Tensor& x = ctx.inputs[0];
+  ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, x.shape());
+  ScopeDims d = scope_dims(l);
+  bool symmetric = ctx.attrs.get_string("mode") == "symmetric";
+  bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  auto s = static_cast<cudaStream_t>(ctx.stream);
+  dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
+    using T = decltype(tag);
+    using M = math_of<T>;
+    DType mdt = sizeof(M) == 8 ? DType::f64 : DType::f32;
+    Tensor inv = Tensor::empty({d.num_qparams}, mdt, x.device());
+    Tensor zpm = Tensor::empty({d.num_qparams}, mdt, x.device());
+    if (d.num_qparams > 0) {
+      auto shape = elementwise_launch(d.num_qparams, 128);
+      group_params_kernel<T><<<shape.blocks, shape.threads, 0, s>>>(
+          in_ptr<T>(x), d, symmetric, out_ptr<M>(ctx.outputs[1]), out_ptr<uint8_t>(ctx.outputs[2]),
+          out_ptr<M>(inv), out_ptr<M>(zpm));
+      QG_CUDA_CHECK_LAUNCH(ctx.op);
+    }
+    if (x.numel() == 0) return;
+    auto shape = elementwise_launch((x.numel() + 1) / 2);
+    pack_kernel<T><<<shape.blocks, shape.threads, 0, s>>>(
+        in_ptr<T>(x), d, x.numel(), high_first, in_ptr<M>(ctx.outputs[1]), in_ptr<M>(inv),
+        in_ptr<M>(zpm), out_ptr<uint8_t>(ctx.outputs[0]));
+    QG_CUDA_CHECK_LAUNCH(ctx.op);
+  });
+}
+
+void unpack_dequantize_cuda(KernelContext& ctx) {
+  Tensor& y = ctx.outputs[0];
+  if (y.numel() == 0) return;
+  ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, y.shape());
+  bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  auto shape = elementwise_launch(y.numel());
+  auto st = static_cast<cudaStream_t>(ctx.stream);
+  dispatch_float(y.dtype(), ctx.op, [&](auto ttag) {
+    using T = decltype(ttag);
+    auto launch = [&](auto stag, auto ztag) {
+      using S = decltype(stag);
+      using Z = decltype(ztag);
+      unpack_kernel<S, Z, T><<<shape.blocks, shape.threads, 0, st>>>(
+          in_ptr<uint8_t>(ctx.inputs[0]), in_ptr<S>(ctx.inputs[1]), in_ptr<Z>(ctx.inputs[2]),
+          out_ptr<T>(y), scope_dims(l), y.numel(), high_first, device_error_record(), ctx.node.id);
+    };
+    bool s64 = ctx.inputs[1].dtype() == DType::f64, z32 = ctx.inputs[2].dtype() == DType::i32;
+    if (s64 && z32) launch(double{}, int32_t{});
+    if (s64 && !z32) launch(double{}, uint8_t{});
+    if (!s64 && z32) launch(float{}, int32_t{});
+    if (!s64 && !z32) launch(float{}, uint8_t{});
+    QG_CUDA_CHECK_LAUNCH(ctx.op);
+  });
+}
+
+}  // namespace
+
+void add_int4_cuda_kernels(OpRegistry& r) {
+  r.get_mutable("int4_quantize_pack")
+      .kernels.push_back({DeviceType::cuda,
+                          {DType::f32, DType::f64, DType::f16, DType::bf16},
+                          quantize_pack_cuda});
+  r.get_mutable("int4_unpack_dequantize")
+      .kernels.push_back({DeviceType::cuda, {DType::u8}, unpack_dequantize_cuda});
+}
+
+}  // namespace qg

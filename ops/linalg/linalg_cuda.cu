@@ -1,0 +1,121 @@
+// matmul on the GPU through cuBLAS. Tensors are row-major and cuBLAS is column-major, so
+// the product is computed transposed: C^T = op(B)^T op(A)^T, where the column-major view
+// of a row-major matrix already is its transpose. f32 uses the pedantic f32 compute type
+// (no TF32, which would miss the 1e-5 agreement with the CPU); f16/bf16 accumulate in f32
+// and round once, as the CPU kernel does.
+#include <cublas_v2.h>
+
+#include "core/graph.h"
+#include "ops/common/cuda_common.cuh"
+
+namespace qg {
+namespace {
+
+using namespace cuda;
+
+const char* cublas_status_text(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "cuBLAS error";
+  }
+}
+
+#define QG_CUBLAS_CHECK(op, call)                                                           \
+  do {                                                                                      \
+    cublasStatus_t qg_st_ = (call);                                                         \
+    QG_CHECK(qg_st_ == CUBLAS_STATUS_SUCCESS, (op), #call,                                  \
+             " failed: ", cublas_status_text(qg_st_), " (", static_cast<int>(qg_st_), ")"); \
+  } while (0)
+
+cublasHandle_t handle() {
+  // One handle per process on the backend's stream; pedantic math forbids TF32 and other
+  // reduced-precision shortcuts for f32.
+  static cublasHandle_t h = [] {
+    cublasHandle_t created;
+    QG_CUBLAS_CHECK("matmul", cublasCreate(&created));
+    QG_CUBLAS_CHECK("matmul", cublasSetMathMode(created, CUBLAS_PEDANTIC_MATH));
+    QG_CUBLAS_CHECK("matmul", cublasSetStream(created, stream()));
+    return created;
+  }();
+  return h;
+}
+
+template <typename T>
+__global__ void zero_kernel(T* y, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += global_stride()) y[i] = from_math<T>(0);
+}
+
+void matmul_cuda(KernelContext& ctx) {
+  const Tensor& a = ctx.inputs[0];
+  const Tensor& b = ctx.inputs[1];
+  Tensor& y = ctx.outputs[0];
+  bool ta = ctx.attrs.get_bool("transpose_a"), tb = ctx.attrs.get_bool("transpose_b");
+  int64_t m = y.size(0), n = y.size(1), k = ta ? a.size(0) : a.size(1);
+  if (y.numel() == 0) return;
+  auto s = static_cast<cudaStream_t>(ctx.stream);
+  if (k == 0) {
+    dispatch_float(y.dtype(), ctx.op, [&](auto tag) {
+      using T = decltype(tag);
+      auto shape = elementwise_launch(y.numel());
+      zero_kernel<T><<<shape.blocks, shape.threads, 0, s>>>(out_ptr<T>(y), y.numel());
+      QG_CUDA_CHECK_LAUNCH(ctx.op);
+    });
+    return;
+  }
+  const int64_t limit = INT32_MAX;
+  QG_CHECK(m <= limit && n <= limit && k <= limit && a.size(1) <= limit && b.size(1) <= limit,
+           ctx.op, "cuBLAS takes 32-bit dimensions; got a ", a.str(), ", b ", b.str());
+  cublasHandle_t h = handle();
+  QG_CUBLAS_CHECK(ctx.op, cublasSetStream(h, s));
+  cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int in = static_cast<int>(n), im = static_cast<int>(m), ik = static_cast<int>(k);
+  int ldb = static_cast<int>(b.size(1)), lda = static_cast<int>(a.size(1)), ldc = in;
+  switch (y.dtype()) {
+    case DType::f64: {
+      const double one = 1.0, zero = 0.0;
+      QG_CUBLAS_CHECK(ctx.op, cublasDgemm(h, op_b, op_a, in, im, ik, &one, in_ptr<double>(b), ldb,
+                                          in_ptr<double>(a), lda, &zero, out_ptr<double>(y), ldc));
+      break;
+    }
+    case DType::f32:
+    case DType::f16:
+    case DType::bf16: {
+      cudaDataType_t t = y.dtype() == DType::f32   ? CUDA_R_32F
+                         : y.dtype() == DType::f16 ? CUDA_R_16F
+                                                   : CUDA_R_16BF;
+      cublasComputeType_t compute =
+          y.dtype() == DType::f32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+      const float one = 1.0f, zero = 0.0f;
+      QG_CUBLAS_CHECK(
+          ctx.op, cublasGemmEx(h, op_b, op_a, in, im, ik, &one, b.raw_data(), t, ldb, a.raw_data(),
+                               t, lda, &zero, y.raw_data(), t, ldc, compute, CUBLAS_GEMM_DEFAULT));
+      break;
+    }
+    default:
+      QG_FAIL(ctx.op, "the CUDA backend has no matmul for dtype ", dtype_name(y.dtype()));
+  }
+}
+
+}  // namespace
+
+void add_linalg_cuda_kernels(OpRegistry& r) {
+  r.get_mutable("matmul").kernels.push_back(
+      {DeviceType::cuda, {DType::f32, DType::f64, DType::f16, DType::bf16}, matmul_cuda});
+}
+
+}  // namespace qg

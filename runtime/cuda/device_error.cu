@@ -1,0 +1,79 @@
+#include <sstream>
+
+#include "core/error.h"
+#include "core/graph.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_error.h"
+
+namespace qg::cuda {
+
+DeviceErrorRecord* device_error_record() {
+  // One record per device index (a process uses few devices; 16 covers any one host).
+  static DeviceErrorRecord* records[16] = {};
+  int dev = 0;
+  QG_CUDA_CHECK("cuda_backend", cudaGetDevice(&dev));
+  QG_CHECK(dev >= 0 && dev < 16, "cuda_backend", "device index ", dev, " is beyond 16");
+  if (records[dev] == nullptr) {
+    void* p = nullptr;
+    QG_CUDA_CHECK("cuda_backend", cudaMalloc(&p, sizeof(DeviceErrorRecord)));
+    QG_CUDA_CHECK("cuda_backend", cudaMemset(p, 0, sizeof(DeviceErrorRecord)));
+    records[dev] = static_cast<DeviceErrorRecord*>(p);
+  }
+  return records[dev];
+}
+
+std::string describe_device_error(const DeviceErrorRecord& r) {
+  std::ostringstream os;
+  switch (r.code) {
+    case kBadScale:
+      os << "scale[" << r.index << "] = " << r.value << " must be positive and finite";
+      break;
+    case kBadZeroPoint:
+      os << "zero_point[" << r.index << "] = " << r.value
+         << " is outside [quant_min, quant_max] = [" << r.lo << ", " << r.hi << "]";
+      break;
+    case kNonFiniteZeroPoint:
+      os << "zero_point[" << r.index << "] = " << r.value << " must be finite";
+      break;
+    case kAffineOverflow:
+      os << "scope " << r.index << " has range [" << r.lo << ", " << r.hi
+         << "] whose width overflows f32; the affine scale is not finite";
+      break;
+    case kLabelOutOfRange:
+      os << "labels[" << r.index << "] = " << r.value << " is outside [0, " << r.hi << ")";
+      break;
+    case kBadGroupSize:
+      os << "size " << r.value << " at " << r.index << " is outside [" << r.lo << ", " << r.hi
+         << "]";
+      break;
+    case kValueOutOfRange:
+      os << "input[" << r.index << "] = " << r.value << " is outside [" << r.lo << ", " << r.hi
+         << "]";
+      break;
+    default:
+      os << "device-side check failed with code " << r.code << " at index " << r.index << " (value "
+         << r.value << ")";
+  }
+  return os.str();
+}
+
+void check_device_errors(const Graph* graph) {
+  DeviceErrorRecord* dev = device_error_record();
+  DeviceErrorRecord host{};
+  QG_CUDA_CHECK("cuda_backend",
+                cudaMemcpyAsync(&host, dev, sizeof(host), cudaMemcpyDeviceToHost, stream()));
+  QG_CUDA_CHECK("cuda_backend", cudaStreamSynchronize(stream()));
+  if (host.code == kNoDeviceError) return;
+  QG_CUDA_CHECK("cuda_backend", cudaMemsetAsync(dev, 0, sizeof(host), stream()));
+  QG_CUDA_CHECK("cuda_backend", cudaStreamSynchronize(stream()));
+  std::string op = "cuda kernel", where;
+  if (graph != nullptr && host.node >= 0 && host.node < graph->num_nodes()) {
+    const Node& n = graph->node(host.node);
+    op = n.op->name;
+    where = " (node '" + n.name + "')";
+  }
+  throw Error(op, describe_device_error(host) + where, __FILE__, __LINE__);
+}
+
+}  // namespace qg::cuda

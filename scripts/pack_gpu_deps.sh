@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Packs the build dependencies the lent GPU machine lacks (Eigen, the Boost headers the code
+# includes, CLI11, GoogleTest, zlib) into .gpudeps/root, laid out as on this Debian machine,
+# so `scripts/gpu_check.sh` there can copy them under / (adding files, replacing none). Run
+# here after a build, since the Boost subset is read from the compiler's dependency files.
+# The folder is git-ignored through .git/info/exclude and travels with `carry`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dest=.gpudeps/root
+rm -rf .gpudeps
+mkdir -p "$dest"
+mkdir -p "$(git rev-parse --git-dir)/info"
+exclude="$(git rev-parse --git-dir)/info/exclude"
+grep -qxF "/.gpudeps/" "$exclude" 2>/dev/null || echo "/.gpudeps/" >>"$exclude"
+copy() { for p in "$@"; do [ -e "$p" ] && cp -rL --parents "$p" "$dest"; done; return 0; }
+lib=/usr/lib/x86_64-linux-gnu
+copy /usr/include/eigen3 /usr/share/eigen3/cmake /usr/include/CLI /usr/share/cmake/CLI11
+copy /usr/include/gtest /usr/include/gmock "$lib"/cmake/GTest "$lib"/libgtest.a \
+  "$lib"/libgtest_main.a "$lib"/libgmock.a "$lib"/libgmock_main.a
+copy /usr/include/zlib.h /usr/include/zconf.h "$lib"/libz.a
+copy "$lib"/cmake/Boost-1.74.0 "$lib"/cmake/boost_headers-1.74.0 "$lib"/cmake/BoostDetectToolset-1.74.0.cmake
+# Boost headers: exactly those some translation unit included (from every build's .d files).
+find build* -name '*.d' -print0 2>/dev/null | xargs -0 cat | tr ' \\' '\n\n' |
+  grep -E '^/usr/include/boost/' | sort -u >.gpudeps/boost_headers.txt
+copy /usr/include/boost/version.hpp /usr/include/boost/config.hpp
+while read -r h; do copy "$h"; done <.gpudeps/boost_headers.txt
+du -sh .gpudeps
