@@ -131,6 +131,21 @@ TEST(Quantize, BackwardIsDyOverScaleTimesMask) {
   EXPECT_EQ(got[0].to_doubles(), (std::vector<double>{1.5, 0, 0, 4}));
 }
 
+TEST(Quantize, BackwardCastsTheIncomingGradientToXsDtype) {
+  // x in f16, dequantize to f32: the f32 gradient reaching the u8 codes comes back as f16.
+  Graph g;
+  ValueId xi = g.input("x", {DType::f16, {3}});
+  ValueId s = g.constant(f32({1}, {0.25}));
+  ValueId z = g.constant(i32({1}, {0}));
+  auto qm = g.apply("quantize", {xi, s, z});
+  ValueId y = g.apply1("dequantize", {qm[0], s, z});
+  ValueId dx = grad(g, g.apply1("sum", {y}), {xi})[0];
+  EXPECT_EQ(g.value(dx).type, (TensorType{DType::f16, {3}}));
+  Executor exec(g);
+  auto got = exec.run({{"x", Tensor::from_doubles({3}, {1, -1, 100}, DType::f16)}}, {dx});
+  EXPECT_EQ(got[0].to_doubles(), (std::vector<double>{1, 0, 0}));  // 400 > 255, -4 < 0
+}
+
 TEST(Dequantize, BackwardByHand) {
   // dq = dy * scale; dscale = sum(dy * (q - zp)) per channel (axis 0 of [2, 2]).
   Tensor q = Tensor::from_doubles({2, 2}, {1, 3, -2, 0}, DType::i8);
