@@ -118,6 +118,26 @@ EpochMetrics Trainer::train_epoch(const std::function<void(const StepInfo&)>& on
   return m;
 }
 
+double Trainer::time_steps(int warmup, int steps) {
+  QG_CHECK(warmup >= 0 && steps > 0, "trainer", "time_steps(", warmup, ", ", steps, ")");
+  exec_->set_training(true);
+  const int64_t b = config_.mlp.batch;
+  std::vector<int64_t> order(static_cast<size_t>(b));
+  for (int64_t i = 0; i < b; ++i) order[i] = i;
+  Tensor x = Tensor::empty({b, train_.features}, DType::f32);
+  Tensor labels = Tensor::empty({b}, DType::i64);
+  fill_batch(train_, order, 0, x, labels);
+  Executor::Feeds feeds{{"x", x.to(exec_->device())}, {"labels", labels.to(exec_->device())}};
+  auto sync = [&] { exec_->run(feeds, {mlp_.loss})[0].to(Device::cpu()); };
+  for (int i = 0; i < warmup; ++i) exec_->run(feeds, {}, steps_);
+  sync();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) exec_->run(feeds, {}, steps_);
+  // The final fetch waits for every queued kernel; it is one forward pass, not a step.
+  sync();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+}
+
 std::vector<float> Trainer::predict(const Dataset& data) {
   exec_->set_training(false);
   const int64_t b = config_.mlp.batch, classes = config_.mlp.classes;

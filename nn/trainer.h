@@ -55,6 +55,11 @@ class Trainer {
   // Copies every parameter value from `other` (same architecture).
   void copy_parameters_from(Trainer& other);
 
+  // Mean wall time of one training step (forward, backward, optimizer) on a fixed batch,
+  // after `warmup` untimed steps; the device is synchronised by a fetch before the clock
+  // stops. Training state moves on: use a throwaway trainer.
+  double time_steps(int warmup, int steps);
+
   void save_checkpoint(const std::string& path);
   void load_checkpoint(const std::string& path);
   // Loads from checkpoint bytes already in memory; `what` names them in errors. A failed

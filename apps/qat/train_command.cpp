@@ -14,6 +14,20 @@
 namespace qg::cli {
 namespace {
 
+// Times one training step at the configured batch (a fresh model; nothing is written).
+void run_timing(const TrainOptions& o) {
+  nn::Dataset all = nn::load_digits(o.data), train, test;
+  nn::split_dataset(all, 0.2, 0, &train, &test);
+  nn::QConfig qc = qconfig_from(o);
+  auto t = make_trainer(o, qc, train, test);
+  double secs = t->time_steps(20, o.time_steps);
+  std::printf(
+      "one training step (forward + backward + %s), %s, MLP 64-%dx%d-10, batch %d, %s: "
+      "%.1f us (mean of %d steps after 20 warm-up)\n",
+      o.optimizer.c_str(), qc.str().c_str(), o.width, o.depth, o.batch,
+      t->executor().device().str().c_str(), 1e6 * secs, o.time_steps);
+}
+
 void run_single(const TrainOptions& o) {
   nn::Dataset all = nn::load_digits(o.data), train, test;
   nn::split_dataset(all, 0.2, 0, &train, &test);
@@ -89,8 +103,12 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--qat-lr", o->qat_lr, "--compare: QAT fine-tuning learning rate")
       ->capture_default_str();
   cmd->add_option("--seeds", o->seeds, "--compare: seeds to average over")->capture_default_str();
+  cmd->add_option("--time-steps", o->time_steps,
+                  "Only time N training steps on one batch and print the mean step time");
   cmd->callback([o] {
-    if (o->compare)
+    if (o->time_steps > 0)
+      run_timing(*o);
+    else if (o->compare)
       run_compare(*o);
     else
       run_single(*o);

@@ -28,6 +28,7 @@ struct TrainOptions {
   std::string resume;
   int checkpoint_every = 0;
   bool compare = false;
+  int time_steps = 0;  // > 0: only time this many training steps
   // --compare: QAT fine-tunes the float model for qat_epochs at qat_lr; results are the
   // mean over `seeds` seeds (seed, seed + 1, ...).
   int qat_epochs = 10;
