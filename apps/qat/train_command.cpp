@@ -44,8 +44,10 @@ void run_single(const TrainOptions& o) {
               static_cast<unsigned long long>(o.seed), t->executor().device().str().c_str());
   std::printf("data: %lld train / %lld test rows\n", static_cast<long long>(train.size()),
               static_cast<long long>(test.size()));
-  run_training(*t, o.epochs, qc.quantized() ? "qat" : "float", o.out + "/checkpoint.qgck",
-               o.checkpoint_every, true);
+  const std::string checkpoint = o.out + "/checkpoint.qgck";
+  run_training(*t, o.epochs, qc.quantized() ? "qat" : "float", checkpoint, o.checkpoint_every,
+               true);
+  t->save_checkpoint(checkpoint);  // the final state, resumable with --resume
   Row r = evaluate_row(qc.str(), *t, test);
   std::printf("test accuracy (fake-quant graph): %s\n", pct(r.fake_quant_acc).c_str());
   if (r.integer_acc >= 0)
@@ -69,7 +71,7 @@ void run_single(const TrainOptions& o) {
   nn::write_plot_png(
       o.out + "/curves.png",
       {{"LOSS", {{"TRAIN", loss}}}, {"ACCURACY (PCT)", {{"TRAIN", train_acc}, {"TEST", acc}}}});
-  std::printf("wrote %s/metrics.json, metrics.csv, curves.png\n", o.out.c_str());
+  std::printf("wrote %s/metrics.json, metrics.csv, curves.png, checkpoint.qgck\n", o.out.c_str());
 }
 
 }  // namespace
