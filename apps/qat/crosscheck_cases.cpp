@@ -97,7 +97,7 @@ void add_fake_quantize(std::vector<CrosscheckCase>& c) {
 void add_observers(std::vector<CrosscheckCase>& c) {
   std::vector<double> e = edge_values();
   Shape es{static_cast<int64_t>(e.size())};
-  for (const char* op : {"minmax_observer", "moving_average_observer"}) {
+  for (const char* op : {"minmax_observer", "moving_average_observer", "percentile_observer"}) {
     c.push_back({op, "tensor [257,1031]", {x_in({257, 1031}, -2, 5)}, {}});
     c.push_back({op, "tensor edges", {GradcheckInput(es, DType::f64, 0, 0, e)}, {}});
     c.push_back({op,
@@ -129,6 +129,17 @@ void add_observers(std::vector<CrosscheckCase>& c) {
                                  }())},
                  {{"scope", "channel"}, {"axis", 1}}});
   }
+}
+
+void add_percentile(std::vector<CrosscheckCase>& c) {
+  c.push_back({"percentile_observer",
+               "affine p=90 bins 64 channel 0 [16,300]",
+               {x_in({16, 300}, -1, 6)},
+               {{"percentile", 90.0}, {"bins", 64}, {"scope", "channel"}, {"axis", 0}}});
+  c.push_back({"percentile_observer",
+               "symmetric p=99 bins 100 s8 [1000,37]",
+               {x_in({1000, 37}, -5, 2)},
+               {{"percentile", 99.0}, {"bins", 100}, {"qscheme", "symmetric"}, {"signed", true}}});
 }
 
 void add_float_ops(std::vector<CrosscheckCase>& c) {
@@ -248,6 +259,7 @@ std::vector<CrosscheckCase> extra_crosscheck_cases() {
   std::vector<CrosscheckCase> c;
   add_fake_quantize(c);
   add_observers(c);
+  add_percentile(c);
   add_float_ops(c);
   add_storage_quant(c);
   return c;

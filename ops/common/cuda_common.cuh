@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -68,6 +69,19 @@ __device__ __forceinline__ __nv_bfloat16 from_math<__nv_bfloat16>(float v) {
     return __ushort_as_bfloat16(
         static_cast<unsigned short>(0x7fc0u | ((__float_as_uint(v) >> 16) & 0x8000u)));
   return __float2bfloat16_rn(v);
+}
+
+// One rounding from the math type to T: f64 -> f16/bf16 directly (the CPU's narrow_cast in
+// ops/int4/narrow_cast.h), otherwise the usual conversion.
+template <typename T, typename M>
+__device__ __forceinline__ T narrow_to(M v) {
+  if constexpr (std::is_same_v<M, double> && std::is_same_v<T, __half>) {
+    return __double2half(v);
+  } else if constexpr (std::is_same_v<M, double> && std::is_same_v<T, __nv_bfloat16>) {
+    return __double2bfloat16(v);
+  } else {
+    return from_math<T>(static_cast<math_of<T>>(v));
+  }
 }
 
 // Calls fn(T{}) with T the device element type of a float dtype.

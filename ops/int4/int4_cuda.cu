@@ -16,19 +16,6 @@ namespace {
 
 using namespace cuda;
 
-// One rounding from the math type to T: f64 -> f16/bf16 directly (the CPU's narrow_cast),
-// otherwise the usual conversion.
-template <typename T, typename M>
-__device__ __forceinline__ T narrow_to(M v) {
-  if constexpr (std::is_same_v<M, double> && std::is_same_v<T, __half>) {
-    return __double2half(v);
-  } else if constexpr (std::is_same_v<M, double> && std::is_same_v<T, __nv_bfloat16>) {
-    return __double2bfloat16(v);
-  } else {
-    return from_math<T>(static_cast<math_of<T>>(v));
-  }
-}
-
 template <typename T>
 __global__ void group_params_kernel(const T* x, ScopeDims d, bool symmetric, math_of<T>* scale,
                                     uint8_t* zp, math_of<T>* inv, math_of<T>* zpm) {

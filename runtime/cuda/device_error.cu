@@ -40,6 +40,9 @@ std::string describe_device_error(const DeviceErrorRecord& r) {
       os << "scope " << r.index << " has range [" << r.lo << ", " << r.hi
          << "] whose width overflows f32; the affine scale is not finite";
       break;
+    case kBadAbsmax:
+      os << "absmax[" << r.index << "] = " << r.value << " must be finite and >= 0";
+      break;
     case kLabelOutOfRange:
       os << "labels[" << r.index << "] = " << r.value << " is outside [0, " << r.hi << ")";
       break;

@@ -25,6 +25,7 @@ enum DeviceErrorCode : int32_t {
   kValueOutOfRange = 5,     // value = input[index]; must lie in [lo, hi]
   kNonFiniteZeroPoint = 6,  // value = zero_point[index]; a learnable zero point must be finite
   kAffineOverflow = 7,      // scope `index` has range [lo, hi] too wide for an f32 scale
+  kBadAbsmax = 8,           // value = absmax[index]; must be finite and >= 0
 };
 
 struct DeviceErrorRecord {

@@ -1,0 +1,188 @@
+// CUDA kernels of the NF4 family, with the shared nf4_math.h element math and INT4's
+// packing helpers, so codes, absmax values and bytes match the CPU bit for bit.
+// - nf4_quantize_pack: one thread per group computes its absmax (exact in any order), then
+//   one thread per output byte encodes both of its elements (no atomics, pad nibble 0).
+// - nf4_unpack_dequantize: one thread per element, a single rounding to the output dtype.
+// - nf4_double_quantize / nf4_double_dequantize: one thread per block of absmax values.
+// Invalid absmax values are recorded in the device error buffer and raised at run end.
+#include "core/graph.h"
+#include "ops/common/cuda_common.cuh"
+#include "ops/int4/int4_cpu.h"
+#include "ops/int4/int4_math.h"
+#include "ops/nf4/nf4_math.h"
+
+namespace qg {
+namespace {
+
+using namespace cuda;
+
+template <typename T>
+__global__ void absmax_kernel(const T* x, ScopeDims d, math_of<T>* absmax) {
+  using M = math_of<T>;
+  for (int64_t q = global_thread(); q < d.num_qparams; q += global_stride()) {
+    M amax = M(0);
+    for (int64_t r = 0; r < d.group_size; ++r) {
+      int64_t k;
+      if (!scope_element(d, q, r, k)) break;
+      M v = to_math(x[k]);
+      if (!qmath::is_finite(v)) continue;
+      M av = v < M(0) ? -v : v;
+      amax = av > amax ? av : amax;
+    }
+    absmax[q] = amax;
+  }
+}
+
+template <typename T>
+__global__ void nf4_pack_kernel(const T* x, ScopeDims d, int64_t n, bool high_first,
+                                const math_of<T>* absmax, uint8_t* packed) {
+  using M = math_of<T>;
+  for (int64_t b = global_thread(); b < (n + 1) / 2; b += global_stride()) {
+    uint8_t byte = 0;
+    for (int64_t k = 2 * b; k < 2 * b + 2 && k < n; ++k) {
+      const M inv = M(1) / absmax[qparam_of(d, k)];
+      byte |= static_cast<uint8_t>(nf4::encode<M>(to_math(x[k]), inv)
+                                   << int4::nibble_shift(k, high_first));
+    }
+    packed[b] = byte;
+  }
+}
+
+template <typename S, typename T>
+__global__ void nf4_unpack_kernel(const uint8_t* packed, const S* absmax, T* y, ScopeDims d,
+                                  int64_t n, bool high_first, DeviceErrorRecord* err,
+                                  int32_t node) {
+  for (int64_t k = global_thread(); k < n; k += global_stride()) {
+    int64_t q = qparam_of(d, k);
+    S m = absmax[q];
+    if (!(qmath::is_finite(m) && m >= S(0)))
+      report_device_error(err, kBadAbsmax, node, q, static_cast<double>(m));
+    y[k] = narrow_to<T>(nf4::decode<S>(int4::get_code(packed, k, high_first), m));
+  }
+}
+
+template <typename M>
+__global__ void double_quantize_kernel(const M* a, int64_t n, int64_t bs, uint8_t* code, M* scale,
+                                       M* mins, DeviceErrorRecord* err, int32_t node) {
+  for (int64_t b = global_thread(); b * bs < n; b += global_stride()) {
+    int64_t e = n < (b + 1) * bs ? n : (b + 1) * bs;
+    M mn = a[b * bs], mx = a[b * bs];
+    for (int64_t j = b * bs; j < e; ++j) {
+      if (!(qmath::is_finite(a[j]) && a[j] >= M(0)))
+        report_device_error(err, kBadAbsmax, node, j, static_cast<double>(a[j]));
+      mn = a[j] < mn ? a[j] : mn;
+      mx = a[j] > mx ? a[j] : mx;
+    }
+    const auto p = nf4::block_params<M>(mn, mx);
+    scale[b] = p.scale;
+    mins[b] = p.min;
+    for (int64_t j = b * bs; j < e; ++j) code[j] = nf4::block_encode<M>(a[j], p);
+  }
+}
+
+template <typename M>
+__global__ void double_dequantize_kernel(const uint8_t* code, const M* scale, const M* mins,
+                                         int64_t n, int64_t bs, M* out) {
+  for (int64_t j = global_thread(); j < n; j += global_stride())
+    out[j] = nf4::block_decode<M>(code[j], scale[j / bs], mins[j / bs]);
+}
+
+void quantize_pack_cuda(KernelContext& ctx) {
+  const Tensor& x = ctx.inputs[0];
+  ScopeDims d = scope_dims(int4_group_layout(ctx.op, ctx.attrs, x.shape()));
+  bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  auto s = static_cast<cudaStream_t>(ctx.stream);
+  dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
+    using T = decltype(tag);
+    using M = math_of<T>;
+    if (d.num_qparams > 0) {
+      auto shape = elementwise_launch(d.num_qparams, 128);
+      absmax_kernel<T>
+          <<<shape.blocks, shape.threads, 0, s>>>(in_ptr<T>(x), d, out_ptr<M>(ctx.outputs[1]));
+      QG_CUDA_CHECK_LAUNCH(ctx.op);
+    }
+    if (x.numel() == 0) return;
+    auto shape = elementwise_launch((x.numel() + 1) / 2);
+    nf4_pack_kernel<T><<<shape.blocks, shape.threads, 0, s>>>(in_ptr<T>(x), d, x.numel(),
+                                                              high_first, in_ptr<M>(ctx.outputs[1]),
+                                                              out_ptr<uint8_t>(ctx.outputs[0]));
+    QG_CUDA_CHECK_LAUNCH(ctx.op);
+  });
+}
+
+void unpack_dequantize_cuda(KernelContext& ctx) {
+  Tensor& y = ctx.outputs[0];
+  if (y.numel() == 0) return;
+  ScopeDims d = scope_dims(int4_group_layout(ctx.op, ctx.attrs, y.shape()));
+  bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  auto shape = elementwise_launch(y.numel());
+  auto st = static_cast<cudaStream_t>(ctx.stream);
+  dispatch_float(y.dtype(), ctx.op, [&](auto ttag) {
+    using T = decltype(ttag);
+    auto launch = [&](auto stag) {
+      using S = decltype(stag);
+      nf4_unpack_kernel<S, T><<<shape.blocks, shape.threads, 0, st>>>(
+          in_ptr<uint8_t>(ctx.inputs[0]), in_ptr<S>(ctx.inputs[1]), out_ptr<T>(y), d, y.numel(),
+          high_first, device_error_record(), ctx.node.id);
+    };
+    if (ctx.inputs[1].dtype() == DType::f64)
+      launch(double{});
+    else
+      launch(float{});
+    QG_CUDA_CHECK_LAUNCH(ctx.op);
+  });
+}
+
+template <typename Fn>
+void dispatch_f32_f64(DType d, Fn&& fn) {
+  if (d == DType::f64)
+    fn(double{});
+  else
+    fn(float{});
+}
+
+void double_quantize_cuda(KernelContext& ctx) {
+  const Tensor& a = ctx.inputs[0];
+  int64_t n = a.numel(), bs = ctx.attrs.get_int("block_size");
+  if (n == 0) return;
+  auto shape = elementwise_launch((n + bs - 1) / bs, 128);
+  dispatch_f32_f64(a.dtype(), [&](auto tag) {
+    using M = decltype(tag);
+    double_quantize_kernel<M>
+        <<<shape.blocks, shape.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
+            in_ptr<M>(a), n, bs, out_ptr<uint8_t>(ctx.outputs[0]), out_ptr<M>(ctx.outputs[1]),
+            out_ptr<M>(ctx.outputs[2]), device_error_record(), ctx.node.id);
+  });
+  QG_CUDA_CHECK_LAUNCH(ctx.op);
+}
+
+void double_dequantize_cuda(KernelContext& ctx) {
+  int64_t n = ctx.inputs[0].numel(), bs = ctx.attrs.get_int("block_size");
+  if (n == 0) return;
+  auto shape = elementwise_launch(n);
+  dispatch_f32_f64(ctx.inputs[1].dtype(), [&](auto tag) {
+    using M = decltype(tag);
+    double_dequantize_kernel<M>
+        <<<shape.blocks, shape.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
+            in_ptr<uint8_t>(ctx.inputs[0]), in_ptr<M>(ctx.inputs[1]), in_ptr<M>(ctx.inputs[2]), n,
+            bs, out_ptr<M>(ctx.outputs[0]));
+  });
+  QG_CUDA_CHECK_LAUNCH(ctx.op);
+}
+
+}  // namespace
+
+void add_nf4_cuda_kernels(OpRegistry& r) {
+  r.get_mutable("nf4_quantize_pack")
+      .kernels.push_back({DeviceType::cuda,
+                          {DType::f32, DType::f64, DType::f16, DType::bf16},
+                          quantize_pack_cuda});
+  r.get_mutable("nf4_unpack_dequantize")
+      .kernels.push_back({DeviceType::cuda, {DType::u8}, unpack_dequantize_cuda});
+  r.get_mutable("nf4_double_quantize")
+      .kernels.push_back({DeviceType::cuda, {DType::f32, DType::f64}, double_quantize_cuda});
+  r.get_mutable("nf4_double_dequantize")
+      .kernels.push_back({DeviceType::cuda, {DType::u8}, double_dequantize_cuda});
+}
+
+}  // namespace qg
