@@ -32,7 +32,23 @@ DeviceSlot& cuda_slot() {
   return slot;
 }
 
+// Per-thread overrides installed by ScopedAllocator, indexed cpu = 0, cuda = 1.
+thread_local Allocator* tls_override[2] = {nullptr, nullptr};
+
+int override_slot(DeviceType type) {
+  return type == DeviceType::cpu ? 0 : 1;
+}
+
 }  // namespace
+
+ScopedAllocator::ScopedAllocator(DeviceType type, Allocator* allocator)
+    : type_(type), previous_(tls_override[override_slot(type)]) {
+  tls_override[override_slot(type)] = allocator;
+}
+
+ScopedAllocator::~ScopedAllocator() {
+  tls_override[override_slot(type_)] = previous_;
+}
 
 Allocator& cpu_allocator() {
   static AlignedCpuAllocator a;
@@ -45,6 +61,7 @@ void install_device_allocator(DeviceType type, Allocator* allocator, CopyFn copy
 }
 
 Allocator& allocator_for(Device device) {
+  if (Allocator* a = tls_override[override_slot(device.type)]) return *a;
   if (device.is_cpu()) return cpu_allocator();
   QG_CHECK(cuda_slot().allocator != nullptr, "allocator",
            "no CUDA backend is available for device ", device.str(),

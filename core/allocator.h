@@ -21,6 +21,21 @@ inline constexpr size_t kCpuAlignment = 64;
 
 Allocator& cpu_allocator();
 
+// While alive, routes this thread's allocations for one device type to `allocator` instead of
+// the installed one (a StaticRun's scratch pool, so that kernels allocating temporaries get
+// the same buffers on every launch and a CUDA-graph capture allocates nothing). Guards nest.
+class ScopedAllocator {
+ public:
+  ScopedAllocator(DeviceType type, Allocator* allocator);
+  ~ScopedAllocator();
+  ScopedAllocator(const ScopedAllocator&) = delete;
+  ScopedAllocator& operator=(const ScopedAllocator&) = delete;
+
+ private:
+  DeviceType type_;
+  Allocator* previous_;
+};
+
 // Copies `bytes` between any two devices; installed by a device backend.
 using CopyFn = void (*)(void* dst, Device dst_device, const void* src, Device src_device,
                         size_t bytes);

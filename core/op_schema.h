@@ -132,6 +132,9 @@ struct OpDef {
   std::function<std::vector<GradcheckSample>()> gradcheck_samples;
   bool side_effects = false;  // runs even when no fetched value needs it (optimizer steps)
   bool is_source = false;     // graph inputs, parameters, constants
+  // Output 0 is a view of input 0 (reshape, stop_gradient): the memory planner gives it no
+  // buffer of its own and keeps input 0's buffer alive as long as the view is read.
+  bool aliases_input = false;
 
   bool is_differentiable() const;
   const AttrSpec* find_attr(const std::string& attr) const;

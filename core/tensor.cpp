@@ -100,6 +100,24 @@ Tensor Tensor::reshape(const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::view(int64_t byte_offset, const Shape& shape, DType dtype) const {
+  QG_CHECK(defined(), "tensor", "view of an undefined tensor");
+  for (int64_t d : shape)
+    QG_CHECK(d >= 0, "tensor", "view: negative dimension in shape ", shape_str(shape));
+  int64_t bytes = shape_numel(shape) * static_cast<int64_t>(dtype_size(dtype));
+  int64_t start = offset_bytes_ + byte_offset;
+  QG_CHECK(byte_offset >= 0 && start + bytes <= static_cast<int64_t>(storage_->bytes()), "tensor",
+           "view of ", bytes, " bytes at offset ", byte_offset, " reaches past the ",
+           storage_->bytes(), "-byte storage (tensor starts at byte ", offset_bytes_, ")");
+  Tensor t = *this;
+  t.offset_bytes_ = start;
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
 Tensor Tensor::to(Device device) const {
   QG_CHECK(defined(), "tensor", "copy of an undefined tensor");
   QG_CHECK(is_contiguous(), "tensor", "copy of a non-contiguous tensor");

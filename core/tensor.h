@@ -105,6 +105,10 @@ class Tensor {
 
   // A view with a new shape over the same storage (contiguous tensors only).
   Tensor reshape(const Shape& shape) const;
+  // A contiguous tensor of `shape` and `dtype` over this tensor's storage, starting
+  // `byte_offset` bytes past this tensor's first byte (memory-planner arenas hand out such
+  // views). Throws when it would reach past the end of the storage.
+  Tensor view(int64_t byte_offset, const Shape& shape, DType dtype) const;
   // A deep copy, optionally to another device.
   Tensor to(Device device) const;
   Tensor clone() const { return to(device_); }

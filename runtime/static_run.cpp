@@ -1,47 +1,68 @@
 #include "runtime/static_run.h"
 
 #include "core/error.h"
+#ifdef QG_WITH_CUDA
+#include "runtime/cuda/device_error.h"
+#endif
 
 namespace qg {
 
 StaticRun::StaticRun(Executor& exec, const Executor::Feeds& feeds,
-                     const std::vector<ValueId>& fetches)
-    : exec_(exec) {
+                     const std::vector<ValueId>& fetches, const std::vector<NodeId>& targets,
+                     bool plan_memory)
+    : exec_(exec), planned_(plan_memory) {
   const Graph& g = exec.graph();
-  // One validated run through the executor: it checks every type, creates the states, and
-  // leaves every value's final tensor behind (run_all keeps them all).
-  std::vector<Tensor> all = exec.run_all(feeds);
-  values_ = all;
-  std::vector<bool> needed(g.num_nodes(), false);
-  std::vector<NodeId> stack;
-  for (ValueId v : fetches) stack.push_back(g.value(v).producer);
-  const BoostGraph& bg = g.boost_graph();
-  while (!stack.empty()) {
-    NodeId id = stack.back();
-    stack.pop_back();
-    if (needed[id]) continue;
-    needed[id] = true;
-    for (auto [e, end] = boost::in_edges(id, bg); e != end; ++e)
-      stack.push_back(static_cast<NodeId>(boost::source(*e, bg)));
-  }
-  for (NodeId id : g.topological_order()) {
+  const Device device = exec.device();
+  // One validated run through the executor: it checks every type and feed and creates the
+  // states. Its intermediates are released as it goes; only states survive it.
+  exec.run(feeds, fetches, targets);
+  plan_ = qg::plan_memory(g, needed_order(g, fetches, targets), fetches);
+  if (planned_) arena_ = Tensor::empty({plan_.arena_bytes}, DType::u8, device);
+  scratch_ = std::make_unique<ScratchPool>(device);
+
+  values_.assign(g.num_values(), Tensor());
+  for (NodeId id : plan_.order) {
     const Node& n = g.node(id);
-    if (!needed[id]) continue;
     if (n.op->name == "input") {
+      auto it = feeds.find(n.name);
+      QG_CHECK(it != feeds.end(), "static_run", "graph input '", n.name, "' was not fed");
+      values_[n.outputs[0]] = it->second.device() == device ? it->second : it->second.to(device);
       input_ids_[n.name] = n.outputs[0];
       continue;
     }
-    if (n.op->is_source) continue;  // constants and parameters: their state tensor, bound above
+    if (n.op->is_source) {  // constants and parameters hand out their state tensor
+      values_[n.outputs[0]] = exec.states(id).at(0);
+      continue;
+    }
+    if (n.op->aliases_input) {
+      // A placeholder of the right type over the viewed bytes; the kernel hands out the
+      // same view on every launch.
+      const TensorType& t = g.value(n.outputs[0]).type;
+      values_[n.outputs[0]] = values_[n.inputs[0]].view(0, t.shape, t.dtype);
+    } else {
+      for (ValueId out : n.outputs) {
+        const TensorType& t = g.value(out).type;
+        const PlannedBuffer* b = plan_.find(out);
+        QG_CHECK(b != nullptr, "static_run", "value ", out, " of '", n.name, "' was not planned");
+        values_[out] = planned_ ? arena_.view(b->offset, t.shape, t.dtype)
+                                : Tensor::empty(t.shape, t.dtype, device);
+      }
+    }
     DType key = g.value(n.inputs.empty() ? n.outputs[0] : n.inputs[0]).type.dtype;
-    const KernelDef* k = n.op->find_kernel(exec.device().type, key);
-    QG_CHECK(k != nullptr, n.op->name, "no kernel for ", exec.device().str());
+    const KernelDef* k = n.op->find_kernel(device.type, key);
+    QG_CHECK(k != nullptr, n.op->name, "no kernel for ", device.str());
     steps_.push_back({id, k});
   }
 }
 
+StaticRun::~StaticRun() = default;
+
 void StaticRun::bind_input(const std::string& name, const Tensor& value) {
   auto it = input_ids_.find(name);
   QG_CHECK(it != input_ids_.end(), "static_run", "no graph input named '", name, "'");
+  QG_CHECK(!captured(), "static_run", "input '", name,
+           "' cannot be rebound after capture (the CUDA graph reads the bound tensor's "
+           "address); use write_input to copy new data into it");
   const Tensor& old = values_[it->second];
   QG_CHECK(value.dtype() == old.dtype() && value.shape() == old.shape() &&
                value.device() == old.device(),
@@ -49,21 +70,65 @@ void StaticRun::bind_input(const std::string& name, const Tensor& value) {
   values_[it->second] = value;
 }
 
+void StaticRun::write_input(const std::string& name, const Tensor& value) {
+  auto it = input_ids_.find(name);
+  QG_CHECK(it != input_ids_.end(), "static_run", "no graph input named '", name, "'");
+  const Tensor& dst = values_[it->second];
+  QG_CHECK(value.dtype() == dst.dtype() && value.shape() == dst.shape() && value.is_contiguous(),
+           "static_run", "input '", name, "' is ", dst.str(), ", got ", value.str());
+  copy_bytes(dst.raw_data(), dst.device(), value.raw_data(), value.device(), dst.nbytes());
+}
+
 void StaticRun::launch() {
   const Graph& g = exec_.graph();
-  for (const Step& s : steps_) {
+  // Temporaries kernels allocate come from the scratch pool for the whole launch.
+  ScopedAllocator scope(exec_.device().type, scratch_.get());
+  scratch_->begin_launch();
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& s = steps_[i];
     const Node& n = g.node(s.node);
-    std::vector<Tensor> inputs, outputs;
-    for (ValueId in : n.inputs) inputs.push_back(values_[in]);
-    for (ValueId out : n.outputs) outputs.push_back(values_[out]);
-    std::vector<Tensor>& states = const_cast<std::vector<Tensor>&>(exec_.states(s.node));
-    KernelContext ctx{
-        n.op->name,       n,       n.attrs, std::move(inputs), std::move(outputs), states,
-        exec_.training(), nullptr, nullptr};
-    ctx.stream = exec_.stream();
-    s.kernel->fn(ctx);
-    for (size_t i = 0; i < n.outputs.size(); ++i) values_[n.outputs[i]] = ctx.outputs[i];
+    scratch_->begin_step(static_cast<int>(i));
+    {
+      std::vector<Tensor> inputs, outputs;
+      for (ValueId in : n.inputs) inputs.push_back(values_[in]);
+      for (ValueId out : n.outputs) outputs.push_back(values_[out]);
+      std::vector<Tensor>& states = const_cast<std::vector<Tensor>&>(exec_.states(s.node));
+      KernelContext ctx{n.op->name,
+                        n,
+                        n.attrs,
+                        std::move(inputs),
+                        std::move(outputs),
+                        states,
+                        exec_.training(),
+                        exec_.stream(),
+                        nullptr};
+      s.kernel->fn(ctx);
+      // Views (reshape, stop_gradient) hand out their input; planned outputs stay put.
+      for (size_t k = 0; k < n.outputs.size(); ++k) values_[n.outputs[k]] = ctx.outputs[k];
+    }
+    scratch_->end_step(n.op->name);
   }
+  scratch_->end_launch();
+  launched_ = true;
+}
+
+void StaticRun::capture() {
+  QG_CHECK(!exec_.device().is_cpu(), "static_run",
+           "capture needs a CUDA executor; this one runs on ", exec_.device().str());
+  QG_CHECK(launched_, "static_run",
+           "capture needs one launch() first (it records the kernels' temporaries and their "
+           "one-time set-up, neither of which may happen while capturing)");
+  graph_.capture(exec_.stream(), [this] { launch(); });
+}
+
+void StaticRun::replay() {
+  graph_.replay(exec_.stream());
+}
+
+void StaticRun::synchronize() {
+#ifdef QG_WITH_CUDA
+  if (!exec_.device().is_cpu()) cuda::check_device_errors(&exec_.graph());
+#endif
 }
 
 }  // namespace qg

@@ -172,6 +172,7 @@ void define_broadcast_to(OpRegistry& r) {
 void define_reshape(OpRegistry& r) {
   OpDef& op = r.define("reshape");
   op.doc = "A view of x with a new shape (same element count).";
+  op.aliases_input = true;
   op.inputs = {"x"};
   op.outputs = {"y"};
   op.attrs = {ints_attr("shape", std::nullopt, "new shape")};

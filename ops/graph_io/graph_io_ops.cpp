@@ -60,6 +60,7 @@ void define_parameter(OpRegistry& r) {
 void define_stop_gradient(OpRegistry& r) {
   OpDef& op = r.define("stop_gradient");
   op.doc = "Identity in the forward pass; no gradient flows through it.";
+  op.aliases_input = true;
   op.inputs = {"x"};
   op.outputs = {"y"};
   op.infer = [](const InferContext& ctx) { return same_as_input(ctx); };
