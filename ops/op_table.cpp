@@ -1,8 +1,6 @@
 // The one table of op families. Adding a family means adding its folder and one row here;
 // OpRegistry::self_check() then verifies every op it defines (backward rules, gradient-check
 // samples, CPU reference kernels).
-#include <array>
-
 #include "core/op_registry.h"
 
 namespace qg {
@@ -21,6 +19,7 @@ void define_dynamic_quant_ops(OpRegistry&);
 void define_int4_ops(OpRegistry&);
 void define_nf4_ops(OpRegistry&);
 void define_optim_ops(OpRegistry&);
+void define_fused_ops(OpRegistry&);
 
 #ifdef QG_WITH_CUDA
 void add_cuda_kernels(OpRegistry&);  // runtime/cuda: registers every family's CUDA kernels
@@ -32,7 +31,8 @@ struct OpFamily {
   void (*define)(OpRegistry&);
 };
 
-constexpr std::array<OpFamily, 14> kOpFamilies = {{
+// Size deduced, so adding a row is the only edit.
+constexpr OpFamily kOpFamilies[] = {
     {"graph_io", define_graph_io_ops},
     {"arith", define_arith_ops},
     {"linalg", define_linalg_ops},
@@ -47,7 +47,8 @@ constexpr std::array<OpFamily, 14> kOpFamilies = {{
     {"int4", define_int4_ops},
     {"nf4", define_nf4_ops},
     {"optim", define_optim_ops},
-}};
+    {"fused", define_fused_ops},
+};
 }  // namespace
 
 void register_all_ops(OpRegistry& registry) {

@@ -146,6 +146,11 @@ void Executor::run_nodes(const Feeds& feeds, const std::vector<bool>& needed,
 
 std::vector<Tensor> Executor::run(const Feeds& feeds, const std::vector<ValueId>& fetches,
                                   const std::vector<NodeId>& targets) {
+  for (ValueId v : fetches) {
+    const Node& producer = graph_.node(graph_.value(v).producer);
+    QG_CHECK(!producer.dead, "executor", "value ", v, " was produced by node '", producer.name,
+             "', which a pass removed (fused away); fetch it by name or re-read the value id");
+  }
   if (graph_.num_nodes() != prepared_nodes_) prepare();
   std::vector<Tensor> values;
   execute(feeds, needed_nodes(fetches, targets), values, fetches);

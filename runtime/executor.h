@@ -24,6 +24,7 @@ class Executor {
   bool training() const { return training_; }
   Device device() const;
   const Graph& graph() const { return graph_; }
+  void* stream() const { return backend_->stream(); }  // cudaStream_t on CUDA, else null
 
   // Runs what `fetches` and `targets` (nodes run for their side effects, such as optimizer
   // steps) need. Returned tensors live on the executor's device.

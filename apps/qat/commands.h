@@ -9,6 +9,7 @@ void add_gradcheck_command(CLI::App& app);
 void add_op_command(CLI::App& app);
 void add_crosscheck_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 void add_memplan_command(CLI::App& app);
 
 }  // namespace qg::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   qg::cli::add_op_command(app);
   qg::cli::add_crosscheck_command(app);
   qg::cli::add_train_command(app);
+  qg::cli::add_bench_command(app);
   qg::cli::add_memplan_command(app);
   try {
     app.parse(argc, argv);

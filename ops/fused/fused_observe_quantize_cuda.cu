@@ -16,6 +16,8 @@
 // non-leading channel axes, lengths that break 32-bit mask words) run the two original kernels.
 #include <cooperative_groups.h>
 #include <climits>
+#include <map>
+#include <mutex>
 
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
@@ -31,7 +33,7 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;
 constexpr int kRowPacks = 4;  // packs per thread a row may need (rows up to 1024 packs)
-constexpr int kCached = 16;   // packs per thread held in registers on the per-tensor path
+constexpr int kCached = 4;    // packs per thread held in registers on the per-tensor path
 constexpr int kUnroll = 4;    // streamed packs in flight per thread
 
 // Batch statistics with obsmath::ordered_min/ordered_max, the CPU observers' rule (-0 wins
@@ -211,7 +213,7 @@ __device__ __forceinline__ void load_row(const Pack<T, N>* xr, int64_t packs,
 // One block per row; the next row's loads are issued before the current row is reduced and
 // quantized, so memory stays busy through the block's reduction and barriers.
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     fused_rows_kernel(const T* x, T* y, uint32_t* mask, int64_t rows, int64_t packs_per_row,
                       FusedArgs a) {
   constexpr int N = kVec<T>;
@@ -258,7 +260,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 3)
     fused_tensor_kernel(const T* x, T* y, uint32_t* mask, int64_t packs, MinMax* partials,
                         int smem_packs, FusedArgs a) {
   constexpr int N = kVec<T>;
@@ -394,26 +396,40 @@ FusedArgs make_args(KernelContext& ctx) {
 template <typename T>
 void launch_tensor(KernelContext& ctx, const FusedArgs& a, int64_t packs, cudaStream_t stream) {
   auto kernel = fused_tensor_kernel<T>;
-  // Shared memory extends the on-chip cache: as many 16-byte packs per thread as the opt-in
-  // limit allows, but no more than the tensor needs.
-  static int smem_limit = [] {
+  // Three blocks per multiprocessor (24 warps) keep enough loads in flight; the shared
+  // memory of the multiprocessor is split between them and extends the on-chip cache by as
+  // many 16-byte packs per thread as fit (no more than the tensor needs). Set up once.
+  constexpr int kBlocksPerSm = 3;
+  static int smem_limit = [&] {
     int dev = 0, bytes = 0;
     QG_CUDA_CHECK("fused_observe_quantize", cudaGetDevice(&dev));
     QG_CUDA_CHECK("fused_observe_quantize",
-                  cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return bytes - 2048;  // leave room for the kernel's static shared memory
+                  cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    int per_block = bytes / kBlocksPerSm - 2048;  // room for static shared memory and the runtime
+    QG_CUDA_CHECK(
+        "fused_observe_quantize",
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, per_block));
+    return per_block;
   }();
-  int64_t resident_threads = int64_t{multiprocessor_count()} * kThreads;
+  int64_t resident_threads = int64_t{multiprocessor_count()} * kThreads * kBlocksPerSm;
   int64_t beyond_regs = std::max<int64_t>(0, packs - resident_threads * kCached);
   int smem_packs = static_cast<int>(std::min<int64_t>(
       smem_limit / (16 * kThreads), (beyond_regs + resident_threads - 1) / resident_threads));
   size_t smem_bytes = static_cast<size_t>(smem_packs) * 16 * kThreads;
-  QG_CUDA_CHECK("fused_observe_quantize",
-                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem_bytes)));
+  // Occupancy depends only on the shared-memory size: look it up once per size.
+  static std::map<size_t, int> occupancy;
+  static std::mutex occupancy_mu;
   int per_sm = 0;
-  QG_CUDA_CHECK("fused_observe_quantize", cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                                              &per_sm, kernel, kThreads, smem_bytes));
+  {
+    std::lock_guard<std::mutex> lock(occupancy_mu);
+    auto it = occupancy.find(smem_bytes);
+    if (it == occupancy.end()) {
+      QG_CUDA_CHECK("fused_observe_quantize", cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                                                  &per_sm, kernel, kThreads, smem_bytes));
+      it = occupancy.emplace(smem_bytes, per_sm).first;
+    }
+    per_sm = it->second;
+  }
   int64_t resident = int64_t{per_sm} * multiprocessor_count();
   int64_t want = (packs + kThreads - 1) / kThreads;
   unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(resident, want)));
@@ -434,9 +450,16 @@ void launch_tensor(KernelContext& ctx, const FusedArgs& a, int64_t packs, cudaSt
 template <typename T>
 void launch_rows(KernelContext& ctx, const FusedArgs& a, int64_t rows, int64_t packs_per_row,
                  cudaStream_t stream) {
-  // Enough blocks to fill the GPU, few enough that each walks several rows (and prefetches).
+  // A persistent grid: exactly the blocks that are resident at once, each walking its rows
+  // (and prefetching the next), so no block waits for a second wave.
+  static const int per_sm = [] {
+    int n = 0;
+    QG_CUDA_CHECK("fused_observe_quantize", cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                                                &n, fused_rows_kernel<T>, kThreads, 0));
+    return std::max(n, 1);
+  }();
   unsigned grid = static_cast<unsigned>(
-      std::max<int64_t>(1, std::min<int64_t>(rows, int64_t{multiprocessor_count()} * 4)));
+      std::max<int64_t>(1, std::min<int64_t>(rows, int64_t{multiprocessor_count()} * per_sm)));
   fused_rows_kernel<T>
       <<<grid, kThreads, 0, stream>>>(in_ptr<T>(ctx.inputs[0]), out_ptr<T>(ctx.outputs[0]),
                                       out_ptr<uint32_t>(ctx.outputs[1]), rows, packs_per_row, a);

@@ -63,9 +63,7 @@ void define_fused_ops(OpRegistry& r) {
     QG_FAIL(ctx.op, "fused nodes are created by the fuse_observer_quantize pass, not by apply()");
   };
   op.is_source = false;
-  op.kernels.push_back({DeviceType::cpu, {}, [](KernelContext& ctx) {
-                          run_fused_observe_quantize_composed(ctx, DeviceType::cpu);
-                        }});
+  op.kernels.push_back({DeviceType::cpu, {}, fused_observe_quantize_cpu});
 }
 
 }  // namespace qg

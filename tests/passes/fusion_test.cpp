@@ -2,6 +2,7 @@
 // unfused (outputs, masks and state, bit for bit), and cases where fusion must not happen.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -19,6 +20,14 @@ Tensor random_tensor(const Shape& shape, uint64_t seed, double scale = 3.0) {
   std::normal_distribution<double> d(0.0, scale);
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
   for (auto& x : v) x = d(rng);
+  // Signed zeros, NaN and infinities exercise the statistics' edge rules.
+  if (v.size() >= 16) {
+    v[1] = -0.0;
+    v[3] = 0.0;
+    v[7] = NAN;
+    v[v.size() - 2] = INFINITY;
+    v[v.size() / 2] = -INFINITY;
+  }
   return Tensor::from_doubles(shape, v);
 }
 
@@ -104,12 +113,16 @@ TEST_P(FusedEqualsUnfused, OutputsMasksAndStateBitForBit) {
 INSTANTIATE_TEST_SUITE_P(
     Scopes, FusedEqualsUnfused,
     ::testing::Values(
-        Case{"minmax_observer", {16, 33}, {}},
+        Case{"minmax_observer", {16, 33}, {}, {}},
         Case{"minmax_observer", {7, 5}, {{"signed", true}}, {{"qscheme", "symmetric"}}},
-        Case{"minmax_observer", {6, 9}, {{"scope", "channel"}, {"axis", 0}}},
-        Case{"minmax_observer", {6, 9}, {{"scope", "channel"}, {"axis", -1}, {"bits", 4}}},
-        Case{"moving_average_observer", {16, 33}, {}},
-        Case{"moving_average_observer", {6, 9}, {{"scope", "channel"}, {"axis", 1}}}));
+        Case{"minmax_observer", {6, 9}, {{"scope", "channel"}, {"axis", 0}}, {}},
+        Case{"minmax_observer", {6, 9}, {{"scope", "channel"}, {"axis", -1}, {"bits", 4}}, {}},
+        Case{"moving_average_observer", {16, 33}, {}, {}},
+        Case{"moving_average_observer", {6, 9}, {{"scope", "channel"}, {"axis", 1}}, {}},
+        // rows of 8k elements: the CPU single-loop row path
+        Case{"minmax_observer", {5, 16}, {{"scope", "channel"}, {"axis", 0}, {"signed", true}}, {}},
+        Case{"moving_average_observer", {5, 32}, {{"scope", "channel"}, {"axis", -2}}, {}},
+        Case{"minmax_observer", {4, 8}, {}, {{"qscheme", "symmetric"}}}));
 
 TEST(FusionLegality, SecondReaderOfQparamsBlocksFusion) {
   Graph g;
