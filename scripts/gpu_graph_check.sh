@@ -34,7 +34,7 @@ grep -E '^\[  FAILED  \] [A-Za-z]|Failure|error' "$out/graph_tests.log" | head -
 note "test_memory_plan: rc=$rc; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]' "$out/graph_tests.log" | tr '\n' ' ')"
 note "GPU tests run: $(grep -cE '^\[       OK \] GpuCudaGraph' "$out/graph_tests.log"), skipped: $(grep -cE '^\[  SKIPPED \] GpuCudaGraph' "$out/graph_tests.log")"
 
-timeout 120 "$build"/apps/qat memplan >"$out/memplan.txt" 2>&1
+timeout 200 "$build"/apps/qat memplan --time 200 >"$out/memplan.txt" 2>&1
 note "qat memplan: rc=$?"
 cat "$out/memplan.txt"
 

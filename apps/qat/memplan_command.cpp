@@ -7,10 +7,13 @@
 #include <cstdio>
 
 #include "apps/qat/commands.h"
+#include "bench/harness/device_timer.h"
 #include "bench/harness/perf_cases.h"
 #include "bench/harness/qat_step.h"
+#include "runtime/backend.h"
 #include "runtime/memory_plan.h"
 #include "runtime/passes/pass.h"
+#include "runtime/static_run.h"
 
 namespace qg::cli {
 
@@ -20,6 +23,7 @@ struct MemplanOptions {
   std::string device = "cuda";
   bool quick = false;
   std::string filter;
+  int time_reps = 0;  // > 0: also time the QAT steps (executor, static launch, graph replay)
 };
 
 // Inputs, constants, parameters and node states of the nodes that run.
@@ -78,6 +82,39 @@ struct MlpShape {
   int64_t batch, in, hidden, classes;
 };
 
+// Times one QAT MLP step per launch three ways on `device`: Executor::run (allocates and
+// synchronises every step), StaticRun::launch (the planned arena, kernels enqueued in order)
+// and, on CUDA, one replay of the captured CUDA graph of the same launch.
+void time_step(const MlpShape& m, bool fused, Device device, int reps) {
+  Graph g;
+  bench::QatStep st = bench::build_qat_step(g, m.batch, m.in, m.hidden, m.classes);
+  optimize(g, fused ? PassOptions{} : PassOptions{{"all"}});
+  std::vector<ValueId> fetches = {g.at("loss")};
+  Executor::Feeds feeds = {{"x", bench::qat_step_x(m.batch, m.in, 0).to(device)},
+                           {"labels", bench::qat_step_labels(m.batch, m.classes, 0).to(device)}};
+  Executor exec(g, device);
+  double exec_us = bench::median_us(
+      device, [&](int) { exec.run(feeds, fetches, st.sgd_steps); }, reps);
+  StaticRun run(exec, feeds, fetches, st.sgd_steps);
+  double launch_us = bench::median_us(
+      device, [&](int) { run.launch(); }, reps);
+  double replay_us = 0;
+  if (!device.is_cpu()) {
+    run.capture();
+    replay_us = bench::median_us(
+        device, [&](int) { run.replay(); }, reps);
+    run.synchronize();
+  }
+  std::string shape =
+      std::to_string(m.in) + "-" + std::to_string(m.hidden) + "-" + std::to_string(m.classes);
+  char replay[32] = "-";
+  if (!device.is_cpu()) std::snprintf(replay, sizeof replay, "%.1f", replay_us);
+  std::printf("%-8s %-6lld %-16s %-8s %8d %12.1f %12.1f %12s %10s\n", device.str().c_str(),
+              static_cast<long long>(m.batch), shape.c_str(), fused ? "fused" : "unfused",
+              run.kernels_per_launch(), exec_us, launch_us, replay,
+              format_bytes(run.scratch_bytes()).c_str());
+}
+
 }  // namespace
 
 void add_memplan_command(CLI::App& app) {
@@ -88,6 +125,10 @@ void add_memplan_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--quick", o->quick, "Small shapes only");
   cmd->add_option("--filter", o->filter, "Only cases whose label contains this text");
+  cmd->add_option("--time", o->time_reps,
+                  "Also time the QAT MLP steps (median of N): executor run, static launch and "
+                  "CUDA-graph replay (on CUDA when present)")
+      ->check(CLI::Range(0, 100000));
   cmd->callback([o] {
     DeviceType device = o->device == "cpu" ? DeviceType::cpu : DeviceType::cuda;
     std::printf(
@@ -124,6 +165,14 @@ void add_memplan_command(CLI::App& app) {
         print_row(plan_row(label, fused, g, fetches, st.sgd_steps));
       }
     }
+    if (o->time_reps <= 0) return;
+    Device run_on = cuda_available() ? Device::cuda() : Device::cpu();
+    std::printf("\nQAT MLP step, median us per step (%d reps); replay = one CUDA-graph launch\n",
+                o->time_reps);
+    std::printf("%-8s %-6s %-16s %-8s %8s %12s %12s %12s %10s\n", "device", "batch", "shape",
+                "variant", "kernels", "executor", "launch", "replay", "scratch");
+    for (const MlpShape& m : mlps)
+      for (bool fused : {true, false}) time_step(m, fused, run_on, o->time_reps);
   });
 }
 
