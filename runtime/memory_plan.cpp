@@ -24,16 +24,6 @@ std::string format_bytes(int64_t bytes) {
   return buf;
 }
 
-std::string MemoryPlan::summary() const {
-  double pct = naive_bytes > 0
-                   ? 100.0 * static_cast<double>(arena_bytes) / static_cast<double>(naive_bytes)
-                   : 100.0;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, " (%.0f%%)", pct);
-  return "arena " + format_bytes(arena_bytes) + " vs naive " + format_bytes(naive_bytes) +
-         " over " + std::to_string(num_buffers()) + " buffers" + buf;
-}
-
 std::vector<NodeId> needed_order(const Graph& graph, const std::vector<ValueId>& fetches,
                                  const std::vector<NodeId>& targets) {
   std::vector<bool> needed(graph.num_nodes(), false);

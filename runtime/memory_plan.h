@@ -37,8 +37,7 @@ struct MemoryPlan {
   int64_t arena_bytes = 0;             // peak: the arena's size
   int64_t naive_bytes = 0;             // every planned value in its own (aligned) buffer
   int num_buffers() const { return static_cast<int>(buffers.size()); }
-  const PlannedBuffer* find(ValueId v) const;
-  std::string summary() const;  // "arena 1.5 MiB vs naive 3.0 MiB over 12 buffers (50%)"
+  const PlannedBuffer* find(ValueId v) const;  // nullptr for values without a buffer
 };
 
 // The nodes that `fetches` and `targets` need, in topological order.

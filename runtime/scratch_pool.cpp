@@ -37,9 +37,8 @@ void ScratchPool::end_step(const std::string& op) {
   QG_CHECK(outstanding_ == 0, op, "the kernel kept ", outstanding_,
            " temporary tensor(s) after it returned (as an output or state); a static run "
            "reuses scratch memory on every launch and cannot run such a kernel");
-  if (!recording_ && step_ < static_cast<int>(sizes_.size()))
-    QG_CHECK(next_ == static_cast<int>(sizes_[step_].size()), op, "the kernel made ", next_,
-             " temporary allocations, the recorded launch made ", sizes_[step_].size());
+  // Fewer temporaries than recorded is fine (a kernel may skip its scratch, e.g. an observer
+  // that does not update in eval mode); more or larger ones fail in allocate().
   step_ = -1;
 }
 

@@ -10,7 +10,7 @@
 //
 // A kernel whose scratch tensor outlives the kernel (kept as an output or state) breaks the
 // scheme and is reported as an error naming the op; so is a later launch that asks for more
-// or other allocations than the recorded one.
+// or larger allocations than the recorded one (fewer is fine).
 #pragma once
 
 #include <string>
