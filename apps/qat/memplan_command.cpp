@@ -14,6 +14,9 @@
 #include "runtime/memory_plan.h"
 #include "runtime/passes/pass.h"
 #include "runtime/static_run.h"
+#ifdef QG_WITH_CUDA
+#include "runtime/cuda/cuda_allocator.h"
+#endif
 
 namespace qg::cli {
 
@@ -95,6 +98,19 @@ void time_step(const MlpShape& m, bool fused, Device device, int reps) {
   Executor exec(g, device);
   double exec_us = bench::median_us(
       device, [&](int) { exec.run(feeds, fetches, st.sgd_steps); }, reps);
+  // Measured, on CUDA: what one executor run adds to the caching allocator's bytes in use
+  // at its peak (it frees each value after its last reader), against the static run's
+  // arena + scratch (allocated once).
+  std::string exec_peak = "-";
+#ifdef QG_WITH_CUDA
+  if (!device.is_cpu()) {
+    cuda::CachingAllocator& a = cuda::allocator(device.index);
+    size_t before = a.bytes_in_use();
+    a.reset_peak();
+    exec.run(feeds, fetches, st.sgd_steps);
+    exec_peak = format_bytes(static_cast<int64_t>(a.peak_bytes_in_use() - before));
+  }
+#endif
   StaticRun run(exec, feeds, fetches, st.sgd_steps);
   double launch_us = bench::median_us(
       device, [&](int) { run.launch(); }, reps);
@@ -109,9 +125,10 @@ void time_step(const MlpShape& m, bool fused, Device device, int reps) {
       std::to_string(m.in) + "-" + std::to_string(m.hidden) + "-" + std::to_string(m.classes);
   char replay[32] = "-";
   if (!device.is_cpu()) std::snprintf(replay, sizeof replay, "%.1f", replay_us);
-  std::printf("%-8s %-6lld %-16s %-8s %8d %12.1f %12.1f %12s %10s\n", device.str().c_str(),
-              static_cast<long long>(m.batch), shape.c_str(), fused ? "fused" : "unfused",
-              run.kernels_per_launch(), exec_us, launch_us, replay,
+  std::printf("%-8s %-6lld %-16s %-8s %8d %12.1f %12.1f %12s %12s %12s %10s\n",
+              device.str().c_str(), static_cast<long long>(m.batch), shape.c_str(),
+              fused ? "fused" : "unfused", run.kernels_per_launch(), exec_us, launch_us, replay,
+              exec_peak.c_str(), format_bytes(run.plan().arena_bytes).c_str(),
               format_bytes(run.scratch_bytes()).c_str());
 }
 
@@ -167,10 +184,13 @@ void add_memplan_command(CLI::App& app) {
     }
     if (o->time_reps <= 0) return;
     Device run_on = cuda_available() ? Device::cuda() : Device::cpu();
-    std::printf("\nQAT MLP step, median us per step (%d reps); replay = one CUDA-graph launch\n",
-                o->time_reps);
-    std::printf("%-8s %-6s %-16s %-8s %8s %12s %12s %12s %10s\n", "device", "batch", "shape",
-                "variant", "kernels", "executor", "launch", "replay", "scratch");
+    std::printf(
+        "\nQAT MLP step, median us per step (%d reps); replay = one CUDA-graph launch; "
+        "exec peak = bytes one executor run adds at its peak (CUDA allocator)\n",
+        o->time_reps);
+    std::printf("%-8s %-6s %-16s %-8s %8s %12s %12s %12s %12s %12s %10s\n", "device", "batch",
+                "shape", "variant", "kernels", "executor", "launch", "replay", "exec peak", "arena",
+                "scratch");
     for (const MlpShape& m : mlps)
       for (bool fused : {true, false}) time_step(m, fused, run_on, o->time_reps);
   });
