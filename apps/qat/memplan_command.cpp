@@ -184,6 +184,7 @@ void add_memplan_command(CLI::App& app) {
     }
     if (o->time_reps <= 0) return;
     Device run_on = cuda_available() ? Device::cuda() : Device::cpu();
+    auto backend = make_backend(run_on);  // brings the device up (allocator, stream) first
     std::printf(
         "\nQAT MLP step, median us per step (%d reps); replay = one CUDA-graph launch; "
         "exec peak = bytes one executor run adds at its peak (CUDA allocator)\n",

@@ -36,31 +36,42 @@ constexpr int kRowPacks = 4;  // packs per thread a row may need (rows up to 102
 constexpr int kCached = 4;    // packs per thread held in registers on the per-tensor path
 constexpr int kUnroll = 4;    // streamed packs in flight per thread
 
-// Batch statistics with obsmath::ordered_min/ordered_max, the CPU observers' rule (-0 wins
-// the min and +0 the max), which makes them independent of the reduction order.
+// Batch statistics with the CPU observers' rule for signed zeros (obsmath::ordered_min /
+// ordered_max: -0 wins the min, +0 the max), which makes them independent of the reduction
+// order. The hot loop uses plain fminf/fmaxf and only records which zero signs it saw; the
+// sign of a zero extreme is settled once at the end (finish()).
 struct MinMax {
   float mn, mx;
+  unsigned zeros;  // bit 0: saw -0, bit 1: saw +0
   unsigned long long nonfinite;
 };
 
 __device__ __forceinline__ MinMax minmax_identity() {
-  return {INFINITY, -INFINITY, 0ull};
+  return {INFINITY, -INFINITY, 0u, 0ull};
 }
 
 __device__ __forceinline__ void minmax_add(MinMax& m, float v, long long) {
   bool finite = fabsf(v) < INFINITY;  // false for NaN and +/-Inf
   m.nonfinite += finite ? 0u : 1u;
-  if (finite) {
-    m.mn = obsmath::ordered_min(m.mn, v);
-    m.mx = obsmath::ordered_max(m.mx, v);
-  }
+  m.mn = finite ? fminf(m.mn, v) : m.mn;
+  m.mx = finite ? fmaxf(m.mx, v) : m.mx;
+  unsigned bits = __float_as_uint(v);
+  unsigned zero = (bits << 1) == 0u;
+  m.zeros |= zero << (1u - (bits >> 31));  // -0 -> bit 0, +0 -> bit 1
 }
 
 __device__ __forceinline__ MinMax combine(MinMax a, const MinMax& b) {
-  a.mn = obsmath::ordered_min(a.mn, b.mn);
-  a.mx = obsmath::ordered_max(a.mx, b.mx);
+  a.mn = fminf(a.mn, b.mn);
+  a.mx = fmaxf(a.mx, b.mx);
+  a.zeros |= b.zeros;
   a.nonfinite += b.nonfinite;
   return a;
+}
+
+__device__ __forceinline__ MinMax finish(MinMax m) {
+  if (m.mn == 0.0f) m.mn = (m.zeros & 1u) ? -0.0f : 0.0f;
+  if (m.mx == 0.0f) m.mx = (m.zeros & 2u) ? 0.0f : -0.0f;
+  return m;
 }
 
 __device__ __forceinline__ MinMax warp_reduce(MinMax m) {
@@ -69,6 +80,7 @@ __device__ __forceinline__ MinMax warp_reduce(MinMax m) {
     MinMax o;
     o.mn = __shfl_xor_sync(0xffffffffu, m.mn, off);
     o.mx = __shfl_xor_sync(0xffffffffu, m.mx, off);
+    o.zeros = __shfl_xor_sync(0xffffffffu, m.zeros, off);
     o.nonfinite = __shfl_xor_sync(0xffffffffu, m.nonfinite, off);
     m = combine(m, o);
   }
@@ -235,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 3)
 #pragma unroll
         for (int e = 0; e < N; ++e) minmax_add(m, to_math(cur[u].v[e]), j * N + e);
     }
-    MinMax b = block_minmax(m);
+    MinMax b = finish(block_minmax(m));
     if (threadIdx.x == 0)
       shared_qp = update_and_qparams(a, row, read_state(a, row), b, packs_per_row > 0, true);
     __syncthreads();
@@ -323,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   cg::this_grid().sync();
   MinMax all = minmax_identity();
   for (int64_t p = threadIdx.x; p < gridDim.x; p += blockDim.x) all = combine(all, partials[p]);
-  all = block_minmax(all);
+  all = finish(block_minmax(all));
   QP qp = update_and_qparams(a, 0, old, all, packs > 0, blockIdx.x == 0 && threadIdx.x == 0);
   // 3. Quantize: registers first, then the streamed packs in reverse (L2-warm first).
 #pragma unroll
