@@ -54,6 +54,8 @@ __global__ void fake_quantize_kernel(const T* x, const S* scale, const Z* zp, T*
   const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
   const bool on = a.enabled == nullptr || *a.enabled != 0;
   const int64_t nbytes = (a.n + 7) / 8;
+  int64_t cached_qi = -1;
+  M sm = M(1), inv = M(1), zm = M(0);
   for (int64_t b = global_thread(); b < nbytes; b += global_stride()) {
     int64_t k0 = b * 8;
     int cnt = a.n - k0 < 8 ? static_cast<int>(a.n - k0) : 8;
@@ -67,13 +69,19 @@ __global__ void fake_quantize_kernel(const T* x, const S* scale, const Z* zp, T*
     } else {
       for (int j = 0; j < cnt; ++j) {
         int64_t qi = qparam_of(a.scope, k0 + j);
-        double s = static_cast<double>(scale[qi]), z = static_cast<double>(zp[qi]);
-        if (!(qmath::is_finite(s) && s > 0)) report_device_error(a.err, kBadScale, a.node, qi, s);
-        if (!(z >= a.qmin && z <= a.qmax))
-          report_device_error(a.err, kBadZeroPoint, a.node, qi, z, a.qmin, a.qmax);
-        M sm = static_cast<M>(s);
-        M inv = M(1) / sm;
-        auto r = qmath::fake_quant<M>(to_math(xv[j]), inv, sm, static_cast<M>(z), qmin, qmax);
+        // Neighbouring elements mostly share their qparams (always, per tensor): load,
+        // validate and invert them only when the index changes.
+        if (qi != cached_qi) {
+          double s = static_cast<double>(scale[qi]), z = static_cast<double>(zp[qi]);
+          if (!(qmath::is_finite(s) && s > 0)) report_device_error(a.err, kBadScale, a.node, qi, s);
+          if (!(z >= a.qmin && z <= a.qmax))
+            report_device_error(a.err, kBadZeroPoint, a.node, qi, z, a.qmin, a.qmax);
+          sm = static_cast<M>(s);
+          inv = M(1) / sm;
+          zm = static_cast<M>(z);
+          cached_qi = qi;
+        }
+        auto r = qmath::fake_quant<M>(to_math(xv[j]), inv, sm, zm, qmin, qmax);
         yv[j] = from_math<T>(r.y);
         bits |= static_cast<uint8_t>(r.in_range) << j;
       }
