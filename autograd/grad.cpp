@@ -31,8 +31,8 @@ ValueId sum_contributions(Graph& g, const std::vector<ValueId>& parts) {
 std::vector<ValueId> grad_with_seed(Graph& g, ValueId output, ValueId seed,
                                     const std::vector<ValueId>& wrt) {
   const std::vector<NodeId> order = g.topological_order();
-  QG_CHECK(gradient_type_ok(g.value(output).type, g.value(seed).type), "grad", "seed ", g.value(seed).type.str(),
-           " does not match the output ", g.value(output).type.str());
+  QG_CHECK(gradient_type_ok(g.value(output).type, g.value(seed).type), "grad", "seed ",
+           g.value(seed).type.str(), " does not match the output ", g.value(output).type.str());
   for (ValueId w : wrt)
     QG_CHECK(is_floating(g.value(w).type.dtype), "grad",
              "cannot differentiate with respect to value ", w, " of dtype ",

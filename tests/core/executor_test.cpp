@@ -16,9 +16,9 @@ TEST(Executor, FeedsByNameAndFetchesByName) {
   ValueId b = g.input("b", {DType::f32, {3}});
   g.set_name(g.apply1("mul", {a, b}), "product");
   Executor exec(g);
-  auto out = exec.run_named({{"a", Tensor::from_doubles({3}, {1, 2, 3})},
-                             {"b", Tensor::from_doubles({3}, {4, 5, 6})}},
-                            {"product"});
+  auto out = exec.run_named(
+      {{"a", Tensor::from_doubles({3}, {1, 2, 3})}, {"b", Tensor::from_doubles({3}, {4, 5, 6})}},
+      {"product"});
   EXPECT_EQ(out["product"].to_doubles(), (std::vector<double>{4, 10, 18}));
 }
 
@@ -28,8 +28,11 @@ TEST(Executor, MissingGraphInput) {
   ValueId b = g.input("b", {DType::f32, {3}});
   ValueId y = g.apply1("add", {a, b});
   Executor exec(g);
-  expect_error([&] { exec.run({{"a", Tensor::zeros({3}, DType::f32)}}, {y}); },
-               {"missing graph input 'b'"});
+  expect_error(
+      [&] {
+        exec.run({{"a", Tensor::zeros({3}, DType::f32)}}, {y});
+      },
+      {"missing graph input 'b'"});
 }
 
 TEST(Executor, FedTensorMustMatchDeclaration) {
@@ -37,12 +40,21 @@ TEST(Executor, FedTensorMustMatchDeclaration) {
   ValueId a = g.input("a", {DType::f32, {3}});
   ValueId y = g.apply1("relu", {a});
   Executor exec(g);
-  expect_error([&] { exec.run({{"a", Tensor::zeros({4}, DType::f32)}}, {y}); },
-               {"declared f32[3]", "fed f32[4]"});
-  expect_error([&] { exec.run({{"a", Tensor::zeros({3}, DType::f64)}}, {y}); },
-               {"declared f32[3]", "fed f64[3]"});
-  expect_error([&] { exec.run({{"a", Tensor::zeros({3}, DType::f32)}, {"zzz", Tensor()}}, {y}); },
-               {"feed 'zzz' does not name a graph input"});
+  expect_error(
+      [&] {
+        exec.run({{"a", Tensor::zeros({4}, DType::f32)}}, {y});
+      },
+      {"declared f32[3]", "fed f32[4]"});
+  expect_error(
+      [&] {
+        exec.run({{"a", Tensor::zeros({3}, DType::f64)}}, {y});
+      },
+      {"declared f32[3]", "fed f64[3]"});
+  expect_error(
+      [&] {
+        exec.run({{"a", Tensor::zeros({3}, DType::f32)}, {"zzz", Tensor()}}, {y});
+      },
+      {"feed 'zzz' does not name a graph input"});
 }
 
 TEST(Executor, OnlyNeededNodesRun) {

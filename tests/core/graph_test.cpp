@@ -19,15 +19,21 @@ TEST(Graph, UnknownOp) {
 TEST(Graph, UnknownAttributeNamesOpAndValue) {
   Graph g;
   ValueId x = g.input("x", {DType::f32, {2}});
-  expect_error([&] { g.apply("sum", {x}, {{"axis_typo", 3}}); },
-               {"[sum]", "unknown attribute 'axis_typo' = 3", "known: axes, keepdim"});
+  expect_error(
+      [&] {
+        g.apply("sum", {x}, {{"axis_typo", 3}});
+      },
+      {"[sum]", "unknown attribute 'axis_typo' = 3", "known: axes, keepdim"});
 }
 
 TEST(Graph, AttributeTypeMismatch) {
   Graph g;
   ValueId x = g.input("x", {DType::f32, {2}});
-  expect_error([&] { g.apply("sum", {x}, {{"keepdim", "yes"}}); },
-               {"[sum]", "'keepdim' must be bool", "\"yes\""});
+  expect_error(
+      [&] {
+        g.apply("sum", {x}, {{"keepdim", "yes"}});
+      },
+      {"[sum]", "'keepdim' must be bool", "\"yes\""});
 }
 
 TEST(Graph, MissingRequiredAttribute) {
@@ -137,8 +143,11 @@ TEST(Graph, NamesAreUnique) {
 
 TEST(Graph, ParametersMustBeFloat) {
   Graph g;
-  expect_error([&] { g.parameter("w", Tensor::from_doubles({2}, {1, 2}, DType::i32)); },
-               {"[parameter]", "floating point", "i32"});
+  expect_error(
+      [&] {
+        g.parameter("w", Tensor::from_doubles({2}, {1, 2}, DType::i32));
+      },
+      {"[parameter]", "floating point", "i32"});
 }
 
 }  // namespace

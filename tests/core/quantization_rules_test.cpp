@@ -67,14 +67,18 @@ TEST(FakeQuantize, NonFiniteInputs) {
 }
 
 TEST(FakeQuantize, RuntimeScaleAndZeroPointChecks) {
-  expect_error([] { fake_quant({1.0}, 0.0, 0, {}); }, {"[fake_quantize]", "scale[0] = 0", "positive and finite"});
+  expect_error([] { fake_quant({1.0}, 0.0, 0, {}); },
+               {"[fake_quantize]", "scale[0] = 0", "positive and finite"});
   expect_error([] { fake_quant({1.0}, -0.5, 0, {}); }, {"scale[0] = -0.5"});
   expect_error([] { fake_quant({1.0}, NAN, 0, {}); }, {"scale[0] = nan"});
   expect_error([] { fake_quant({1.0}, INFINITY, 0, {}); }, {"scale[0] = inf"});
   expect_error([] { fake_quant({1.0}, 0.1, 300, {}); },
                {"[fake_quantize]", "zero_point[0] = 300", "[0, 255]"});
-  expect_error([] { fake_quant({1.0}, 0.1, 8, {{"bits", 4}, {"signed", true}}); },
-               {"zero_point[0] = 8", "[-8, 7]"});
+  expect_error(
+      [] {
+        fake_quant({1.0}, 0.1, 8, {{"bits", 4}, {"signed", true}});
+      },
+      {"zero_point[0] = 8", "[-8, 7]"});
 }
 
 TEST(FakeQuantize, ConstantQparamsAreCheckedAtGraphBuildTime) {
@@ -93,17 +97,32 @@ TEST(FakeQuantize, AttributeErrors) {
   ValueId x = g.input("x", {DType::f32, {4}});
   ValueId s = g.input("s", {DType::f32, {1}});
   ValueId z = g.input("z", {DType::i32, {1}});
-  expect_error([&] { g.apply("fake_quantize", {x, s, z}, {{"bits", 1}}); },
-               {"[fake_quantize]", "'bits' = 1", "[2, 16]"});
+  expect_error(
+      [&] {
+        g.apply("fake_quantize", {x, s, z}, {{"bits", 1}});
+      },
+      {"[fake_quantize]", "'bits' = 1", "[2, 16]"});
   expect_error([&] { g.apply("fake_quantize", {x, s, z}, {{"bits", 17}}); }, {"'bits' = 17"});
-  expect_error([&] { g.apply("fake_quantize", {x, s, z}, {{"quant_min", 5}, {"quant_max", 5}}); },
-               {"quant_min = 5 must be below quant_max = 5"});
-  expect_error([&] { g.apply("fake_quantize", {x, s, z}, {{"quant_min", 9}, {"quant_max", 2}}); },
-               {"quant_min = 9"});
-  expect_error([&] { g.apply("fake_quantize", {x, s, z}, {{"quant_min", 0}}); },
-               {"given together"});
-  expect_error([&] { g.apply("fake_quantize", {x, s, z}, {{"scope", "channel"}, {"axis", 1}}); },
-               {"'axis' = 1", "rank 1"});
+  expect_error(
+      [&] {
+        g.apply("fake_quantize", {x, s, z}, {{"quant_min", 5}, {"quant_max", 5}});
+      },
+      {"quant_min = 5 must be below quant_max = 5"});
+  expect_error(
+      [&] {
+        g.apply("fake_quantize", {x, s, z}, {{"quant_min", 9}, {"quant_max", 2}});
+      },
+      {"quant_min = 9"});
+  expect_error(
+      [&] {
+        g.apply("fake_quantize", {x, s, z}, {{"quant_min", 0}});
+      },
+      {"given together"});
+  expect_error(
+      [&] {
+        g.apply("fake_quantize", {x, s, z}, {{"scope", "channel"}, {"axis", 1}});
+      },
+      {"'axis' = 1", "rank 1"});
   ValueId s2 = g.input("s2", {DType::f32, {2}});
   expect_error([&] { g.apply("fake_quantize", {x, s2, z}); }, {"scale has shape [2]"});
   ValueId xi = g.input("xi", {DType::i8, {4}});
@@ -131,8 +150,9 @@ TEST(MinMaxObserver, HandCheckedAffineAndSymmetricQparams) {
   ValueId x = g.input("x", {DType::f32, {2}});
   auto aff = g.apply("minmax_observer", {x});
   auto sym = g.apply("minmax_observer", {x}, {{"qscheme", "symmetric"}, {"signed", true}});
-  auto symq = g.apply("minmax_observer", {x}, {{"qscheme", "symmetric"}, {"signed", true},
-                                                 {"symmetric_denominator", "qmax"}});
+  auto symq =
+      g.apply("minmax_observer", {x},
+              {{"qscheme", "symmetric"}, {"signed", true}, {"symmetric_denominator", "qmax"}});
   auto symu = g.apply("minmax_observer", {x}, {{"qscheme", "symmetric"}});
   Executor exec(g);
   auto r = exec.run({{"x", Tensor::from_doubles({2}, {-1, 3})}},

@@ -64,7 +64,8 @@ TEST(Tensor, DataTypeChecked) {
 TEST(Tensor, HalfCastsRoundToNearestEven) {
   // 1 + 2^-11 lies exactly between two f16 values (1 and 1 + 2^-10): ties go to even (1).
   // 1 + 3 * 2^-11 lies between 1 + 2^-10 and 1 + 2^-9: ties go to even (1 + 2^-9).
-  Tensor t = Tensor::from_vector<float>({2}, {1.0f + std::ldexp(1.0f, -11), 1.0f + 3 * std::ldexp(1.0f, -11)});
+  Tensor t = Tensor::from_vector<float>(
+      {2}, {1.0f + std::ldexp(1.0f, -11), 1.0f + 3 * std::ldexp(1.0f, -11)});
   Tensor h = t.cast(DType::f16);
   EXPECT_EQ(h.at(0), 1.0);
   EXPECT_EQ(h.at(1), 1.0 + std::ldexp(1.0, -9));
