@@ -198,6 +198,24 @@ std::vector<NodeId> Graph::consumers(ValueId id) const {
   return out;
 }
 
+std::vector<bool> Graph::needed_nodes(const std::vector<ValueId>& fetches,
+                                      const std::vector<NodeId>& targets) const {
+  std::vector<bool> needed(num_nodes(), false);
+  std::vector<NodeId> stack;
+  for (ValueId v : fetches) stack.push_back(value(v).producer);
+  for (NodeId t : targets) stack.push_back(node(t).id);
+  while (!stack.empty()) {
+    NodeId id = stack.back();
+    stack.pop_back();
+    if (needed[id]) continue;
+    needed[id] = true;
+    // In-edges include control dependencies, so an optimizer step's predecessors run too.
+    for (auto [e, end] = boost::in_edges(id, g_); e != end; ++e)
+      stack.push_back(static_cast<NodeId>(boost::source(*e, g_)));
+  }
+  return needed;
+}
+
 void Graph::replace_input(NodeId node_id, int slot, ValueId value) {
   Node& n = g_[node_id];
   QG_CHECK(slot >= 0 && slot < static_cast<int>(n.inputs.size()), n.name, "input slot ", slot,

@@ -75,6 +75,10 @@ class Graph {
   std::vector<ValueId> inputs() const;          // values produced by `input` nodes
   std::vector<NodeId> parameters() const;
   std::vector<NodeId> consumers(ValueId id) const;
+  // The nodes that producing `fetches` and running `targets` requires (their ancestors
+  // through data and control edges), as a per-node flag.
+  std::vector<bool> needed_nodes(const std::vector<ValueId>& fetches,
+                                 const std::vector<NodeId>& targets = {}) const;
 
   // Passes: rewire an input, order two nodes, or remove a node no live node reads.
   void replace_input(NodeId node, int slot, ValueId value);

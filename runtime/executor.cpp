@@ -47,20 +47,7 @@ void Executor::prepare() {
 
 std::vector<bool> Executor::needed_nodes(const std::vector<ValueId>& fetches,
                                          const std::vector<NodeId>& targets) const {
-  std::vector<bool> needed(graph_.num_nodes(), false);
-  std::vector<NodeId> stack;
-  for (ValueId v : fetches) stack.push_back(graph_.value(v).producer);
-  for (NodeId t : targets) stack.push_back(graph_.node(t).id);
-  const BoostGraph& bg = graph_.boost_graph();
-  while (!stack.empty()) {
-    NodeId id = stack.back();
-    stack.pop_back();
-    if (needed[id]) continue;
-    needed[id] = true;
-    for (auto [e, end] = boost::in_edges(id, bg); e != end; ++e)
-      stack.push_back(static_cast<NodeId>(boost::source(*e, bg)));
-  }
-  return needed;
+  return graph_.needed_nodes(fetches, targets);
 }
 
 void Executor::execute(const Feeds& feeds, const std::vector<bool>& needed,

@@ -26,20 +26,7 @@ std::string format_bytes(int64_t bytes) {
 
 std::vector<NodeId> needed_order(const Graph& graph, const std::vector<ValueId>& fetches,
                                  const std::vector<NodeId>& targets) {
-  std::vector<bool> needed(graph.num_nodes(), false);
-  std::vector<NodeId> stack;
-  for (ValueId v : fetches) stack.push_back(graph.value(v).producer);
-  for (NodeId t : targets) stack.push_back(graph.node(t).id);
-  const BoostGraph& bg = graph.boost_graph();
-  while (!stack.empty()) {
-    NodeId id = stack.back();
-    stack.pop_back();
-    if (needed[id]) continue;
-    needed[id] = true;
-    // In-edges include control dependencies, so an optimizer step's predecessors run too.
-    for (auto [e, end] = boost::in_edges(id, bg); e != end; ++e)
-      stack.push_back(static_cast<NodeId>(boost::source(*e, bg)));
-  }
+  std::vector<bool> needed = graph.needed_nodes(fetches, targets);
   std::vector<NodeId> order;
   for (NodeId id : graph.topological_order())
     if (needed[id]) order.push_back(id);
