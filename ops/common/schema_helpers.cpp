@@ -11,7 +11,7 @@ AttrSpec int_attr(const std::string& name, std::optional<int64_t> def, const std
   AttrSpec s;
   s.name = name;
   s.type = AttrType::integer;
-  if (def) s.default_value = Attr(*def);
+  if (def) s.default_value.emplace(*def);
   s.doc = doc;
   if (lo != INT64_MIN || hi != INT64_MAX) {
     s.validate = [name, lo, hi](const std::string& op, const Attr& v) {
@@ -26,7 +26,7 @@ AttrSpec real_attr(const std::string& name, std::optional<double> def, const std
   AttrSpec s;
   s.name = name;
   s.type = AttrType::real;
-  if (def) s.default_value = Attr(*def);
+  if (def) s.default_value.emplace(*def);
   s.doc = doc;
   return s;
 }
@@ -35,7 +35,7 @@ AttrSpec bool_attr(const std::string& name, bool def, const std::string& doc) {
   AttrSpec s;
   s.name = name;
   s.type = AttrType::boolean;
-  s.default_value = Attr(def);
+  s.default_value.emplace(def);
   s.doc = doc;
   return s;
 }
@@ -45,7 +45,7 @@ AttrSpec string_attr(const std::string& name, std::optional<std::string> def,
   AttrSpec s;
   s.name = name;
   s.type = AttrType::string;
-  if (def) s.default_value = Attr(*def);
+  if (def) s.default_value.emplace(*def);
   s.doc = doc;
   if (!choices.empty()) {
     s.validate = [name, choices](const std::string& op, const Attr& v) {
@@ -63,7 +63,7 @@ AttrSpec ints_attr(const std::string& name, std::optional<std::vector<int64_t>> 
   AttrSpec s;
   s.name = name;
   s.type = AttrType::int_list;
-  if (def) s.default_value = Attr(*def);
+  if (def) s.default_value.emplace(*def);
   s.doc = doc;
   return s;
 }

@@ -23,7 +23,7 @@ namespace {
 std::vector<AttrSpec> dynamic_attrs() {
   std::vector<AttrSpec> a = quant_range_attrs();
   for (AttrSpec& s : a)
-    if (s.name == "signed" || s.name == "narrow_range") s.default_value = Attr(true);
+    if (s.name == "signed" || s.name == "narrow_range") s.default_value.emplace(true);
   a = concat_attrs(a, scope_attrs());
   a.push_back(string_attr("mode", "symmetric", {"symmetric", "affine"},
                           "symmetric: scale = max|x| / qmax, zp = 0; affine: min/max range"));
