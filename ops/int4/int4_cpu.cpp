@@ -11,6 +11,21 @@
 
 namespace qg {
 
+Shape check_packed_codes(const InferContext& ctx) {
+  const Shape shape = ctx.attrs.get_ints("shape");
+  for (int64_t d : shape) {
+    QG_CHECK(d >= 0, ctx.op, "attribute 'shape' = ", shape_str(shape), " has a negative size");
+  }
+  const TensorType& packed = ctx.inputs[0];
+  QG_CHECK(packed.dtype == DType::u8 && packed.shape.size() == 1, ctx.op,
+           "packed must be a 1-D u8 buffer, got ", packed.str());
+  const int64_t want = int4::packed_bytes(shape_numel(shape));
+  QG_CHECK(packed.shape[0] == want, ctx.op, "packed buffer has ", packed.shape[0],
+           " bytes but shape ", shape_str(shape), " (", shape_numel(shape), " 4-bit codes) needs ",
+           want, " bytes");
+  return shape;
+}
+
 ScopeLayout int4_group_layout(const std::string& op, const Attrs& attrs, const Shape& shape) {
   Attrs group = attrs;
   group.set("scope", "group");

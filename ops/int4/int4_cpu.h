@@ -11,6 +11,11 @@ namespace qg {
 // may be shorter). Throws naming the op for a bad axis or group_size.
 ScopeLayout int4_group_layout(const std::string& op, const Attrs& attrs, const Shape& shape);
 
+// Shape inference shared by the 4-bit unpack ops (INT4, NF4): validates the `shape`
+// attribute and that input 0 is a 1-D u8 buffer of exactly the bytes that shape needs;
+// returns the logical shape.
+Shape check_packed_codes(const InferContext& ctx);
+
 void int4_quantize_pack_cpu(KernelContext& ctx);
 void int4_unpack_dequantize_cpu(KernelContext& ctx);
 

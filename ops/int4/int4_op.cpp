@@ -39,17 +39,7 @@ std::vector<TensorType> infer_quantize_pack(const InferContext& ctx) {
 }
 
 std::vector<TensorType> infer_unpack_dequantize(const InferContext& ctx) {
-  const Shape shape = ctx.attrs.get_ints("shape");
-  for (int64_t d : shape) {
-    QG_CHECK(d >= 0, ctx.op, "attribute 'shape' = ", shape_str(shape), " has a negative size");
-  }
-  const TensorType& packed = ctx.inputs[0];
-  QG_CHECK(packed.dtype == DType::u8 && packed.shape.size() == 1, ctx.op,
-           "packed must be a 1-D u8 buffer, got ", packed.str());
-  const int64_t want = int4::packed_bytes(shape_numel(shape));
-  QG_CHECK(packed.shape[0] == want, ctx.op, "packed buffer has ", packed.shape[0],
-           " bytes but shape ", shape_str(shape), " (", shape_numel(shape), " 4-bit codes) needs ",
-           want, " bytes");
+  const Shape shape = check_packed_codes(ctx);
   ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, shape);
   const TensorType& scale = ctx.inputs[1];
   const TensorType& zp = ctx.inputs[2];
