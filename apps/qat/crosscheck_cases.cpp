@@ -97,7 +97,8 @@ void add_fake_quantize(std::vector<CrosscheckCase>& c) {
 void add_observers(std::vector<CrosscheckCase>& c) {
   std::vector<double> e = edge_values();
   Shape es{static_cast<int64_t>(e.size())};
-  for (const char* op : {"minmax_observer", "moving_average_observer", "percentile_observer"}) {
+  for (const char* op : {"minmax_observer", "moving_average_observer", "percentile_observer",
+                         "histogram_observer"}) {
     c.push_back({op, "tensor [257,1031]", {x_in({257, 1031}, -2, 5)}, {}});
     c.push_back({op, "tensor edges", {GradcheckInput(es, DType::f64, 0, 0, e)}, {}});
     c.push_back({op,

@@ -1,66 +1,17 @@
 // CUDA kernels for minmax_observer and moving_average_observer. The batch statistics are a
-// deterministic two-pass reduction: blocks reduce fixed stretches of one channel's elements
-// to (min, max, nonfinite count) partials; one thread per channel then folds the partials
-// into the device-resident state and writes (scale, zero_point) with the shared
-// qmath::qparams_from_range. Min and max use the CPU's order-independent ordered_min/max, so
-// even the sign of a zero statistic matches. The observer_enabled flag is read on the device.
+// deterministic two-pass reduction (observer_reduce.cuh); one thread per channel then folds
+// the partials into the device-resident state and writes (scale, zero_point) with the shared
+// qmath::qparams_from_range. The observer_enabled flag is read on the device.
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/quant_attrs.h"
 #include "ops/observer/observer_math.h"
+#include "ops/observer/observer_reduce.cuh"
 
 namespace qg {
 namespace {
 
 using namespace cuda;
-
-struct Part {
-  float mn, mx;
-  unsigned long long nonfinite;
-};
-
-__device__ __forceinline__ Part identity_part() {
-  return {INFINITY, -INFINITY, 0ull};
-}
-
-// obsmath::ordered_min/max (-0 below +0) are commutative and associative, so any fixed
-// reduction order gives the CPU's result, signed zeros included.
-struct CombineParts {
-  __device__ Part operator()(Part a, Part b) const {
-    return {obsmath::ordered_min(a.mn, b.mn), obsmath::ordered_max(a.mx, b.mx),
-            a.nonfinite + b.nonfinite};
-  }
-};
-
-struct ObserveArgs {
-  ScopeDims d;
-  int64_t per_q;  // elements per channel (all of them per tensor)
-  int64_t splits, chunk;
-  const uint8_t* enabled;
-};
-
-template <typename T>
-__global__ void observe_partial_kernel(const T* x, ObserveArgs a, Part* partial) {
-  if (*a.enabled == 0) return;
-  for (int64_t b = blockIdx.x; b < a.d.num_qparams * a.splits; b += gridDim.x) {
-    int64_t q = b / a.splits, s = b % a.splits;
-    int64_t lo = s * a.chunk, hi = lo + a.chunk < a.per_q ? lo + a.chunk : a.per_q;
-    Part p = identity_part();
-    for (int64_t r = lo + threadIdx.x; r < hi; r += blockDim.x) {
-      int64_t k;
-      if (!scope_element(a.d, q, r, k)) break;
-      float v = static_cast<float>(to_math(x[k]));  // the f32 statistics, as on the CPU
-      if (!qmath::is_finite(v)) {
-        ++p.nonfinite;
-        continue;
-      }
-      p.mn = obsmath::ordered_min(p.mn, v);
-      p.mx = obsmath::ordered_max(p.mx, v);
-    }
-    Part total = block_reduce(p, CombineParts{});
-    if (threadIdx.x == 0) partial[b] = total;
-  }
-}
 
 struct FinishArgs {
   int64_t nq, splits;
@@ -120,22 +71,9 @@ void observer_cuda(KernelContext& ctx) {
   const int threads = 256;
   int64_t nq = l.num_qparams;
   bool update = ctx.training && x.numel() > 0;
-  ObserveArgs oa{scope_dims(l), 0, 1, 1, in_ptr<uint8_t>(ctx.states[own + 1])};
-  oa.per_q = elements_per_qparam(oa.d);
-  oa.splits = reduction_splits(nq, oa.per_q, threads);
-  oa.chunk = oa.per_q == 0 ? 1 : (oa.per_q + oa.splits - 1) / oa.splits;
+  ObserveArgs oa = observe_args(l, in_ptr<uint8_t>(ctx.states[own + 1]), threads);
   Tensor partial;
-  if (update) {
-    partial =
-        Tensor::empty({nq * oa.splits * static_cast<int64_t>(sizeof(Part))}, DType::u8, x.device());
-    int64_t blocks = nq * oa.splits;
-    unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
-    dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
-      using T = decltype(tag);
-      observe_partial_kernel<T><<<grid, threads, 0, s>>>(in_ptr<T>(x), oa, out_ptr<Part>(partial));
-      QG_CUDA_CHECK_LAUNCH(ctx.op);
-    });
-  }
+  if (update) partial = launch_observe_partials(ctx.op, x, oa, threads, s);
   FinishArgs fa{};
   fa.nq = nq;
   fa.splits = oa.splits;

@@ -26,6 +26,7 @@ void add_dynamic_quant_cuda_kernels(OpRegistry&);
 void add_int4_cuda_kernels(OpRegistry&);
 void add_nf4_cuda_kernels(OpRegistry&);
 void add_percentile_observer_cuda_kernels(OpRegistry&);
+void add_histogram_observer_cuda_kernels(OpRegistry&);
 void add_fused_cuda_kernels(OpRegistry&);
 void add_optim_cuda_kernels(OpRegistry&);
 
@@ -102,6 +103,7 @@ void add_cuda_kernels(OpRegistry& r) {
   add_int4_cuda_kernels(r);
   add_nf4_cuda_kernels(r);
   add_percentile_observer_cuda_kernels(r);
+  add_histogram_observer_cuda_kernels(r);
   add_fused_cuda_kernels(r);
   add_optim_cuda_kernels(r);
   wrap_with_device_check(r);
