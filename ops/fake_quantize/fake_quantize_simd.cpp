@@ -8,7 +8,7 @@
 //  * the clamp is written as max(qmin, min(qmax, q)) with the operand order that makes SSE's
 //    min/max return q when q is NaN, as qmath::clamp does (q is NaN only when x * inv is
 //    0 * Inf, i.e. a scale so small that 1 / scale overflows);
-//  * NaN x returns x itself, as qmath::fake_quant does;
+//  * NaN x returns x itself, as qmath::fake_quant does (f16/bf16 need only its sign);
 //  * f16/bf16 widen exactly and narrow with Eigen's own round-to-nearest-even bit tricks
 //    (the software paths: x86-64-v2 has no F16C), NaN becoming 0x7e00 / 0x7fc0 with its sign.
 #include "ops/fake_quantize/fake_quantize_simd.h"
@@ -59,19 +59,25 @@ struct Vec4Q {
 };
 
 // Four lanes of qmath::fake_quant<float>; the in-range lanes go to the low 4 bits of *bits.
+// In range means clamp(q) == q: both are false for out-of-range and NaN q, and c equals q
+// exactly otherwise. A NaN x already comes out as a NaN of the same sign (every SSE
+// operation passes a NaN operand through, quietened); kKeepNanBits also returns its exact
+// bits, which only f32 output keeps (f16/bf16 narrowing writes one canonical NaN per sign).
+template <bool kKeepNanBits>
 inline __m128 fake_quant4(__m128 x, const Vec4Q& q, __m128 qmin, __m128 qmax, int* bits) {
   __m128 t = _mm_mul_ps(x, q.inv);
   __m128 r = _mm_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m128 v = _mm_add_ps(r, q.zp);
-  __m128 in = _mm_and_ps(_mm_cmpge_ps(v, qmin), _mm_cmple_ps(v, qmax));
   __m128 c = _mm_max_ps(qmin, _mm_min_ps(qmax, v));
   __m128 y = _mm_mul_ps(_mm_sub_ps(c, q.zp), q.scale);
-  *bits = _mm_movemask_ps(in);
-  return _mm_blendv_ps(y, x, _mm_cmpunord_ps(x, x));
+  *bits = _mm_movemask_ps(_mm_cmpeq_ps(c, v));
+  if constexpr (kKeepNanBits) return _mm_blendv_ps(y, x, _mm_cmpunord_ps(x, x));
+  return y;
 }
 
 // Element codecs: 8 elements <-> two f32 vectors.
 struct F32Codec {
+  static constexpr bool kKeepNanBits = true;
   static void load8(const float* p, __m128* a, __m128* b) {
     *a = _mm_loadu_ps(p);
     *b = _mm_loadu_ps(p + 4);
@@ -82,18 +88,20 @@ struct F32Codec {
   }
 };
 
-// bf16 is the top half of an f32: widening is a 16-bit shift.
+// bf16 is the top half of an f32: widening is a 16-bit shift; narrowing rounds to nearest
+// even by adding 0x7fff plus the lowest kept bit. A NaN (always quiet here: it comes out of
+// an SSE operation) first loses its payload below the quiet bit, so it narrows to
+// 0x7fc0 / 0xffc0 without the rounding carry reaching the exponent.
 inline __m128i bf16_bits4(__m128 f) {
-  __m128i u = _mm_castps_si128(f);
+  __m128i payload =
+      _mm_and_si128(_mm_castps_si128(_mm_cmpunord_ps(f, f)), _mm_set1_epi32(0x3fffff));
+  __m128i u = _mm_andnot_si128(payload, _mm_castps_si128(f));
   __m128i lsb = _mm_and_si128(_mm_srli_epi32(u, 16), _mm_set1_epi32(1));
-  __m128i rounded =
-      _mm_srli_epi32(_mm_add_epi32(_mm_add_epi32(u, _mm_set1_epi32(0x7fff)), lsb), 16);
-  __m128i nan = _mm_or_si128(_mm_set1_epi32(0x7fc0),
-                             _mm_and_si128(_mm_srli_epi32(u, 16), _mm_set1_epi32(0x8000)));
-  return _mm_blendv_epi8(rounded, nan, _mm_castps_si128(_mm_cmpunord_ps(f, f)));
+  return _mm_srli_epi32(_mm_add_epi32(_mm_add_epi32(u, _mm_set1_epi32(0x7fff)), lsb), 16);
 }
 
 struct BF16Codec {
+  static constexpr bool kKeepNanBits = false;
   static void load8(const bf16* p, __m128* a, __m128* b) {
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     *a = _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h));
@@ -143,6 +151,7 @@ inline __m128i f32_to_f16_bits4(__m128 f) {
 }
 
 struct F16Codec {
+  static constexpr bool kKeepNanBits = false;
   static void load8(const f16* p, __m128* a, __m128* b) {
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     *a = f16_to_f32_4(_mm_unpacklo_epi16(h, _mm_setzero_si128()));
@@ -198,8 +207,8 @@ void run(const T* x, T* y, uint8_t* mask, int64_t first, int64_t n, const Q& q, 
     __m128 a, b;
     Codec::load8(x + j, &a, &b);
     int lo, hi;
-    a = fake_quant4(a, vq.at(j), qmin, qmax, &lo);
-    b = fake_quant4(b, vq.at(j + 4), qmin, qmax, &hi);
+    a = fake_quant4<Codec::kKeepNanBits>(a, vq.at(j), qmin, qmax, &lo);
+    b = fake_quant4<Codec::kKeepNanBits>(b, vq.at(j + 4), qmin, qmax, &hi);
     Codec::store8(y + j, a, b);
     mask[(first + j) >> 3] = static_cast<uint8_t>(lo | (hi << 4));
   }
