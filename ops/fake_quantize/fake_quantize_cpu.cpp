@@ -8,7 +8,6 @@
 #include <type_traits>
 
 #include "core/half.h"
-#include "ops/common/bitmask.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
 #include "ops/fake_quantize/fake_quantize_cpu.h"
