@@ -92,15 +92,16 @@ def run(device, reps, quick, compile_too):
                 results[label(name)] = {"copy_us": copy, "error": str(e).splitlines()[0][:120]}
 
         # Observer + fake-quant (PyTorch's fused moving-average op), per tensor and per channel.
-        for per_channel, name in ((False, "obs+fq per-tensor"), (True, "obs+fq per-channel")):
-            n = C if per_channel else 1
+        for per_channel, axis, name in ((False, 0, "obs+fq per-tensor"), (True, 0, "obs+fq per-channel"),
+                                        (True, 1, "obs+fq per-channel last axis")):
+            n = shape[axis] if per_channel else 1
             state = dict(on=torch.ones(1, dtype=torch.long, device=dev),
                          rmin=torch.full((n,), float("inf"), device=dev),
                          rmax=torch.full((n,), float("-inf"), device=dev),
                          scale=torch.ones(n, device=dev), zp=torch.zeros(n, dtype=torch.int32, device=dev))
-            add(name, lambda i, s=state, pc=per_channel: torch.fused_moving_avg_obs_fake_quant(
+            add(name, lambda i, s=state, pc=per_channel, ax=axis: torch.fused_moving_avg_obs_fake_quant(
                 xin[i % len(xin)], s["on"], s["on"], s["rmin"], s["rmax"], s["scale"], s["zp"],
-                0.01, 0, 255, 0, pc, False))
+                0.01, 0, 255, ax, pc, False))
         scale1 = torch.tensor([0.02], device=dev)
         zp1 = torch.tensor([128], dtype=torch.int32, device=dev)
         scalec = torch.full((C,), 0.02, device=dev)

@@ -41,9 +41,9 @@ Build fixed_fq(bool per_channel, bool backward) {
   };
 }
 
-Build observer_fq(bool per_channel) {
+Build observer_fq(bool per_channel, int64_t axis = 0) {
   return [=](Graph& g, ValueId x) {
-    Attrs a = per_channel ? Attrs{{"scope", "channel"}, {"axis", 0}} : Attrs{};
+    Attrs a = per_channel ? Attrs{{"scope", "channel"}, {"axis", axis}} : Attrs{};
     auto qp = g.apply("moving_average_observer", {x}, a);
     return g.apply("fake_quantize", {x, qp[0], qp[1]}, a);
   };
@@ -81,6 +81,7 @@ std::vector<PerfCase> perf_cases(DeviceType device, bool quick) {
   std::vector<DType> f32 = {DType::f32};
   add("obs+fq per-tensor", true, observer_fq(false), both);
   add("obs+fq per-channel", true, observer_fq(true), both);
+  add("obs+fq per-channel last axis", true, observer_fq(true, -1), f32);
   add("fq fwd per-tensor", false, fixed_fq(false, false), both);
   add("fq fwd per-channel", false, fixed_fq(true, false), f32);
   add("fq fwd+bwd per-tensor", false, fixed_fq(false, true), both);

@@ -3,8 +3,8 @@
 // synchronisation (statistics, flags and qparams stay on the device).
 //
 //  * Rows (per-channel with the channel as the outermost axis): one block per row. The row
-//    is loaded once into registers, reduced, the block's first thread updates the state and
-//    computes the qparams, and the row is quantized from registers.
+//    is loaded once into registers, reduced, every thread computes the qparams (thread 0
+//    also updates the state), and the row is quantized from registers.
 //  * Per tensor: a cooperative (persistent) grid. Each thread keeps up to kCached 16-byte
 //    packs in registers; the rest is streamed. Blocks publish partial (min, max) pairs, meet
 //    at a grid barrier, each folds the partials in the same order, and quantizes: the cached
@@ -140,11 +140,20 @@ __device__ __forceinline__ Running read_state(const FusedArgs& a, int64_t q) {
   return {a.st_min[q], a.st_max[q], a.st_init != nullptr && a.st_init[q] != 0};
 }
 
+// The two device flags, read once per launch (nothing changes them while a kernel runs).
+struct Flags {
+  bool observe, quantize;
+};
+
+__device__ __forceinline__ Flags read_flags(const FusedArgs& a) {
+  return {*a.observer_enabled != 0, a.fake_quant_enabled == nullptr || *a.fake_quant_enabled != 0};
+}
+
 // `old` is the state as it was before this launch (read before any block could write it).
-__device__ QP update_and_qparams(const FusedArgs& a, int64_t q, const Running& old, const MinMax& b,
-                                 bool nonempty, bool write) {
+__device__ QP update_and_qparams(const FusedArgs& a, const Flags& f, int64_t q, const Running& old,
+                                 const MinMax& b, bool nonempty, bool write) {
   float mn = old.mn, mx = old.mx;
-  bool update = a.training && *a.observer_enabled != 0 && nonempty;
+  bool update = a.training && f.observe && nonempty;
   bool valid;
   if (a.moving_average) {
     bool init = old.init;
@@ -175,8 +184,7 @@ __device__ QP update_and_qparams(const FusedArgs& a, int64_t q, const Running& o
     a.zp_out[q] = p.zero_point;
     if (update && b.nonfinite) atomicAdd(a.nonfinite, b.nonfinite);
   }
-  bool on = a.fake_quant_enabled == nullptr || *a.fake_quant_enabled != 0;
-  return {p.scale, 1.0f / p.scale, static_cast<float>(p.zero_point), on};
+  return {p.scale, 1.0f / p.scale, static_cast<float>(p.zero_point), f.quantize};
 }
 
 // Fake-quantizes one pack and returns its in-range bits (bit e for element e).
@@ -222,23 +230,33 @@ __device__ __forceinline__ void load_row(const Pack<T, N>* xr, int64_t packs,
   }
 }
 
-// One block per row; the next row's loads are issued before the current row is reduced and
-// quantized, so memory stays busy through the block's reduction and barriers.
+// One block per row; the next row's loads (and its state) are issued before the current row
+// is reduced and quantized, so memory stays busy through the block's reduction. Every thread
+// computes the qparams itself from the block's statistics and the prefetched state, so no
+// thread waits on a global read or a second barrier; thread 0 alone writes the state.
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 3)
     fused_rows_kernel(const T* x, T* y, uint32_t* mask, int64_t rows, int64_t packs_per_row,
                       FusedArgs a) {
   constexpr int N = kVec<T>;
   using P = Pack<T, N>;
-  __shared__ QP shared_qp;
   const P* xp = reinterpret_cast<const P*>(x);
+  const Flags flags = read_flags(a);
   P cur[kRowPacks];
+  Running state{};
   int64_t row = blockIdx.x;
-  if (row < rows) load_row<T, N>(xp + row * packs_per_row, packs_per_row, cur);
+  if (row < rows) {
+    load_row<T, N>(xp + row * packs_per_row, packs_per_row, cur);
+    state = read_state(a, row);
+  }
   for (; row < rows; row += gridDim.x) {
     P next[kRowPacks];
+    Running next_state{};
     int64_t next_row = row + gridDim.x;
-    if (next_row < rows) load_row<T, N>(xp + next_row * packs_per_row, packs_per_row, next);
+    if (next_row < rows) {
+      load_row<T, N>(xp + next_row * packs_per_row, packs_per_row, next);
+      next_state = read_state(a, next_row);
+    }
     MinMax m = minmax_identity();
 #pragma unroll
     for (int u = 0; u < kRowPacks; ++u) {
@@ -248,10 +266,7 @@ __global__ void __launch_bounds__(kThreads, 3)
         for (int e = 0; e < N; ++e) minmax_add(m, to_math(cur[u].v[e]), j * N + e);
     }
     MinMax b = finish(block_minmax(m));
-    if (threadIdx.x == 0)
-      shared_qp = update_and_qparams(a, row, read_state(a, row), b, packs_per_row > 0, true);
-    __syncthreads();
-    QP qp = shared_qp;
+    QP qp = update_and_qparams(a, flags, row, state, b, packs_per_row > 0, threadIdx.x == 0);
 #pragma unroll
     for (int u = 0; u < kRowPacks; ++u) {
       int64_t j = threadIdx.x + int64_t{u} * kThreads;
@@ -265,9 +280,9 @@ __global__ void __launch_bounds__(kThreads, 3)
       if (__any_sync(0xffffffffu, active))
         store_mask_bits<N>(mask, row * packs_per_row + j, bits, active);
     }
-    __syncthreads();  // shared_qp is rewritten for the next row
 #pragma unroll
     for (int u = 0; u < kRowPacks; ++u) cur[u] = next[u];
+    state = next_state;
   }
 }
 
@@ -336,7 +351,8 @@ __global__ void __launch_bounds__(kThreads, 3)
   MinMax all = minmax_identity();
   for (int64_t p = threadIdx.x; p < gridDim.x; p += blockDim.x) all = combine(all, partials[p]);
   all = finish(block_minmax(all));
-  QP qp = update_and_qparams(a, 0, old, all, packs > 0, blockIdx.x == 0 && threadIdx.x == 0);
+  QP qp = update_and_qparams(a, read_flags(a), 0, old, all, packs > 0,
+                             blockIdx.x == 0 && threadIdx.x == 0);
   // 3. Quantize: registers first, then the streamed packs in reverse (L2-warm first).
 #pragma unroll
   for (int u = 0; u < kCached; ++u) {

@@ -33,13 +33,75 @@ struct ObserveArgs {
   const uint8_t* enabled;
 };
 
+// Channels along the last axis of an [outer, C] tensor (inner == 1, e.g. per-feature
+// statistics of activations): a channel's elements are C apart, so the partials come from
+// row tiles read with whole rows in flight (observe_columns_kernel) instead.
+__host__ __device__ inline bool column_layout(const ScopeDims& d) {
+  return d.kind == ScopeKind::channel && d.inner == 1 && d.outer > 1;
+}
+
+constexpr int kColumnLanes = 32;  // consecutive channels per block: one 128-byte f32 line
+
 // Host side: the split of each channel over blocks for `threads`-thread blocks.
 inline ObserveArgs observe_args(const ScopeLayout& l, const uint8_t* enabled, int threads) {
   ObserveArgs a{scope_dims(l), 0, 1, 1, enabled};
   a.per_q = elements_per_qparam(a.d);
+  if (column_layout(a.d)) {
+    // Row tiles: enough blocks to fill the device four times over, each tile at least
+    // `threads` rows.
+    int64_t column_blocks = (a.d.axis_len + kColumnLanes - 1) / kColumnLanes;
+    int64_t want = (4 * int64_t{multiprocessor_count()} + column_blocks - 1) / column_blocks;
+    int64_t by_rows = (a.d.outer + threads - 1) / threads;
+    a.splits = want < by_rows ? want : by_rows;
+    if (a.splits < 1) a.splits = 1;
+    a.chunk = (a.d.outer + a.splits - 1) / a.splits;
+    return a;
+  }
   a.splits = reduction_splits(a.d.num_qparams, a.per_q, threads);
   a.chunk = a.per_q == 0 ? 1 : (a.per_q + a.splits - 1) / a.splits;
   return a;
+}
+
+// partial[q * splits + tile] for the column layout: block (blockIdx.x, blockIdx.y) covers
+// channels [32 * blockIdx.x, +32) over rows [chunk * blockIdx.y, +chunk); lane = channel,
+// warp = row stride, so every warp load is one contiguous stretch of a row.
+template <typename T>
+__global__ void observe_columns_kernel(const T* x, ObserveArgs a, Part* partial) {
+  __shared__ Part warps[32][kColumnLanes];
+  if (*a.enabled == 0) return;
+  const int lane = threadIdx.x % kColumnLanes, warp = threadIdx.x / kColumnLanes;
+  const int nwarps = blockDim.x / kColumnLanes;
+  const int64_t C = a.d.axis_len;
+  const int64_t q = int64_t{blockIdx.x} * kColumnLanes + lane;
+  const int64_t r0 = int64_t{blockIdx.y} * a.chunk;
+  const int64_t r1 = r0 + a.chunk < a.d.outer ? r0 + a.chunk : a.d.outer;
+  Part p = identity_part();
+  constexpr int kInFlight = 4;  // independent row loads per thread before any is used
+  if (q < C)
+    for (int64_t r = r0 + warp; r < r1; r += kInFlight * nwarps) {
+      float v[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        int64_t rr = r + int64_t{u} * nwarps;
+        v[u] = rr < r1 ? static_cast<float>(to_math(x[rr * C + q])) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (r + int64_t{u} * nwarps >= r1) break;
+        if (!qmath::is_finite(v[u])) {
+          ++p.nonfinite;
+          continue;
+        }
+        p.mn = obsmath::ordered_min(p.mn, v[u]);
+        p.mx = obsmath::ordered_max(p.mx, v[u]);
+      }
+    }
+  warps[warp][lane] = p;
+  __syncthreads();
+  if (warp == 0 && q < C) {
+    for (int w = 1; w < nwarps; ++w) p = CombineParts{}(p, warps[w][lane]);
+    partial[q * a.splits + blockIdx.y] = p;
+  }
 }
 
 // partial[q * splits + s] = the statistics of stretch s of channel q.
@@ -75,7 +137,13 @@ inline Tensor launch_observe_partials(const std::string& op, const Tensor& x, co
   unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
   dispatch_float(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    observe_partial_kernel<T><<<grid, threads, 0, s>>>(in_ptr<T>(x), a, out_ptr<Part>(partial));
+    if (column_layout(a.d)) {
+      dim3 cgrid(static_cast<unsigned>((a.d.axis_len + kColumnLanes - 1) / kColumnLanes),
+                 static_cast<unsigned>(a.splits));
+      observe_columns_kernel<T><<<cgrid, threads, 0, s>>>(in_ptr<T>(x), a, out_ptr<Part>(partial));
+    } else {
+      observe_partial_kernel<T><<<grid, threads, 0, s>>>(in_ptr<T>(x), a, out_ptr<Part>(partial));
+    }
     QG_CUDA_CHECK_LAUNCH(op);
   });
   return partial;
