@@ -49,6 +49,14 @@ Build observer_fq(bool per_channel, int64_t axis = 0) {
   };
 }
 
+Build observer_quantize(bool per_channel) {
+  return [=](Graph& g, ValueId x) {
+    Attrs a = per_channel ? Attrs{{"scope", "channel"}, {"axis", 0}} : Attrs{{"signed", true}};
+    auto qp = g.apply("minmax_observer", {x}, a);
+    return g.apply("quantize", {x, qp[0], qp[1]}, a);
+  };
+}
+
 Build lsq_fwd_bwd() {
   return [](Graph& g, ValueId x) {
     Shape one{1};
@@ -82,6 +90,8 @@ std::vector<PerfCase> perf_cases(DeviceType device, bool quick) {
   add("obs+fq per-tensor", true, observer_fq(false), both);
   add("obs+fq per-channel", true, observer_fq(true), both);
   add("obs+fq per-channel last axis", true, observer_fq(true, -1), f32);
+  add("obs+quantize s8 per-tensor", true, observer_quantize(false), f32);
+  add("obs+quantize u8 per-channel", true, observer_quantize(true), f32);
   add("fq fwd per-tensor", false, fixed_fq(false, false), both);
   add("fq fwd per-channel", false, fixed_fq(true, false), f32);
   add("fq fwd+bwd per-tensor", false, fixed_fq(false, true), both);

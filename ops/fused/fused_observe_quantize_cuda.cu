@@ -1,6 +1,7 @@
-// Single-kernel CUDA paths for fused observer + fake_quantize, bit-identical to the unfused
-// graph (the same qmath/obsmath element functions, the same tie rules) and free of host
-// synchronisation (statistics, flags and qparams stay on the device).
+// Single-kernel CUDA paths for fused observer + fake_quantize (or + quantize, writing s8/u8
+// codes), bit-identical to the unfused graph (the same qmath/qstore/obsmath element
+// functions, the same tie rules) and free of host synchronisation (statistics, flags and
+// qparams stay on the device).
 //
 //  * Rows (per-channel with the channel as the outermost axis): one block per row. The row
 //    is loaded once into registers, reduced, every thread computes the qparams (thread 0
@@ -24,6 +25,7 @@
 #include "ops/common/quant_attrs.h"
 #include "ops/fused/fused_observe_quantize.h"
 #include "ops/observer/observer_math.h"
+#include "ops/quantize/quantize_math.h"
 
 namespace qg {
 namespace {
@@ -207,6 +209,36 @@ __device__ __forceinline__ uint32_t quantize_pack(const Pack<T, N>& in, Pack<T, 
   return bits;
 }
 
+// N storage codes of one pack (the quantize quantizer's output), stored as one N-byte word.
+template <int N>
+struct alignas(N) Codes {
+  uint8_t v[N];
+};
+
+// Quantizes pack `in` (element index j * N) and stores it at y[j]: fake-quantized values of
+// type T, or (kCodes) s8/u8 codes with qstore::quantize's rules. Returns the in-range bits.
+template <bool kCodes, typename T, int N>
+__device__ __forceinline__ uint32_t quantize_store(const Pack<T, N>& in, void* y, int64_t j,
+                                                   const QP& qp, float qmin, float qmax) {
+  if constexpr (kCodes) {
+    Codes<N> out;
+    uint32_t bits = 0;
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      qstore::Code c = qstore::quantize<float>(to_math(in.v[e]), qp.inv, qp.zp, qmin, qmax);
+      out.v[e] = static_cast<uint8_t>(c.q);  // the low byte: s8 and u8 storage alike
+      bits |= static_cast<uint32_t>(c.in_range) << e;
+    }
+    static_cast<Codes<N>*>(y)[j] = out;
+    return bits;
+  } else {
+    Pack<T, N> out;
+    uint32_t bits = quantize_pack(in, out, qp, qmin, qmax);
+    static_cast<Pack<T, N>*>(y)[j] = out;
+    return bits;
+  }
+}
+
 // Gathers the N-bit groups of the 32 / N consecutive lanes that share a 32-bit mask word;
 // the first lane of each group stores it. Every lane of the warp must call this.
 template <int N>
@@ -234,9 +266,9 @@ __device__ __forceinline__ void load_row(const Pack<T, N>* xr, int64_t packs,
 // is reduced and quantized, so memory stays busy through the block's reduction. Every thread
 // computes the qparams itself from the block's statistics and the prefetched state, so no
 // thread waits on a global read or a second barrier; thread 0 alone writes the state.
-template <typename T>
+template <bool kCodes, typename T>
 __global__ void __launch_bounds__(kThreads, 3)
-    fused_rows_kernel(const T* x, T* y, uint32_t* mask, int64_t rows, int64_t packs_per_row,
+    fused_rows_kernel(const T* x, void* y, uint32_t* mask, int64_t rows, int64_t packs_per_row,
                       FusedArgs a) {
   constexpr int N = kVec<T>;
   using P = Pack<T, N>;
@@ -272,11 +304,8 @@ __global__ void __launch_bounds__(kThreads, 3)
       int64_t j = threadIdx.x + int64_t{u} * kThreads;
       bool active = j < packs_per_row;
       uint32_t bits = 0;
-      if (active) {
-        P out;
-        bits = quantize_pack(cur[u], out, qp, a.qmin, a.qmax);
-        reinterpret_cast<P*>(y)[row * packs_per_row + j] = out;
-      }
+      if (active)
+        bits = quantize_store<kCodes>(cur[u], y, row * packs_per_row + j, qp, a.qmin, a.qmax);
       if (__any_sync(0xffffffffu, active))
         store_mask_bits<N>(mask, row * packs_per_row + j, bits, active);
     }
@@ -286,16 +315,15 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
-template <typename T>
+template <bool kCodes, typename T>
 __global__ void __launch_bounds__(kThreads, 3)
-    fused_tensor_kernel(const T* x, T* y, uint32_t* mask, int64_t packs, MinMax* partials,
+    fused_tensor_kernel(const T* x, void* y, uint32_t* mask, int64_t packs, MinMax* partials,
                         int smem_packs, FusedArgs a) {
   constexpr int N = kVec<T>;
   using P = Pack<T, N>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   P* cache = reinterpret_cast<P*>(smem_raw);  // smem_packs packs per thread, thread-interleaved
   const P* xp = reinterpret_cast<const P*>(x);
-  P* yp = reinterpret_cast<P*>(y);
   const int64_t tid = global_thread(), stride = global_stride();
   // Every block needs the pre-launch state, and block 0 overwrites it after the barrier.
   const Running old = read_state(a, 0);
@@ -359,11 +387,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     int64_t j = tid + u * stride;
     bool active = j < packs;
     uint32_t bits = 0;
-    if (active) {
-      P out;
-      bits = quantize_pack(regs[u], out, qp, a.qmin, a.qmax);
-      yp[j] = out;
-    }
+    if (active) bits = quantize_store<kCodes>(regs[u], y, j, qp, a.qmin, a.qmax);
     if (__any_sync(0xffffffffu, active)) store_mask_bits<N>(mask, j, bits, active);
   }
   // Packs come in whole warps (the fast path needs packs % 32 == 0 and stride is a multiple
@@ -371,9 +395,8 @@ __global__ void __launch_bounds__(kThreads, 3)
   for (int sp = 0; sp < smem_packs; ++sp) {
     int64_t j = tid + (kCached + sp) * stride;
     if (j >= packs) break;  // uniform per warp
-    P out;
-    uint32_t bits = quantize_pack(cache[sp * blockDim.x + threadIdx.x], out, qp, a.qmin, a.qmax);
-    yp[j] = out;
+    uint32_t bits =
+        quantize_store<kCodes>(cache[sp * blockDim.x + threadIdx.x], y, j, qp, a.qmin, a.qmax);
     store_mask_bits<N>(mask, j, bits, true);
   }
   if (streamed_end < packs) {
@@ -387,9 +410,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       for (int u = 0; u < kUnroll; ++u) {
         int64_t j = j0 - u * stride;
         if (j < streamed_end) break;  // uniform across the warp: whole warps share j0
-        P out;
-        uint32_t bits = quantize_pack(v[u], out, qp, a.qmin, a.qmax);
-        yp[j] = out;
+        uint32_t bits = quantize_store<kCodes>(v[u], y, j, qp, a.qmin, a.qmax);
         store_mask_bits<N>(mask, j, bits, true);
       }
     }
@@ -421,9 +442,9 @@ FusedArgs make_args(KernelContext& ctx) {
   return a;
 }
 
-template <typename T>
+template <bool kCodes, typename T>
 void launch_tensor(KernelContext& ctx, const FusedArgs& a, int64_t packs, cudaStream_t stream) {
-  auto kernel = fused_tensor_kernel<T>;
+  auto kernel = fused_tensor_kernel<kCodes, T>;
   // Three blocks per multiprocessor (24 warps) keep enough loads in flight; the shared
   // memory of the multiprocessor is split between them and extends the on-chip cache by as
   // many 16-byte packs per thread as fit (no more than the tensor needs). Set up once.
@@ -464,7 +485,7 @@ void launch_tensor(KernelContext& ctx, const FusedArgs& a, int64_t packs, cudaSt
   Tensor partials = Tensor::empty({static_cast<int64_t>(grid * sizeof(MinMax))}, DType::u8,
                                   ctx.inputs[0].device());
   const T* x = in_ptr<T>(ctx.inputs[0]);
-  T* y = out_ptr<T>(ctx.outputs[0]);
+  void* y = ctx.outputs[0].raw_data();
   uint32_t* mask = out_ptr<uint32_t>(ctx.outputs[1]);
   MinMax* part = out_ptr<MinMax>(partials);
   FusedArgs args = a;
@@ -475,7 +496,7 @@ void launch_tensor(KernelContext& ctx, const FusedArgs& a, int64_t packs, cudaSt
   QG_CUDA_CHECK_LAUNCH("fused_observe_quantize");
 }
 
-template <typename T>
+template <bool kCodes, typename T>
 void launch_rows(KernelContext& ctx, const FusedArgs& a, int64_t rows, int64_t packs_per_row,
                  cudaStream_t stream) {
   // A persistent grid: exactly the blocks that are resident at once, each walking its rows
@@ -483,24 +504,22 @@ void launch_rows(KernelContext& ctx, const FusedArgs& a, int64_t rows, int64_t p
   static const int per_sm = [] {
     int n = 0;
     QG_CUDA_CHECK("fused_observe_quantize", cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                                                &n, fused_rows_kernel<T>, kThreads, 0));
+                                                &n, fused_rows_kernel<kCodes, T>, kThreads, 0));
     return std::max(n, 1);
   }();
   unsigned grid = static_cast<unsigned>(
       std::max<int64_t>(1, std::min<int64_t>(rows, int64_t{multiprocessor_count()} * per_sm)));
-  fused_rows_kernel<T>
-      <<<grid, kThreads, 0, stream>>>(in_ptr<T>(ctx.inputs[0]), out_ptr<T>(ctx.outputs[0]),
+  fused_rows_kernel<kCodes, T>
+      <<<grid, kThreads, 0, stream>>>(in_ptr<T>(ctx.inputs[0]), ctx.outputs[0].raw_data(),
                                       out_ptr<uint32_t>(ctx.outputs[1]), rows, packs_per_row, a);
   QG_CUDA_CHECK_LAUNCH("fused_observe_quantize");
 }
 
-// Picks a single-kernel path when one applies; returns false to fall back.
-template <typename T>
-bool try_single_kernel(KernelContext& ctx) {
+// kCodes: the quantizer is quantize (s8/u8 codes out) rather than fake_quantize.
+template <bool kCodes, typename T>
+bool try_single_kernel_as(KernelContext& ctx) {
   constexpr int N = kVec<T>;
   const Node& obs = ctx.node.fused_from.at(0);
-  const Node& q = ctx.node.fused_from.at(1);
-  if (q.op->name != "fake_quantize") return false;
   const Tensor& x = ctx.inputs[0];
   if (!aligned16(x.raw_data()) || !aligned16(ctx.outputs[0].raw_data()) ||
       (reinterpret_cast<uintptr_t>(ctx.outputs[1].raw_data()) & 3u) != 0)
@@ -511,14 +530,23 @@ bool try_single_kernel(KernelContext& ctx) {
   int64_t n = x.numel();
   if (l.kind == ScopeKind::tensor) {
     if (n == 0 || n % (32 * N) != 0) return false;
-    launch_tensor<T>(ctx, a, n / N, stream);
+    launch_tensor<kCodes, T>(ctx, a, n / N, stream);
     return true;
   }
   if (l.kind == ScopeKind::channel && l.outer == 1 && l.inner % 32 == 0 && l.inner > 0 &&
       l.inner / N <= int64_t{kThreads} * kRowPacks) {
-    launch_rows<T>(ctx, a, l.axis_len, l.inner / N, stream);
+    launch_rows<kCodes, T>(ctx, a, l.axis_len, l.inner / N, stream);
     return true;
   }
+  return false;
+}
+
+// Picks a single-kernel path when one applies; returns false to fall back.
+template <typename T>
+bool try_single_kernel(KernelContext& ctx) {
+  const Node& q = ctx.node.fused_from.at(1);
+  if (q.op->name == "quantize") return try_single_kernel_as<true, T>(ctx);
+  if (q.op->name == "fake_quantize") return try_single_kernel_as<false, T>(ctx);
   return false;
 }
 

@@ -18,7 +18,7 @@ const std::vector<std::string>& fusible_observers() {
 }
 
 const std::vector<std::string>& fusible_quantizers() {
-  static const std::vector<std::string> ops = {"fake_quantize"};
+  static const std::vector<std::string> ops = {"fake_quantize", "quantize"};
   return ops;
 }
 

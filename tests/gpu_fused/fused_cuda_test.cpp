@@ -1,4 +1,4 @@
-// The single-kernel CUDA paths of fused observer + fake_quantize against the unfused CPU
+// The single-kernel CUDA paths of fused observer + fake_quantize / quantize against the unfused CPU
 // reference: outputs, masks, qparams and observer state bit for bit over several steps,
 // with signed zeros, NaN and infinities in the data. Skips without a GPU.
 #include <gtest/gtest.h>
@@ -20,6 +20,7 @@ struct Case {
   DType dtype;
   Attrs attrs;
   bool special_values;
+  std::string quantizer = "fake_quantize";  // or "quantize" (s8/u8 codes)
 };
 
 Tensor batch(const Case& c, int step) {
@@ -59,7 +60,7 @@ TEST_P(FusedCuda, MatchesUnfusedCpuBitForBit) {
   auto build = [&](Graph& g) {
     ValueId x = g.input("x", {c.dtype, c.shape});
     auto qp = g.apply(c.observer, {x}, c.attrs);
-    auto fq = g.apply("fake_quantize", {x, qp[0], qp[1]}, c.attrs);
+    auto fq = g.apply(c.quantizer, {x, qp[0], qp[1]}, c.attrs);
     g.set_name(fq[0], "y");
     g.set_name(fq[1], "mask");
   };
@@ -111,7 +112,29 @@ INSTANTIATE_TEST_SUITE_P(
              DType::f32,
              {{"scope", "channel"}, {"axis", 1}},
              true},
-        Case{"minmax_observer", {16, 64}, DType::f64, {}, true}));
+        Case{"minmax_observer", {16, 64}, DType::f64, {}, true},
+        // observer + quantize: codes from the same single-kernel paths
+        Case{"moving_average_observer", {64, 768}, DType::f32, {}, true, "quantize"},
+        Case{"minmax_observer", {2048, 2048}, DType::f32, {{"signed", true}}, true, "quantize"},
+        Case{"moving_average_observer", {256, 1024}, DType::bf16, {}, true, "quantize"},
+        Case{"minmax_observer", {96, 4096}, DType::f32, kChannel0, true, "quantize"},
+        Case{"moving_average_observer",
+             {64, 768},
+             DType::f16,
+             {{"scope", "channel"}, {"axis", 0}, {"signed", true}},
+             true,
+             "quantize"},
+        Case{"minmax_observer",
+             {300, 64},
+             DType::f32,
+             {{"scope", "channel"}, {"axis", -1}},
+             true,
+             "quantize"},
+        Case{"moving_average_observer",
+             {300, 64},
+             DType::bf16,
+             {{"scope", "channel"}, {"axis", 1}},
+             true}));
 
 }  // namespace
 }  // namespace qg

@@ -124,6 +124,51 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"moving_average_observer", {5, 32}, {{"scope", "channel"}, {"axis", -2}}, {}},
         Case{"minmax_observer", {4, 8}, {}, {{"qscheme", "symmetric"}}}));
 
+// observer -> quantize (s8/u8 codes): fused == unfused, codes, mask and state, over steps.
+TEST(FusedQuantize, CodesMaskAndStateBitForBit) {
+  for (const Attrs& attrs : {Attrs{}, Attrs{{"signed", true}, {"scope", "channel"}, {"axis", 0}},
+                             Attrs{{"scope", "channel"}, {"axis", -1}}}) {
+    SCOPED_TRACE(attrs.str());
+    auto build = [&](Graph& g) {
+      ValueId x = g.input("x", {DType::f32, {8, 40}});
+      auto qp = g.apply("moving_average_observer", {x}, attrs);
+      auto q = g.apply("quantize", {x, qp[0], qp[1]}, attrs);
+      g.set_name(q[0], "q");
+      g.set_name(q[1], "mask");
+      return g.value(qp[0]).producer;
+    };
+    Graph plain, fused;
+    NodeId obs = build(plain);
+    build(fused);
+    ASSERT_EQ(optimize(fused, PassOptions{}).at(0).rewrites, 1);
+    Executor ep(plain), ef(fused);
+    NodeId f = fused.value(fused.at("q")).producer;
+    EXPECT_EQ(fused.node(f).op->name, "fused_observe_quantize");
+    for (uint64_t step = 0; step < 3; ++step) {
+      Tensor x = random_tensor({8, 40}, 7 + step, 1.0 + step);
+      auto a = ep.run({{"x", x}}, {plain.at("q"), plain.at("mask")});
+      auto b = ef.run({{"x", x}}, {fused.at("q"), fused.at("mask")});
+      EXPECT_TRUE(same_bits(a[0], b[0])) << "codes, step " << step;
+      EXPECT_TRUE(same_bits(a[1], b[1])) << "mask, step " << step;
+      for (size_t i = 0; i < ep.states(obs).size(); ++i)
+        EXPECT_TRUE(same_bits(ep.states(obs)[i], ef.states(f)[i])) << "state " << i;
+    }
+  }
+}
+
+// The quantize backward reads the observer's scale: a second reader, so training graphs
+// keep the observer and quantize apart.
+TEST(FusionLegality, QuantizeBackwardReadingTheScaleBlocksFusion) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {4, 8}});
+  auto qp = g.apply("minmax_observer", {x});
+  auto q = g.apply("quantize", {x, qp[0], qp[1]});
+  ValueId dq = g.input("dq", {DType::f32, {4, 8}});
+  g.apply1("quantize_backward", {dq, q[1], qp[0]}, {{"dx_dtype", "f32"}});
+  EXPECT_NE(fusion_blocker(g, g.value(qp[0]).producer, g.value(q[0]).producer), "");
+  EXPECT_EQ(optimize(g, PassOptions{}).at(0).rewrites, 0);
+}
+
 TEST(FusionLegality, SecondReaderOfQparamsBlocksFusion) {
   Graph g;
   ValueId x = g.input("x", {DType::f32, {4, 4}});
