@@ -1,18 +1,29 @@
 // CUDA kernels for fake_quantize and ste_backward. One thread owns one mask byte (8
-// elements), so the bit-packed mask is written without atomics; the 8 elements travel as
-// 16-byte packs. The element math is qmath::fake_quant, shared with the CPU kernel, and the
-// qparams are read and converted exactly as the CPU reads them (through f64), so the two
-// backends agree bit for bit. Bad qparams (scale <= 0 or non-finite, zero point outside the
-// range) are recorded in the device error buffer and raised at the end of the run; the
-// fake_quant_enabled flag is read on the device (no host synchronisation).
+// elements, one Pack8), so the bit-packed mask is written without atomics. The element math
+// is qmath::fake_quant, shared with the CPU kernel, and the qparams are read and converted
+// exactly as the CPU reads them (through f64), so the two backends agree bit for bit. Bad
+// qparams (scale <= 0 or non-finite, zero point outside the range) are recorded in the
+// device error buffer and raised at the end of the run; the fake_quant_enabled flag is read
+// on the device (no host synchronisation).
+//
+// The kernel is memory-bound only if the per-element work stays small, so the qparam lookup
+// is specialised by layout: per tensor the qparams are loaded, validated and inverted once
+// per thread; when every pack of 8 shares one qparam (per channel with inner % 8 == 0,
+// per token with rows % 8 == 0, groups of a multiple of 8 along the last axis) once per
+// pack; otherwise per element, with the result cached while the index repeats. Index
+// arithmetic is 32-bit below 2^31 elements.
 #include "core/graph.h"
-#include "ops/common/cuda_common.cuh"
+#include "ops/common/cuda_vec.cuh"
 #include "ops/common/quant_attrs.h"
 
 namespace qg {
 namespace {
 
 using namespace cuda;
+
+constexpr int kThreads = 256;
+
+enum class QLayout { tensor, pack, element };
 
 struct FqArgs {
   ScopeDims scope;
@@ -24,71 +35,117 @@ struct FqArgs {
   int32_t node;
 };
 
-template <typename T>
-__device__ __forceinline__ void load8(const T* p, int64_t k0, int cnt, bool vec, T (&v)[8]) {
-  if (cnt == 8 && vec) {
-    Pack<T, 8> pk = *reinterpret_cast<const Pack<T, 8>*>(p + k0);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = pk.v[j];
-  } else {
-    for (int j = 0; j < cnt; ++j) v[j] = p[k0 + j];
-  }
+template <typename M>
+struct QParam {
+  M scale, inv, zp;
+};
+
+// The qparams of index qi, validated (errors recorded with the same code, index and value
+// as before) and converted through f64 as the CPU converts them.
+template <typename M, typename S, typename Z, typename I>
+__device__ __forceinline__ QParam<M> load_qparam(const S* scale, const Z* zp, I qi,
+                                                 const FqArgs& a) {
+  double s = static_cast<double>(scale[qi]), z = static_cast<double>(zp[qi]);
+  if (!(qmath::is_finite(s) && s > 0))
+    report_device_error(a.err, kBadScale, a.node, static_cast<int64_t>(qi), s);
+  if (!(z >= a.qmin && z <= a.qmax))
+    report_device_error(a.err, kBadZeroPoint, a.node, static_cast<int64_t>(qi), z, a.qmin, a.qmax);
+  M sm = static_cast<M>(s);
+  return {sm, M(1) / sm, static_cast<M>(z)};
 }
 
-template <typename T>
-__device__ __forceinline__ void store8(T* p, int64_t k0, int cnt, bool vec, const T (&v)[8]) {
-  if (cnt == 8 && vec) {
-    Pack<T, 8> pk;
+// Caches the last qparam loaded, so runs of elements sharing it load it once.
+template <typename M, typename S, typename Z, typename I>
+struct QParamCache {
+  const S* scale;
+  const Z* zp;
+  I index = ~I(0);
+  QParam<M> p{M(1), M(1), M(0)};
+  __device__ __forceinline__ const QParam<M>& get(I qi, const FqArgs& a) {
+    if (qi != index) {
+      p = load_qparam<M>(scale, zp, qi, a);
+      index = qi;
+    }
+    return p;
+  }
+};
+
+template <typename T, typename S, typename Z, typename I, QLayout L>
+__global__ void __launch_bounds__(kThreads)
+    fake_quantize_kernel(const T* __restrict__ x, const S* __restrict__ scale,
+                         const Z* __restrict__ zp, T* __restrict__ y, uint8_t* __restrict__ mask,
+                         FqArgs a) {
+  using M = math_of<T>;
+  const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
+  const bool on = a.enabled == nullptr || *a.enabled != 0;
+  const I n = static_cast<I>(a.n), nfull = n / 8;
+  QParamCache<M, S, Z, I> cache{scale, zp};
+  if (L == QLayout::tensor && on) cache.get(0, a);
+  auto element = [&](T xv, const QParam<M>& p, uint8_t& bit) {
+    auto r = qmath::fake_quant<M>(to_math(xv), p.inv, p.scale, p.zp, qmin, qmax);
+    bit = static_cast<uint8_t>(r.in_range);
+    return from_math<T>(r.y);
+  };
+  auto load = [&](I b) { return load_pack(x, b, a.vec); };
+  for_each_pack(nfull, load, [&](I b, const Pack8<T>& xv) {
+    Pack8<T> yv;
+    unsigned bits = 0xffu;
+    if (!on) {
+      // Disabled: identity with every mask bit set (as the CPU kernel).
+      yv = xv;
+    } else {
+      bits = 0;
+      if (L == QLayout::pack) cache.get(qparam_index_of<I>(a.scope, b * 8), a);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) pk.v[j] = v[j];
-    *reinterpret_cast<Pack<T, 8>*>(p + k0) = pk;
-  } else {
-    for (int j = 0; j < cnt; ++j) p[k0 + j] = v[j];
+      for (int j = 0; j < 8; ++j) {
+        if (L == QLayout::element) cache.get(qparam_index_of<I>(a.scope, b * 8 + j), a);
+        uint8_t bit;
+        yv.v[j] = element(xv.v[j], cache.p, bit);
+        bits |= static_cast<unsigned>(bit) << j;
+      }
+    }
+    store_pack(y, b, a.vec, yv);
+    mask[b] = static_cast<uint8_t>(bits);
+  });
+  // The last, partial mask byte (n % 8 elements): one thread, element by element.
+  if (thread_index<I>() == 0 && nfull * 8 < n) {
+    unsigned bits = 0;
+    for (I k = nfull * 8; k < n; ++k) {
+      const int j = static_cast<int>(k - nfull * 8);
+      if (!on) {
+        y[k] = x[k];
+        bits |= 1u << j;
+        continue;
+      }
+      uint8_t bit;
+      y[k] = element(x[k], cache.get(qparam_index_of<I>(a.scope, k), a), bit);
+      bits |= static_cast<unsigned>(bit) << j;
+    }
+    mask[nfull] = static_cast<uint8_t>(bits);
   }
 }
 
 template <typename T, typename S, typename Z>
-__global__ void fake_quantize_kernel(const T* x, const S* scale, const Z* zp, T* y, uint8_t* mask,
-                                     FqArgs a) {
-  using M = math_of<T>;
-  const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
-  const bool on = a.enabled == nullptr || *a.enabled != 0;
-  const int64_t nbytes = (a.n + 7) / 8;
-  int64_t cached_qi = -1;
-  M sm = M(1), inv = M(1), zm = M(0);
-  for (int64_t b = global_thread(); b < nbytes; b += global_stride()) {
-    int64_t k0 = b * 8;
-    int cnt = a.n - k0 < 8 ? static_cast<int>(a.n - k0) : 8;
-    T xv[8], yv[8];
-    load8(x, k0, cnt, a.vec, xv);
-    uint8_t bits = 0;
-    if (!on) {
-      // Disabled: identity with every mask bit of a real element set (as the CPU kernel).
-      for (int j = 0; j < cnt; ++j) yv[j] = xv[j];
-      bits = static_cast<uint8_t>((1u << cnt) - 1u);
-    } else {
-      for (int j = 0; j < cnt; ++j) {
-        int64_t qi = qparam_of(a.scope, k0 + j);
-        // Neighbouring elements mostly share their qparams (always, per tensor): load,
-        // validate and invert them only when the index changes.
-        if (qi != cached_qi) {
-          double s = static_cast<double>(scale[qi]), z = static_cast<double>(zp[qi]);
-          if (!(qmath::is_finite(s) && s > 0)) report_device_error(a.err, kBadScale, a.node, qi, s);
-          if (!(z >= a.qmin && z <= a.qmax))
-            report_device_error(a.err, kBadZeroPoint, a.node, qi, z, a.qmin, a.qmax);
-          sm = static_cast<M>(s);
-          inv = M(1) / sm;
-          zm = static_cast<M>(z);
-          cached_qi = qi;
-        }
-        auto r = qmath::fake_quant<M>(to_math(xv[j]), inv, sm, zm, qmin, qmax);
-        yv[j] = from_math<T>(r.y);
-        bits |= static_cast<uint8_t>(r.in_range) << j;
-      }
+void launch_fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zp, Tensor& y,
+                          Tensor& mask, const FqArgs& a, cudaStream_t s) {
+  const T* px = in_ptr<T>(x);
+  const S* ps = in_ptr<S>(scale);
+  const Z* pz = in_ptr<Z>(zp);
+  T* py = out_ptr<T>(y);
+  uint8_t* pm = out_ptr<uint8_t>(mask);
+  auto go = [&](auto kernel) {
+    unsigned grid = resident_grid("fake_quantize", kernel, kThreads, (a.n + 7) / 8);
+    kernel<<<grid, kThreads, 0, s>>>(px, ps, pz, py, pm, a);
+  };
+  dispatch_index(a.n, [&](auto itag) {
+    using I = decltype(itag);
+    if constexpr (std::is_same_v<I, uint32_t>) {
+      if (a.scope.kind == ScopeKind::tensor)
+        return go(fake_quantize_kernel<T, S, Z, I, QLayout::tensor>);
+      if (runs_share_qparam(a.scope, 8)) return go(fake_quantize_kernel<T, S, Z, I, QLayout::pack>);
     }
-    store8(y, k0, cnt, a.vec, yv);
-    mask[b] = bits;
-  }
+    go(fake_quantize_kernel<T, S, Z, I, QLayout::element>);
+  });
 }
 
 void fake_quantize_cuda(KernelContext& ctx) {
@@ -107,39 +164,40 @@ void fake_quantize_cuda(KernelContext& ctx) {
            ctx.states.empty() ? nullptr : in_ptr<uint8_t>(ctx.states[0]),
            device_error_record(),
            ctx.node.id};
-  auto shape = elementwise_launch((x.numel() + 7) / 8);
   auto s = static_cast<cudaStream_t>(ctx.stream);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
-    auto launch = [&](auto stag, auto ztag) {
-      using S = decltype(stag);
-      using Z = decltype(ztag);
-      fake_quantize_kernel<T, S, Z><<<shape.blocks, shape.threads, 0, s>>>(
-          in_ptr<T>(x), in_ptr<S>(scale), in_ptr<Z>(zp), out_ptr<T>(y),
-          out_ptr<uint8_t>(ctx.outputs[1]), a);
-    };
     bool s64 = scale.dtype() == DType::f64, z64 = zp.dtype() == DType::i64;
-    if (s64 && z64) launch(double{}, int64_t{});
-    if (s64 && !z64) launch(double{}, int32_t{});
-    if (!s64 && z64) launch(float{}, int64_t{});
-    if (!s64 && !z64) launch(float{}, int32_t{});
+    if (s64 && z64) launch_fake_quantize<T, double, int64_t>(x, scale, zp, y, ctx.outputs[1], a, s);
+    if (s64 && !z64)
+      launch_fake_quantize<T, double, int32_t>(x, scale, zp, y, ctx.outputs[1], a, s);
+    if (!s64 && z64) launch_fake_quantize<T, float, int64_t>(x, scale, zp, y, ctx.outputs[1], a, s);
+    if (!s64 && !z64)
+      launch_fake_quantize<T, float, int32_t>(x, scale, zp, y, ctx.outputs[1], a, s);
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
 }
 
 // dx = dy where the mask bit is set, else +0; dy is copied bit for bit.
-template <typename T>
-__global__ void ste_backward_kernel(const T* dy, const uint8_t* mask, T* dx, int64_t n, bool vec) {
-  const int64_t nbytes = (n + 7) / 8;
-  for (int64_t b = global_thread(); b < nbytes; b += global_stride()) {
-    int64_t k0 = b * 8;
-    int cnt = n - k0 < 8 ? static_cast<int>(n - k0) : 8;
-    T v[8], out[8];
-    load8(dy, k0, cnt, vec, v);
-    uint8_t bits = mask[b];
-    for (int j = 0; j < cnt; ++j) out[j] = (bits >> j) & 1u ? v[j] : from_math<T>(0);
-    store8(dx, k0, cnt, vec, out);
-  }
+template <typename T, typename I>
+__global__ void __launch_bounds__(kThreads)
+    ste_backward_kernel(const T* __restrict__ dy, const uint8_t* __restrict__ mask,
+                        T* __restrict__ dx, int64_t n64, bool vec) {
+  const I n = static_cast<I>(n64), nfull = n / 8;
+  const T zero = from_math<T>(0);
+  struct In {
+    Pack8<T> v;
+    unsigned bits;
+  };
+  auto load = [&](I b) { return In{load_pack(dy, b, vec), mask[b]}; };
+  for_each_pack(nfull, load, [&](I b, const In& in) {
+    Pack8<T> out;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out.v[j] = (in.bits >> j) & 1u ? in.v.v[j] : zero;
+    store_pack(dx, b, vec, out);
+  });
+  if (thread_index<I>() == 0)
+    for (I k = nfull * 8; k < n; ++k) dx[k] = (mask[nfull] >> (k - nfull * 8)) & 1u ? dy[k] : zero;
 }
 
 void ste_backward_cuda(KernelContext& ctx) {
@@ -148,12 +206,14 @@ void ste_backward_cuda(KernelContext& ctx) {
   int64_t n = dx.numel();
   if (n == 0) return;
   bool vec = aligned16(dy.raw_data()) && aligned16(dx.raw_data());
-  auto shape = elementwise_launch((n + 7) / 8);
   dispatch_float(dy.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
-    ste_backward_kernel<T>
-        <<<shape.blocks, shape.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
-            in_ptr<T>(dy), in_ptr<uint8_t>(ctx.inputs[1]), out_ptr<T>(dx), n, vec);
+    dispatch_index(n, [&](auto itag) {
+      auto kernel = ste_backward_kernel<T, decltype(itag)>;
+      unsigned grid = resident_grid(ctx.op, kernel, kThreads, (n + 7) / 8);
+      kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
+          in_ptr<T>(dy), in_ptr<uint8_t>(ctx.inputs[1]), out_ptr<T>(dx), n, vec);
+    });
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
 }
