@@ -1,11 +1,20 @@
 // CUDA kernels for lsq_fake_quantize and lsq_backward. The element math is the shared
-// qmath::fake_quant / lsq::element_grad, with qparams read through f64 exactly as the CPU
-// reads them, so y and dx are bit-identical to the CPU. The scale and zero-point gradients
-// are sums over each qparam's elements in f64: blocks reduce fixed stretches (deterministic
-// tree), one thread per qparam adds the stretches in order and applies grad_factor once.
-// Bad qparams are recorded in the device error buffer and raised at the end of the run.
+// lsq::forward / lsq::element_grad, with qparams read through f64 exactly as the CPU reads
+// them, so y and dx are bit-identical to the CPU. Bad qparams are recorded in the device
+// error buffer and raised at the end of the run.
+//
+// Forward: element-wise over packs of 8 (16-byte loads), with the qparams loaded once per
+// thread (per tensor), once per pack (when packs never straddle two qparams) or per element
+// (cached while the index repeats); 32-bit index arithmetic below 2^31 elements.
+// Backward: the scale and zero-point gradients are f64 sums over each qparam's elements.
+// Block (q, s) handles a fixed stretch s of qparam q's elements and reduces it with a fixed
+// tree; the stretches are then added in a fixed order (one thread per qparam, or one block
+// with a fixed tree when there are many stretches) and grad_factor is applied once. The
+// assignment depends only on the shape and the device's SM count: deterministic run to run.
+// When each qparam owns one contiguous segment (per tensor, per token, channel axis 0,
+// full groups along the last axis) stretches are contiguous and read as packs.
 #include "core/graph.h"
-#include "ops/common/cuda_common.cuh"
+#include "ops/common/cuda_vec.cuh"
 #include "ops/common/quant_attrs.h"
 #include "ops/lsq/lsq_cpu.h"
 #include "ops/lsq/lsq_math.h"
@@ -17,36 +26,78 @@ using namespace cuda;
 
 constexpr int kThreads = 256;
 
+enum class QLayout { tensor, pack, element };
+
 struct LsqArgs {
   ScopeDims d;
   double qmin, qmax;
   int64_t n, per_q, splits, chunk;
+  int64_t segment;  // contiguous_segment(d), 0 when qparams do not own contiguous segments
+  bool vec;         // every tensor read or written element-wise is 16-byte aligned
   DeviceErrorRecord* err;
   int32_t node;
 };
 
+template <typename M>
+struct QParam {
+  M scale, inv, zp_int;
+};
+
 // The qparams of q as the CPU derives them: validated, converted to M, zp rounded and clamped.
-template <typename M, typename S, typename Z>
-__device__ __forceinline__ void load_qparams(const S* scale, const Z* zp, int64_t q,
-                                             const LsqArgs& a, M& sm, M& inv, M& zi) {
+template <typename M, typename S, typename Z, typename I>
+__device__ __forceinline__ QParam<M> load_qparam(const S* scale, const Z* zp, I q,
+                                                 const LsqArgs& a) {
   double s = static_cast<double>(scale[q]), z = static_cast<double>(zp[q]);
-  if (!(qmath::is_finite(s) && s > 0)) report_device_error(a.err, kBadScale, a.node, q, s);
-  if (!qmath::is_finite(z)) report_device_error(a.err, kNonFiniteZeroPoint, a.node, q, z);
-  sm = static_cast<M>(s);
-  inv = M(1) / sm;
-  zi = lsq::zero_point_int<M>(static_cast<M>(z), static_cast<M>(a.qmin), static_cast<M>(a.qmax));
+  const int64_t q64 = static_cast<int64_t>(q);
+  if (!(qmath::is_finite(s) && s > 0)) report_device_error(a.err, kBadScale, a.node, q64, s);
+  if (!qmath::is_finite(z)) report_device_error(a.err, kNonFiniteZeroPoint, a.node, q64, z);
+  M sm = static_cast<M>(s);
+  return {
+      sm, M(1) / sm,
+      lsq::zero_point_int<M>(static_cast<M>(z), static_cast<M>(a.qmin), static_cast<M>(a.qmax))};
 }
 
-template <typename T, typename S, typename Z>
-__global__ void lsq_forward_kernel(const T* x, const S* scale, const Z* zp, T* y, LsqArgs a) {
+template <typename M, typename S, typename Z, typename I>
+struct QParamCache {
+  const S* scale;
+  const Z* zp;
+  I index = ~I(0);
+  QParam<M> p{M(1), M(1), M(0)};
+  __device__ __forceinline__ const QParam<M>& get(I q, const LsqArgs& a) {
+    if (q != index) {
+      p = load_qparam<M>(scale, zp, q, a);
+      index = q;
+    }
+    return p;
+  }
+};
+
+template <typename T, typename S, typename Z, typename I, QLayout L>
+__global__ void __launch_bounds__(kThreads)
+    lsq_forward_kernel(const T* __restrict__ x, const S* __restrict__ scale,
+                       const Z* __restrict__ zp, T* __restrict__ y, LsqArgs a) {
   using M = math_of<T>;
   const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
-  for (int64_t k = global_thread(); k < a.n; k += global_stride()) {
-    int64_t q = qparam_of(a.d, k);
-    M sm, inv, zi;
-    load_qparams<M>(scale, zp, q, a, sm, inv, zi);
-    y[k] = from_math<T>(qmath::fake_quant<M>(to_math(x[k]), inv, sm, zi, qmin, qmax).y);
-  }
+  const I n = static_cast<I>(a.n), nfull = n / 8;
+  QParamCache<M, S, Z, I> cache{scale, zp};
+  if (L == QLayout::tensor) cache.get(0, a);
+  auto element = [&](T xv, const QParam<M>& p) {
+    return from_math<T>(lsq::forward<M>(to_math(xv), p.inv, p.scale, p.zp_int, qmin, qmax));
+  };
+  auto load = [&](I b) { return load_pack(x, b, a.vec); };
+  for_each_pack(nfull, load, [&](I b, const Pack8<T>& xv) {
+    Pack8<T> yv;
+    if (L == QLayout::pack) cache.get(qparam_index_of<I>(a.d, b * 8), a);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (L == QLayout::element) cache.get(qparam_index_of<I>(a.d, b * 8 + j), a);
+      yv.v[j] = element(xv.v[j], cache.p);
+    }
+    store_pack(y, b, a.vec, yv);
+  });
+  if (thread_index<I>() == 0)
+    for (I k = nfull * 8; k < n; ++k)
+      y[k] = element(x[k], cache.get(qparam_index_of<I>(a.d, k), a));
 }
 
 struct Sums {
@@ -56,7 +107,65 @@ struct AddSums {
   __device__ Sums operator()(Sums a, Sums b) const { return {a.dscale + b.dscale, a.dzp + b.dzp}; }
 };
 
-// Block (q, s): dx for stretch s of q's elements, and that stretch's gradient sums.
+// Element k's dx, and its terms added to acc.
+template <typename T, typename M>
+__device__ __forceinline__ T grad_element(T xv, T dyv, const QParam<M>& p, M qmin, M qmax,
+                                          Sums& acc) {
+  auto e = lsq::element_grad<M>(to_math(xv), to_math(dyv), p.inv, p.scale, p.zp_int, qmin, qmax);
+  acc.dscale += e.dscale;
+  acc.dzp += e.dzp;
+  return from_math<T>(e.dx);
+}
+
+// Block (q, s) of a contiguous layout: stretch [lo, hi) of segment q = elements
+// [q * segment + lo, q * segment + hi). Packs when a.vec and the segment and chunk are
+// multiples of 8 (checked by the host), else element by element.
+template <typename T, typename S, typename Z, typename I>
+__global__ void __launch_bounds__(kThreads)
+    lsq_backward_contiguous_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                   const S* __restrict__ scale, const Z* __restrict__ zp,
+                                   T* __restrict__ dx, Sums* __restrict__ partial, LsqArgs a) {
+  using M = math_of<T>;
+  const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
+  const I splits = static_cast<I>(a.splits), chunk = static_cast<I>(a.chunk);
+  const I seg = static_cast<I>(a.segment), nblocks = static_cast<I>(a.d.num_qparams) * splits;
+  for (I b = blockIdx.x; b < nblocks; b += gridDim.x) {
+    const I q = b / splits, s = b % splits;
+    const I lo = s * chunk, hi = lo + chunk < seg ? lo + chunk : seg;
+    const QParam<M> p = load_qparam<M>(scale, zp, q, a);
+    Sums acc{0, 0};
+    if (a.vec) {
+      struct In {
+        Pack8<T> x, dy;
+      };
+      const I p0 = (q * seg + lo) / 8, np = (hi - lo) / 8;
+      const I stride = blockDim.x;
+      for (I i0 = threadIdx.x; i0 < np; i0 += 2 * stride) {
+        const I i1 = i0 + stride;
+        const bool has1 = i1 < np;
+        In v0{load_pack(x, p0 + i0, true), load_pack(dy, p0 + i0, true)}, v1;
+        if (has1) v1 = In{load_pack(x, p0 + i1, true), load_pack(dy, p0 + i1, true)};
+        auto body = [&](I i, const In& v) {
+          Pack8<T> out;
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            out.v[j] = grad_element(v.x.v[j], v.dy.v[j], p, qmin, qmax, acc);
+          store_pack(dx, p0 + i, true, out);
+        };
+        body(i0, v0);
+        if (has1) body(i1, v1);
+      }
+    } else {
+      const I base = q * seg;
+      for (I r = lo + threadIdx.x; r < hi; r += blockDim.x)
+        dx[base + r] = grad_element(x[base + r], dy[base + r], p, qmin, qmax, acc);
+    }
+    Sums total = block_reduce(acc, AddSums{});
+    if (threadIdx.x == 0) partial[b] = total;
+  }
+}
+
+// Any layout: block (q, s) walks stretch s of q's elements through scope_element.
 template <typename T, typename S, typename Z>
 __global__ void lsq_backward_kernel(const T* dy, const T* x, const S* scale, const Z* zp, T* dx,
                                     Sums* partial, LsqArgs a) {
@@ -65,22 +174,19 @@ __global__ void lsq_backward_kernel(const T* dy, const T* x, const S* scale, con
   for (int64_t b = blockIdx.x; b < a.d.num_qparams * a.splits; b += gridDim.x) {
     int64_t q = b / a.splits, s = b % a.splits;
     int64_t lo = s * a.chunk, hi = lo + a.chunk < a.per_q ? lo + a.chunk : a.per_q;
-    M sm, inv, zi;
-    load_qparams<M>(scale, zp, q, a, sm, inv, zi);
+    const QParam<M> p = load_qparam<M>(scale, zp, q, a);
     Sums acc{0, 0};
     for (int64_t r = lo + threadIdx.x; r < hi; r += blockDim.x) {
       int64_t k;
       if (!scope_element(a.d, q, r, k)) break;
-      auto e = lsq::element_grad<M>(to_math(x[k]), to_math(dy[k]), inv, sm, zi, qmin, qmax);
-      dx[k] = from_math<T>(e.dx);
-      acc.dscale += static_cast<double>(e.dscale);
-      acc.dzp += static_cast<double>(e.dzp);
+      dx[k] = grad_element(x[k], dy[k], p, qmin, qmax, acc);
     }
     Sums total = block_reduce(acc, AddSums{});
     if (threadIdx.x == 0) partial[b] = total;
   }
 }
 
+// Few stretches per qparam: one thread per qparam adds them in order.
 template <typename GS, typename GZ>
 __global__ void lsq_finish_kernel(const Sums* partial, int64_t nq, int64_t splits, double g,
                                   GS* dscale, GZ* dzp) {
@@ -89,6 +195,23 @@ __global__ void lsq_finish_kernel(const Sums* partial, int64_t nq, int64_t split
     for (int64_t s = 0; s < splits; ++s) acc = AddSums{}(acc, partial[q * splits + s]);
     dscale[q] = static_cast<GS>(g * acc.dscale);
     dzp[q] = static_cast<GZ>(g * acc.dzp);
+  }
+}
+
+// Many stretches per qparam (per tensor: one per block of the first kernel): one block per
+// qparam, thread t adds stretches t, t + blockDim, ... in order, then a fixed tree.
+template <typename GS, typename GZ>
+__global__ void lsq_finish_block_kernel(const Sums* partial, int64_t nq, int64_t splits, double g,
+                                        GS* dscale, GZ* dzp) {
+  for (int64_t q = blockIdx.x; q < nq; q += gridDim.x) {
+    Sums acc{0, 0};
+    for (int64_t s = threadIdx.x; s < splits; s += blockDim.x)
+      acc = AddSums{}(acc, partial[q * splits + s]);
+    Sums total = block_reduce(acc, AddSums{});
+    if (threadIdx.x == 0) {
+      dscale[q] = static_cast<GS>(g * total.dscale);
+      dzp[q] = static_cast<GZ>(g * total.dzp);
+    }
   }
 }
 
@@ -102,12 +225,32 @@ LsqArgs make_args(const KernelContext& ctx, const Tensor& x) {
             0,
             1,
             1,
+            0,
+            false,
             device_error_record(),
             ctx.node.id};
   a.per_q = elements_per_qparam(a.d);
+  return a;
+}
+
+// Stretches for the backward. Contiguous layouts: enough blocks to fill the device in one
+// wave (`resident` blocks of kThreads per SM), each stretch a multiple of 8 elements so
+// stretches start on pack boundaries. Other layouts: the shared reduction_splits().
+void plan_backward(LsqArgs& a, bool aligned, int resident) {
+  a.segment = a.n < (int64_t{1} << 31) ? contiguous_segment(a.d) : 0;
+  if (a.segment > 0) {
+    int64_t nq = a.d.num_qparams, slots = int64_t{resident} * multiprocessor_count();
+    int64_t by_size = (a.segment + kThreads * 16 - 1) / (kThreads * 16);
+    int64_t by_occupancy = (slots + nq - 1) / nq;
+    int64_t splits = nq >= slots ? 1 : (by_size < by_occupancy ? by_size : by_occupancy);
+    a.chunk = (a.segment + splits - 1) / splits;
+    a.chunk = (a.chunk + 7) / 8 * 8;
+    a.splits = (a.segment + a.chunk - 1) / a.chunk;
+    a.vec = aligned && a.segment % 8 == 0;
+    return;
+  }
   a.splits = reduction_splits(a.d.num_qparams, a.per_q, kThreads);
   a.chunk = a.per_q == 0 ? 1 : (a.per_q + a.splits - 1) / a.splits;
-  return a;
 }
 
 // Calls fn(S{}, Z{}) with the C++ types of the (f32 | f64) scale and zero point.
@@ -124,16 +267,30 @@ void lsq_forward_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   if (x.numel() == 0) return;
   LsqArgs a = make_args(ctx, x);
-  auto shape = elementwise_launch(x.numel());
+  a.vec = aligned16(x.raw_data()) && aligned16(ctx.outputs[0].raw_data());
+  auto st = static_cast<cudaStream_t>(ctx.stream);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     dispatch_qparams(ctx.inputs[1], ctx.inputs[2], [&](auto stag, auto ztag) {
       using S = decltype(stag);
       using Z = decltype(ztag);
-      lsq_forward_kernel<T, S, Z>
-          <<<shape.blocks, shape.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
-              in_ptr<T>(x), in_ptr<S>(ctx.inputs[1]), in_ptr<Z>(ctx.inputs[2]),
-              out_ptr<T>(ctx.outputs[0]), a);
+      const T* px = in_ptr<T>(x);
+      const S* ps = in_ptr<S>(ctx.inputs[1]);
+      const Z* pz = in_ptr<Z>(ctx.inputs[2]);
+      T* py = out_ptr<T>(ctx.outputs[0]);
+      auto go = [&](auto kernel) {
+        unsigned grid = resident_grid(ctx.op, kernel, kThreads, (a.n + 7) / 8);
+        kernel<<<grid, kThreads, 0, st>>>(px, ps, pz, py, a);
+      };
+      dispatch_index(a.n, [&](auto itag) {
+        using I = decltype(itag);
+        if constexpr (std::is_same_v<I, uint32_t>) {
+          if (a.d.kind == ScopeKind::tensor)
+            return go(lsq_forward_kernel<T, S, Z, I, QLayout::tensor>);
+          if (runs_share_qparam(a.d, 8)) return go(lsq_forward_kernel<T, S, Z, I, QLayout::pack>);
+        }
+        go(lsq_forward_kernel<T, S, Z, I, QLayout::element>);
+      });
     });
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
@@ -142,33 +299,47 @@ void lsq_forward_cuda(KernelContext& ctx) {
 void lsq_backward_cuda(KernelContext& ctx) {
   const Tensor& dy = ctx.inputs[0];
   const Tensor& x = ctx.inputs[1];
+  const bool aligned =
+      aligned16(dy.raw_data()) && aligned16(x.raw_data()) && aligned16(ctx.outputs[0].raw_data());
   LsqArgs a = make_args(ctx, x);
   double g = lsq_grad_factor(ctx.op, ctx.attrs, x.numel());
   auto s = static_cast<cudaStream_t>(ctx.stream);
   int64_t nq = a.d.num_qparams;
-  Tensor partial =
-      Tensor::empty({nq * a.splits * static_cast<int64_t>(sizeof(Sums))}, DType::u8, x.device());
-  int64_t blocks = nq * a.splits;
-  unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
+  Tensor partial;
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     dispatch_qparams(ctx.inputs[2], ctx.inputs[3], [&](auto stag, auto ztag) {
       using S = decltype(stag);
       using Z = decltype(ztag);
-      lsq_backward_kernel<T, S, Z><<<grid, kThreads, 0, s>>>(
-          in_ptr<T>(dy), in_ptr<T>(x), in_ptr<S>(ctx.inputs[2]), in_ptr<Z>(ctx.inputs[3]),
-          out_ptr<T>(ctx.outputs[0]), out_ptr<Sums>(partial), a);
+      auto contiguous = lsq_backward_contiguous_kernel<T, S, Z, uint32_t>;
+      plan_backward(a, aligned, resident_blocks_per_sm(ctx.op, contiguous, kThreads));
+      partial = Tensor::empty({nq * a.splits * static_cast<int64_t>(sizeof(Sums))}, DType::u8,
+                              x.device());
+      int64_t blocks = nq * a.splits;
+      if (blocks == 0) return;
+      unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
+      auto kernel = a.segment > 0 ? contiguous : lsq_backward_kernel<T, S, Z>;
+      kernel<<<grid, kThreads, 0, s>>>(in_ptr<T>(dy), in_ptr<T>(x), in_ptr<S>(ctx.inputs[2]),
+                                       in_ptr<Z>(ctx.inputs[3]), out_ptr<T>(ctx.outputs[0]),
+                                       out_ptr<Sums>(partial), a);
     });
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
-  auto shape = elementwise_launch(nq);
   // dscale takes scale's dtype and dzero_point zero_point's (as the CPU stores them).
   dispatch_qparams(ctx.outputs[1], ctx.outputs[2], [&](auto gs, auto gz) {
     using GS = decltype(gs);
     using GZ = decltype(gz);
-    lsq_finish_kernel<GS, GZ><<<shape.blocks, shape.threads, 0, s>>>(
-        in_ptr<Sums>(partial), nq, a.splits, g, out_ptr<GS>(ctx.outputs[1]),
-        out_ptr<GZ>(ctx.outputs[2]));
+    const Sums* pp = in_ptr<Sums>(partial);
+    GS* pgs = out_ptr<GS>(ctx.outputs[1]);
+    GZ* pgz = out_ptr<GZ>(ctx.outputs[2]);
+    if (a.splits > 64) {
+      unsigned qgrid = static_cast<unsigned>(nq < 65535 * 16 ? nq : 65535 * 16);
+      lsq_finish_block_kernel<GS, GZ><<<qgrid, kThreads, 0, s>>>(pp, nq, a.splits, g, pgs, pgz);
+    } else {
+      auto shape = elementwise_launch(nq);
+      lsq_finish_kernel<GS, GZ>
+          <<<shape.blocks, shape.threads, 0, s>>>(pp, nq, a.splits, g, pgs, pgz);
+    }
   });
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
