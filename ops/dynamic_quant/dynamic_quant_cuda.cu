@@ -1,12 +1,20 @@
-// CUDA kernel for dynamic_range_quantize, in three launches that never leave the device:
-// (1) blocks reduce fixed stretches of each scope to a finite (min, max) in the math type,
-// (2) one thread per scope folds its stretches and computes (scale, zero_point) with the
-// shared dynq::qparams, (3) every element is quantized with qstore::quantize and its scope's
-// reciprocal scale. min/max are exact (any order gives the same value; the sign of a zero
-// cannot change the qparams), so codes, scales and zero points match the CPU bit for bit.
-// An affine range too wide for f32 is recorded in the device error buffer, as the CPU raises.
+// CUDA kernel for dynamic_range_quantize. min/max are exact (any order gives the same value;
+// the sign of a zero cannot change the qparams), so codes, scales and zero points match the
+// CPU bit for bit whatever the reduction order. An affine range too wide for f32 is recorded
+// in the device error buffer, as the CPU raises.
+//
+// Fast path, when each scope owns one contiguous segment of at most 16384 elements (per
+// token, channel axis 0 of an outer == 1 layout, full groups along the last axis): a team
+// of lanes per segment loads it once into registers (16-byte packs when aligned), reduces
+// the finite min/max (shuffles within a warp, shared memory across warps), computes the
+// qparams with the shared dynq::qparams, quantizes from the registers and writes the codes
+// (8 per 8-byte store) and the segment's scale and zero point. One read, one write.
+// General path, three launches that never leave the device: (1) blocks reduce fixed
+// stretches of each scope to a finite (min, max) in the math type, (2) one thread per scope
+// folds its stretches and computes (scale, zero_point), (3) every element is quantized
+// with qstore::quantize and its scope's reciprocal scale.
 #include "core/graph.h"
-#include "ops/common/cuda_common.cuh"
+#include "ops/common/cuda_vec.cuh"
 #include "ops/common/quant_attrs.h"
 #include "ops/dynamic_quant/dynamic_quant_math.h"
 #include "ops/quantize/quantize_math.h"
@@ -86,6 +94,169 @@ __global__ void dyn_quantize_kernel(const T* x, const math_of<T>* inv, const mat
   }
 }
 
+// ---- Fast path: one team of `tpr` lanes per contiguous segment, data held in registers.
+
+// Elements per register slot: 8 (a Pack8, 16-byte loads) or 1 (scalar loads).
+template <typename T, int W>
+struct Slot {
+  T v[W];
+};
+
+template <typename T, int W>
+__device__ __forceinline__ Slot<T, W> load_slot(const T* __restrict__ row, uint32_t p) {
+  Slot<T, W> s;
+  if constexpr (W == 8) {
+    Pack8<T> pk = reinterpret_cast<const Pack8<T>*>(row)[p];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s.v[j] = pk.v[j];
+  } else {
+    s.v[0] = row[p];
+  }
+  return s;
+}
+
+template <typename Q, int W>
+__device__ __forceinline__ void store_codes(Q* __restrict__ row, uint32_t p, const int32_t* c) {
+  if constexpr (W == 8) {
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      lo |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<Q>(c[j]))) << (8 * j);
+      hi |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<Q>(c[j + 4]))) << (8 * j);
+    }
+    reinterpret_cast<uint2*>(row)[p] = make_uint2(lo, hi);
+  } else {
+    row[p] = static_cast<Q>(c[0]);
+  }
+}
+
+constexpr int kMaxTeamWarps = 16;  // teams of up to 512 lanes
+
+// Segment q = elements [q * len, (q + 1) * len). Block = rows_per_block teams of tpr lanes
+// (tpr a power of two); lane t of a team holds slots t, t + tpr, ..., up to V of them.
+template <typename T, typename Q, int W, int V>
+__global__ void __launch_bounds__(512)
+    dyn_segment_kernel(const T* __restrict__ x, Q* __restrict__ out, float* __restrict__ scale,
+                       int32_t* __restrict__ zp, DynArgs a, int64_t len, int tpr) {
+  using M = math_of<T>;
+  __shared__ M s_lo[kMaxTeamWarps], s_hi[kMaxTeamWarps];
+  const int rows_per_block = blockDim.x / tpr, team = threadIdx.x / tpr, lane = threadIdx.x % tpr;
+  const uint32_t nslots = static_cast<uint32_t>(len / W);
+  const int64_t nseg = a.d.num_qparams;
+  const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
+  CombineRange<M> combine;
+  // Every thread runs the same number of iterations, so the __syncthreads below are uniform.
+  for (int64_t r0 = int64_t{blockIdx.x} * rows_per_block; r0 < nseg;
+       r0 += int64_t{gridDim.x} * rows_per_block) {
+    const int64_t q = r0 + team;
+    const bool valid = q < nseg;
+    const T* row = x + (valid ? q : 0) * len;
+    Slot<T, W> v[V];
+    Range<M> r{static_cast<M>(INFINITY), static_cast<M>(-INFINITY)};
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const uint32_t p = lane + j * static_cast<uint32_t>(tpr);
+      if (valid && p < nslots) v[j] = load_slot<T, W>(row, p);
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const uint32_t p = lane + j * static_cast<uint32_t>(tpr);
+      if (!(valid && p < nslots)) continue;
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        M m = to_math(v[j].v[e]);
+        if (qmath::is_finite(m)) r = combine(r, Range<M>{m, m});
+      }
+    }
+    const int team_in_warp = tpr < 32 ? tpr : 32;
+    r.lo = team_reduce(r.lo, team_in_warp, [](M u, M w) { return min_of(u, w); });
+    r.hi = team_reduce(r.hi, team_in_warp, [](M u, M w) { return max_of(u, w); });
+    if (tpr > 32) {
+      const int warp = threadIdx.x / 32, first = team * (tpr / 32);
+      if (threadIdx.x % 32 == 0) {
+        s_lo[warp] = r.lo;
+        s_hi[warp] = r.hi;
+      }
+      __syncthreads();
+      for (int w = first; w < first + tpr / 32; ++w) r = combine(r, Range<M>{s_lo[w], s_hi[w]});
+      __syncthreads();
+    }
+    if (!valid) continue;
+    dynq::QParams p = dynq::qparams(static_cast<float>(r.lo), static_cast<float>(r.hi),
+                                    r.lo <= r.hi, a.symmetric, a.qmin, a.qmax);
+    if (lane == 0) {
+      if (p.overflow)
+        report_device_error(a.err, kAffineOverflow, a.node, q, static_cast<double>(r.hi),
+                            static_cast<double>(r.lo), static_cast<double>(r.hi));
+      scale[q] = p.scale;
+      zp[q] = p.zero_point;
+    }
+    const M inv = M(1) / static_cast<M>(p.scale), zpm = static_cast<M>(p.zero_point);
+    Q* orow = out + q * len;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const uint32_t s = lane + j * static_cast<uint32_t>(tpr);
+      if (s >= nslots) continue;
+      int32_t c[W];
+#pragma unroll
+      for (int e = 0; e < W; ++e)
+        c[e] = qstore::quantize<M>(to_math(v[j].v[e]), inv, zpm, qmin, qmax).q;
+      store_codes<Q, W>(orow, s, c);
+    }
+  }
+}
+
+// The team shape of a segment of `len` elements read `w` at a time: a power-of-two team
+// with at most 4 slots per lane; false when the segment does not fit (16384 elements).
+struct TeamShape {
+  int tpr, slots;
+};
+bool team_shape(int64_t len, int w, TeamShape& t) {
+  int64_t nslots = len / w;
+  int64_t tpr = 1;
+  while (tpr * 4 < nslots) tpr *= 2;
+  if (tpr > 32 * kMaxTeamWarps) return false;
+  int64_t per = (nslots + tpr - 1) / tpr;
+  t = {static_cast<int>(tpr), per <= 1 ? 1 : (per <= 2 ? 2 : 4)};
+  return true;
+}
+
+template <typename T, typename Q, int W>
+void launch_segments(const Tensor& x, KernelContext& ctx, const DynArgs& a, int64_t len,
+                     TeamShape t, cudaStream_t s) {
+  const int threads = t.tpr > 256 ? t.tpr : 256;
+  const int64_t rows_per_block = threads / t.tpr;
+  const int64_t blocks = (a.d.num_qparams + rows_per_block - 1) / rows_per_block;
+  const unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
+  auto go = [&](auto vtag) {
+    constexpr int V = decltype(vtag)::value;
+    dyn_segment_kernel<T, Q, W, V><<<grid, threads, 0, s>>>(
+        in_ptr<T>(x), out_ptr<Q>(ctx.outputs[0]), out_ptr<float>(ctx.outputs[1]),
+        out_ptr<int32_t>(ctx.outputs[2]), a, len, t.tpr);
+  };
+  if (t.slots == 1) go(std::integral_constant<int, 1>{});
+  if (t.slots == 2) go(std::integral_constant<int, 2>{});
+  if (t.slots == 4) go(std::integral_constant<int, 4>{});
+}
+
+// Runs the fast path when the layout allows it; false otherwise.
+template <typename T>
+bool try_segments(const Tensor& x, KernelContext& ctx, const DynArgs& a, cudaStream_t s) {
+  const int64_t len = contiguous_segment(a.d);
+  if (len <= 0 || a.d.kind == ScopeKind::tensor) return false;
+  const bool packs = len % 8 == 0 && aligned16(x.raw_data()) &&
+                     (reinterpret_cast<uintptr_t>(ctx.outputs[0].raw_data()) & 7u) == 0;
+  TeamShape t;
+  if (!team_shape(len, packs ? 8 : 1, t)) return false;
+  const bool i8 = ctx.outputs[0].dtype() == DType::i8;
+  if (packs && i8) launch_segments<T, int8_t, 8>(x, ctx, a, len, t, s);
+  if (packs && !i8) launch_segments<T, uint8_t, 8>(x, ctx, a, len, t, s);
+  if (!packs && i8) launch_segments<T, int8_t, 1>(x, ctx, a, len, t, s);
+  if (!packs && !i8) launch_segments<T, uint8_t, 1>(x, ctx, a, len, t, s);
+  QG_CUDA_CHECK_LAUNCH(ctx.op);
+  return true;
+}
+
 void dynamic_range_quantize_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
@@ -108,6 +279,7 @@ void dynamic_range_quantize_cuda(KernelContext& ctx) {
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     using M = math_of<T>;
+    if (try_segments<T>(x, ctx, a, s)) return;
     DType mdt = sizeof(M) == 8 ? DType::f64 : DType::f32;
     Tensor partial = Tensor::empty({nq * a.splits * 2}, mdt, x.device());
     Tensor inv = Tensor::empty({nq}, mdt, x.device()), zpm = Tensor::empty({nq}, mdt, x.device());
