@@ -1,13 +1,19 @@
-// CUDA kernels for int4_quantize_pack and int4_unpack_dequantize. Quantize-pack runs two
-// launches on the device: one thread per group computes the group's range and parameters
-// (exact min/max/absmax, then the shared int4::symmetric_params / asymmetric_params), then
-// one thread per output byte encodes its two elements with int4::encode and writes the whole
-// byte (pad nibble 0), so no atomics are needed even when a byte straddles two groups.
+// CUDA kernels for int4_quantize_pack and int4_unpack_dequantize.
+// Quantize-pack: when the groups are contiguous and whole (the default last-axis layout
+// with axis_len % group_size == 0 and group_size % 8 == 0), one pass (group_pack.cuh): a
+// team of lanes holds each group in registers, reduces its range with shuffles, derives the
+// parameters with the shared int4::symmetric_params / asymmetric_params and writes 8 codes
+// per 4-byte store. Otherwise two launches: one thread per group computes the group's
+// range and parameters, then one thread per output byte encodes its two elements with
+// int4::encode and writes the whole byte (pad nibble 0), so no atomics are needed even when
+// a byte straddles two groups. min/max/absmax are exact in any order, so both paths give
+// the CPU's codes, scales and bytes.
 // Unpack-dequantize is one thread per element with int4::decode and a single rounding to the
 // output dtype (as the CPU's narrow_cast). Bad qparams are recorded in the device error
 // buffer and raised at the end of the run.
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
+#include "ops/int4/group_pack.cuh"
 #include "ops/int4/int4_cpu.h"
 #include "ops/int4/int4_math.h"
 
@@ -15,6 +21,49 @@ namespace qg {
 namespace {
 
 using namespace cuda;
+
+// The INT4 statistics and encoding for group_pack_kernel; kSymmetric needs only absmax.
+template <typename M, bool kSymmetric>
+struct Int4Codec {
+  M* scale;
+  uint8_t* zp;
+  struct Stats {
+    M mn, mx, amax;
+  };
+  __device__ Stats init() const {
+    return {static_cast<M>(INFINITY), static_cast<M>(-INFINITY), M(0)};
+  }
+  __device__ Stats add(Stats s, M v) const {
+    if (!qmath::is_finite(v)) return s;
+    if (!kSymmetric) {
+      s.mn = v < s.mn ? v : s.mn;
+      s.mx = v > s.mx ? v : s.mx;
+    }
+    M av = v < M(0) ? -v : v;
+    s.amax = av > s.amax ? av : s.amax;
+    return s;
+  }
+  __device__ Stats reduce(Stats s, int team) const {
+    if (!kSymmetric) {
+      s.mn = team_reduce(s.mn, team, [](M a, M b) { return min_of(a, b); });
+      s.mx = team_reduce(s.mx, team, [](M a, M b) { return max_of(a, b); });
+    }
+    s.amax = team_reduce(s.amax, team, [](M a, M b) { return max_of(a, b); });
+    return s;
+  }
+  __device__ int4::GroupParams<M> params(const Stats& s, int64_t q, bool write) const {
+    auto p =
+        kSymmetric ? int4::symmetric_params<M>(s.amax) : int4::asymmetric_params<M>(s.mn, s.mx);
+    if (write) {
+      scale[q] = p.scale;
+      zp[q] = static_cast<uint8_t>(p.zero_point);
+    }
+    return p;
+  }
+  __device__ uint8_t encode(M v, const int4::GroupParams<M>& p) const {
+    return int4::encode<M>(v, p);
+  }
+};
 
 template <typename T>
 __global__ void group_params_kernel(const T* x, ScopeDims d, bool symmetric, math_of<T>* scale,
@@ -80,6 +129,17 @@ void quantize_pack_cuda(KernelContext& ctx) {
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     using M = math_of<T>;
+    M* scale = out_ptr<M>(ctx.outputs[1]);
+    uint8_t* zp = out_ptr<uint8_t>(ctx.outputs[2]);
+    uint8_t* packed = out_ptr<uint8_t>(ctx.outputs[0]);
+    bool one_pass = symmetric ? launch_group_pack(l, in_ptr<T>(x), packed, high_first,
+                                                  Int4Codec<M, true>{scale, zp}, s)
+                              : launch_group_pack(l, in_ptr<T>(x), packed, high_first,
+                                                  Int4Codec<M, false>{scale, zp}, s);
+    if (one_pass) {
+      QG_CUDA_CHECK_LAUNCH(ctx.op);
+      return;
+    }
     DType mdt = sizeof(M) == 8 ? DType::f64 : DType::f32;
     Tensor inv = Tensor::empty({d.num_qparams}, mdt, x.device());
     Tensor zpm = Tensor::empty({d.num_qparams}, mdt, x.device());

@@ -1,12 +1,16 @@
 // CUDA kernels of the NF4 family, with the shared nf4_math.h element math and INT4's
 // packing helpers, so codes, absmax values and bytes match the CPU bit for bit.
-// - nf4_quantize_pack: one thread per group computes its absmax (exact in any order), then
-//   one thread per output byte encodes both of its elements (no atomics, pad nibble 0).
+// - nf4_quantize_pack: for contiguous whole groups (the default last-axis layout with
+//   axis_len % group_size == 0, group_size % 8 == 0) one pass (ops/int4/group_pack.cuh):
+//   groups held in registers, absmax by team shuffles, 8 codes per 4-byte store. Otherwise
+//   one thread per group computes its absmax (exact in any order), then one thread per
+//   output byte encodes both of its elements (no atomics, pad nibble 0).
 // - nf4_unpack_dequantize: one thread per element, a single rounding to the output dtype.
 // - nf4_double_quantize / nf4_double_dequantize: one thread per block of absmax values.
 // Invalid absmax values are recorded in the device error buffer and raised at run end.
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
+#include "ops/int4/group_pack.cuh"
 #include "ops/int4/int4_cpu.h"
 #include "ops/int4/int4_math.h"
 #include "ops/nf4/nf4_math.h"
@@ -15,6 +19,34 @@ namespace qg {
 namespace {
 
 using namespace cuda;
+
+// The NF4 statistics (absmax over finite values) and encoding for group_pack_kernel. The
+// reciprocal is taken as the CPU takes it: 1 / 0 = inf for an all-zero group, whose codes
+// then come from NaN (0 * inf) and are the 0.0 code.
+template <typename M>
+struct Nf4Codec {
+  M* absmax;
+  struct Stats {
+    M amax;
+  };
+  struct Params {
+    M inv;
+  };
+  __device__ Stats init() const { return {M(0)}; }
+  __device__ Stats add(Stats s, M v) const {
+    if (!qmath::is_finite(v)) return s;
+    M av = v < M(0) ? -v : v;
+    return {av > s.amax ? av : s.amax};
+  }
+  __device__ Stats reduce(Stats s, int team) const {
+    return {team_reduce(s.amax, team, [](M a, M b) { return max_of(a, b); })};
+  }
+  __device__ Params params(const Stats& s, int64_t q, bool write) const {
+    if (write) absmax[q] = s.amax;
+    return {M(1) / s.amax};
+  }
+  __device__ uint8_t encode(M v, const Params& p) const { return nf4::encode<M>(v, p.inv); }
+};
 
 template <typename T>
 __global__ void absmax_kernel(const T* x, ScopeDims d, math_of<T>* absmax) {
@@ -89,12 +121,18 @@ __global__ void double_dequantize_kernel(const uint8_t* code, const M* scale, co
 
 void quantize_pack_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
-  ScopeDims d = scope_dims(int4_group_layout(ctx.op, ctx.attrs, x.shape()));
+  ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, x.shape());
+  ScopeDims d = scope_dims(l);
   bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
   auto s = static_cast<cudaStream_t>(ctx.stream);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     using M = math_of<T>;
+    if (launch_group_pack(l, in_ptr<T>(x), out_ptr<uint8_t>(ctx.outputs[0]), high_first,
+                          Nf4Codec<M>{out_ptr<M>(ctx.outputs[1])}, s)) {
+      QG_CUDA_CHECK_LAUNCH(ctx.op);
+      return;
+    }
     if (d.num_qparams > 0) {
       auto shape = elementwise_launch(d.num_qparams, 128);
       absmax_kernel<T>

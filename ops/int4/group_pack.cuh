@@ -1,0 +1,101 @@
+// One-pass group quantize + pack for the 4-bit formats (INT4, NF4) on CUDA, used when the
+// groups are contiguous and whole: groups along the last axis, axis_len % group_size == 0,
+// group_size a multiple of 8, x 16-byte and the packed buffer 4-byte aligned. A team of
+// `tpg` lanes (a power of two <= 32) owns one group: each lane loads up to V packs of 8
+// elements into registers, the team reduces the group's statistics with shuffles (min, max
+// and absmax are exact, so the order does not matter), every lane derives the group's
+// parameters with the shared math, encodes its packs from the registers and writes 4 bytes
+// (8 codes) per pack. Lane 0 writes the group's parameters. The input is read once.
+//
+// A Codec<M> supplies: Stats, init(), add(Stats, M), reduce(Stats, team) (team_reduce of
+// each field), Params params(const Stats&, int64_t group, bool write) and
+// uint8_t encode(M, const Params&).
+#pragma once
+
+#include "ops/common/cuda_vec.cuh"
+#include "ops/int4/int4_math.h"
+
+namespace qg::cuda {
+
+template <typename T, int V, typename Codec>
+__global__ void __launch_bounds__(256, 3)
+    group_pack_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, int64_t ngroups,
+                      int group_size, int tpg, bool high_first, Codec codec) {
+  using M = math_of<T>;
+  const int groups_per_block = blockDim.x / tpg, team = threadIdx.x / tpg;
+  const int lane = threadIdx.x % tpg, ppt = group_size / 8 / tpg;
+  // Nibble offset of code e of a pack in its 32-bit word: byte e / 2, low or high nibble by
+  // e's parity (a pack starts on an even element) and the nibble order.
+  const int even_shift = high_first ? 4 : 0, odd_shift = 4 - even_shift;
+  // Uniform trip count per block: every lane of a warp reaches the team shuffles.
+  for (int64_t g0 = int64_t{blockIdx.x} * groups_per_block; g0 < ngroups;
+       g0 += int64_t{gridDim.x} * groups_per_block) {
+    const int64_t q = g0 + team;
+    const bool valid = q < ngroups;
+    const Pack8<T>* gx = reinterpret_cast<const Pack8<T>*>(x + (valid ? q : 0) * group_size);
+    Pack8<T> v[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (valid && j < ppt) v[j] = gx[lane + j * tpg];
+    typename Codec::Stats st = codec.init();
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (valid && j < ppt) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) st = codec.add(st, to_math(v[j].v[e]));
+      }
+    st = codec.reduce(st, tpg);
+    if (!valid) continue;
+    const auto p = codec.params(st, q, lane == 0);
+    uint32_t* out = reinterpret_cast<uint32_t*>(packed + q * (group_size / 2));
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (j < ppt) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          word |= static_cast<uint32_t>(codec.encode(to_math(v[j].v[e]), p))
+                  << (8 * (e / 2) + (e % 2 == 0 ? even_shift : odd_shift));
+        out[lane + j * tpg] = word;
+      }
+  }
+}
+
+// Team shape of a group of `packs` packs of 8: the fewest lanes (a power of two dividing
+// `packs`, <= 32) that leave at most 4 packs per lane; lanes = 0 when none does.
+struct GroupTeam {
+  int lanes, packs_per_lane;
+};
+inline GroupTeam group_team(int64_t packs) {
+  for (int lanes = 1; lanes <= 32; lanes *= 2)
+    if (packs % lanes == 0 && packs / lanes <= 4) return {lanes, static_cast<int>(packs / lanes)};
+  return {0, 0};
+}
+
+// Launches the one-pass kernel when `l` and the pointers allow it; false otherwise.
+template <typename T, typename Codec>
+bool launch_group_pack(const ScopeLayout& l, const T* x, uint8_t* packed, bool high_first,
+                       const Codec& codec, cudaStream_t s) {
+  if (l.inner != 1 || l.group_size % 8 != 0 || l.axis_len % l.group_size != 0 ||
+      l.group_size > (int64_t{1} << 20) || l.num_qparams == 0 || !aligned16(x) ||
+      (reinterpret_cast<uintptr_t>(packed) & 3u) != 0)
+    return false;
+  const GroupTeam t = group_team(l.group_size / 8);
+  if (t.lanes == 0) return false;
+  const int64_t per_block = 256 / t.lanes;
+  const int64_t blocks = (l.num_qparams + per_block - 1) / per_block;
+  const unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
+  const int gs = static_cast<int>(l.group_size);
+  if (t.packs_per_lane == 1)
+    group_pack_kernel<T, 1, Codec>
+        <<<grid, 256, 0, s>>>(x, packed, l.num_qparams, gs, t.lanes, high_first, codec);
+  else if (t.packs_per_lane == 2)
+    group_pack_kernel<T, 2, Codec>
+        <<<grid, 256, 0, s>>>(x, packed, l.num_qparams, gs, t.lanes, high_first, codec);
+  else
+    group_pack_kernel<T, 4, Codec>
+        <<<grid, 256, 0, s>>>(x, packed, l.num_qparams, gs, t.lanes, high_first, codec);
+  return true;
+}
+
+}  // namespace qg::cuda
