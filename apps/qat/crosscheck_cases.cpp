@@ -132,6 +132,21 @@ void add_observers(std::vector<CrosscheckCase>& c) {
   }
 }
 
+// Token and group scopes of the min/max observers (a tail group included).
+void add_observer_token_group(std::vector<CrosscheckCase>& c) {
+  for (const char* op : {"minmax_observer", "moving_average_observer"}) {
+    c.push_back({op, "token [6,7,129]", {x_in({6, 7, 129})}, {{"scope", "token"}}});
+    c.push_back({op,
+                 "group 32 axis -1 [9,100]",
+                 {x_in({9, 100})},
+                 {{"scope", "group"}, {"axis", -1}, {"group_size", 32}, {"signed", true}}});
+    c.push_back({op,
+                 "group 4 axis 0 [10,3,2] symmetric",
+                 {x_in({10, 3, 2})},
+                 {{"scope", "group"}, {"axis", 0}, {"group_size", 4}, {"qscheme", "symmetric"}}});
+  }
+}
+
 void add_percentile(std::vector<CrosscheckCase>& c) {
   c.push_back({"percentile_observer",
                "affine p=90 bins 64 channel 0 [16,300]",
@@ -260,6 +275,7 @@ std::vector<CrosscheckCase> extra_crosscheck_cases() {
   std::vector<CrosscheckCase> c;
   add_fake_quantize(c);
   add_observers(c);
+  add_observer_token_group(c);
   add_percentile(c);
   add_float_ops(c);
   add_storage_quant(c);

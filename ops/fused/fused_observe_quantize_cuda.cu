@@ -3,9 +3,10 @@
 // functions, the same tie rules) and free of host synchronisation (statistics, flags and
 // qparams stay on the device).
 //
-//  * Rows (per-channel with the channel as the outermost axis): one block per row. The row
-//    is loaded once into registers, reduced, every thread computes the qparams (thread 0
-//    also updates the state), and the row is quantized from registers.
+//  * Rows (per-channel with the channel as the outermost axis, per token, per group along
+//    the innermost axis): one block per row, or one warp per row for rows of up to 128
+//    packs. The row is loaded once into registers, reduced, every thread computes the
+//    qparams (one thread also updates the state), and the row is quantized from registers.
 //  * Per tensor: a cooperative (persistent) grid. Each thread keeps up to kCached 16-byte
 //    packs in registers; the rest is streamed. Blocks publish partial (min, max) pairs, meet
 //    at a grid barrier, each folds the partials in the same order, and quantizes: the cached
@@ -315,6 +316,50 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
+// Short rows (per-group qparams, short tokens or channels: up to 32 * kRowPacks packs): one
+// warp per row, reduced with shuffles, so a block works on eight rows at once and never
+// waits at a barrier. Lane 0 writes the state.
+template <bool kCodes, typename T>
+__global__ void __launch_bounds__(kThreads, 3)
+    fused_warp_rows_kernel(const T* x, void* y, uint32_t* mask, int64_t rows, int64_t packs_per_row,
+                           FusedArgs a) {
+  constexpr int N = kVec<T>;
+  using P = Pack<T, N>;
+  const P* xp = reinterpret_cast<const P*>(x);
+  const Flags flags = read_flags(a);
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
+  for (int64_t row = global_thread() / 32; row < rows; row += warps) {
+    P cur[kRowPacks];
+#pragma unroll
+    for (int u = 0; u < kRowPacks; ++u) {
+      int64_t j = lane + int64_t{u} * 32;
+      if (j < packs_per_row) cur[u] = xp[row * packs_per_row + j];
+    }
+    const Running state = read_state(a, row);
+    MinMax m = minmax_identity();
+#pragma unroll
+    for (int u = 0; u < kRowPacks; ++u) {
+      int64_t j = lane + int64_t{u} * 32;
+      if (j < packs_per_row)
+#pragma unroll
+        for (int e = 0; e < N; ++e) minmax_add(m, to_math(cur[u].v[e]), j * N + e);
+    }
+    MinMax b = finish(warp_reduce(m));
+    QP qp = update_and_qparams(a, flags, row, state, b, packs_per_row > 0, lane == 0);
+#pragma unroll
+    for (int u = 0; u < kRowPacks; ++u) {
+      int64_t j = lane + int64_t{u} * 32;
+      bool active = j < packs_per_row;
+      uint32_t bits = 0;
+      if (active)
+        bits = quantize_store<kCodes>(cur[u], y, row * packs_per_row + j, qp, a.qmin, a.qmax);
+      if (__any_sync(0xffffffffu, active))
+        store_mask_bits<N>(mask, row * packs_per_row + j, bits, active);
+    }
+  }
+}
+
 template <bool kCodes, typename T>
 __global__ void __launch_bounds__(kThreads, 3)
     fused_tensor_kernel(const T* x, void* y, uint32_t* mask, int64_t packs, MinMax* partials,
@@ -496,23 +541,61 @@ void launch_tensor(KernelContext& ctx, const FusedArgs& a, int64_t packs, cudaSt
   QG_CUDA_CHECK_LAUNCH("fused_observe_quantize");
 }
 
+// Launches a persistent grid of `kernel` (exactly the blocks resident at once) for `work`
+// units of `units_per_block` each.
+template <typename Kernel>
+unsigned persistent_grid(Kernel kernel, int64_t work, int64_t units_per_block) {
+  int per_sm = 0;
+  QG_CUDA_CHECK("fused_observe_quantize",
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+  int64_t resident = int64_t{multiprocessor_count()} * std::max(per_sm, 1);
+  int64_t want = (work + units_per_block - 1) / units_per_block;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(resident, want)));
+}
+
 template <bool kCodes, typename T>
 void launch_rows(KernelContext& ctx, const FusedArgs& a, int64_t rows, int64_t packs_per_row,
                  cudaStream_t stream) {
-  // A persistent grid: exactly the blocks that are resident at once, each walking its rows
-  // (and prefetching the next), so no block waits for a second wave.
-  static const int per_sm = [] {
-    int n = 0;
-    QG_CUDA_CHECK("fused_observe_quantize", cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                                                &n, fused_rows_kernel<kCodes, T>, kThreads, 0));
-    return std::max(n, 1);
-  }();
-  unsigned grid = static_cast<unsigned>(
-      std::max<int64_t>(1, std::min<int64_t>(rows, int64_t{multiprocessor_count()} * per_sm)));
-  fused_rows_kernel<kCodes, T>
-      <<<grid, kThreads, 0, stream>>>(in_ptr<T>(ctx.inputs[0]), ctx.outputs[0].raw_data(),
-                                      out_ptr<uint32_t>(ctx.outputs[1]), rows, packs_per_row, a);
+  // A persistent grid: each block (or warp) walks its rows, so no block waits for a second
+  // wave. Occupancy is looked up once per kernel.
+  const T* x = in_ptr<T>(ctx.inputs[0]);
+  void* y = ctx.outputs[0].raw_data();
+  uint32_t* mask = out_ptr<uint32_t>(ctx.outputs[1]);
+  if (packs_per_row <= 32 * kRowPacks) {
+    static const unsigned grid_cap =
+        persistent_grid(fused_warp_rows_kernel<kCodes, T>, INT64_MAX, 1);
+    unsigned grid = static_cast<unsigned>(std::min<int64_t>(grid_cap, (rows + 7) / 8));
+    fused_warp_rows_kernel<kCodes, T>
+        <<<grid, kThreads, 0, stream>>>(x, y, mask, rows, packs_per_row, a);
+  } else {
+    static const unsigned grid_cap = persistent_grid(fused_rows_kernel<kCodes, T>, INT64_MAX, 1);
+    unsigned grid = static_cast<unsigned>(std::min<int64_t>(grid_cap, rows));
+    fused_rows_kernel<kCodes, T><<<grid, kThreads, 0, stream>>>(x, y, mask, rows, packs_per_row, a);
+  }
   QG_CUDA_CHECK_LAUNCH("fused_observe_quantize");
+}
+
+// The scopes whose qparams each cover one contiguous row of x, in qparam order: channels of
+// the outermost axis, tokens, and groups along the innermost axis that divide it evenly.
+bool contiguous_rows(const ScopeLayout& l, int64_t& rows, int64_t& row_len) {
+  switch (l.kind) {
+    case ScopeKind::channel:
+      if (l.outer != 1) return false;
+      rows = l.axis_len;
+      row_len = l.inner;
+      return true;
+    case ScopeKind::token:
+      rows = l.outer;
+      row_len = l.axis_len * l.inner;
+      return true;
+    case ScopeKind::group:
+      if (l.inner != 1 || l.axis_len % l.group_size != 0) return false;
+      rows = l.outer * l.num_groups;
+      row_len = l.group_size;
+      return true;
+    default:
+      return false;
+  }
 }
 
 // kCodes: the quantizer is quantize (s8/u8 codes out) rather than fake_quantize.
@@ -533,9 +616,11 @@ bool try_single_kernel_as(KernelContext& ctx) {
     launch_tensor<kCodes, T>(ctx, a, n / N, stream);
     return true;
   }
-  if (l.kind == ScopeKind::channel && l.outer == 1 && l.inner % 32 == 0 && l.inner > 0 &&
-      l.inner / N <= int64_t{kThreads} * kRowPacks) {
-    launch_rows<kCodes, T>(ctx, a, l.axis_len, l.inner / N, stream);
+  // Rows of whole 32-bit mask words (so rows never share a word) that fit in registers.
+  int64_t rows = 0, row_len = 0;
+  if (contiguous_rows(l, rows, row_len) && row_len > 0 && row_len % 32 == 0 &&
+      row_len / N <= int64_t{kThreads} * kRowPacks) {
+    launch_rows<kCodes, T>(ctx, a, rows, row_len / N, stream);
     return true;
   }
   return false;

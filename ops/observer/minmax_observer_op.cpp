@@ -1,5 +1,5 @@
 // minmax_observer(x) -> (scale, zero_point): a stateful node keeping the running min and max
-// of every finite value seen (per tensor, or per channel along `axis`), and turning them into
+// of every finite value seen (per tensor, channel, token or group), and turning them into
 // qparams exactly as PyTorch's MinMaxObserver / PerChannelMinMaxObserver do.
 // State: min, max (f32, +inf/-inf until a finite value arrives), nonfinite_count (i64),
 // observer_enabled (u8). Statistics update only in training mode with the flag set.
@@ -47,7 +47,7 @@ void define_minmax_observer(OpRegistry& r) {
   op.doc = "Running min/max observer producing (scale, zero_point) as PyTorch's MinMaxObserver.";
   op.inputs = {"x"};
   op.outputs = {"scale", "zero_point"};
-  op.attrs = observer_attrs();
+  op.attrs = observer_attrs({}, kAllObserverScopes);
   op.infer = infer_observer_outputs;
   op.states = minmax_states;
   op.kernels.push_back({DeviceType::cpu, kObserverDtypes, minmax_observer_cpu});

@@ -70,7 +70,8 @@ void define_moving_average_observer(OpRegistry& r) {
   op.inputs = {"x"};
   op.outputs = {"scale", "zero_point"};
   op.attrs = observer_attrs({real_attr("averaging_constant", 0.01,
-                                       "weight c of the new batch, in (0, 1]; momentum = 1 - c")});
+                                       "weight c of the new batch, in (0, 1]; momentum = 1 - c")},
+                            kAllObserverScopes);
   op.infer = infer_moving_average;
   op.states = moving_average_states;
   op.kernels.push_back({DeviceType::cpu, kObserverDtypes, moving_average_observer_cpu});

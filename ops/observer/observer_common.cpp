@@ -8,9 +8,10 @@
 
 namespace qg {
 
-std::vector<AttrSpec> observer_attrs(const std::vector<AttrSpec>& extra) {
+std::vector<AttrSpec> observer_attrs(const std::vector<AttrSpec>& extra,
+                                     const std::vector<std::string>& scopes) {
   std::vector<AttrSpec> a = concat_attrs(quant_range_attrs(true), qparams_attrs());
-  a = concat_attrs(a, scope_attrs({"tensor", "channel"}));
+  a = concat_attrs(a, scope_attrs(scopes));
   return concat_attrs(a, extra);
 }
 

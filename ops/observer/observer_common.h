@@ -16,8 +16,14 @@
 namespace qg {
 
 // bits/signed/narrow_range/quant_min/quant_max/reduce_range, qscheme, symmetric_denominator,
-// eps, scope (tensor | channel) and axis, plus the op's own attributes.
-std::vector<AttrSpec> observer_attrs(const std::vector<AttrSpec>& extra = {});
+// eps, scope (one of `scopes`), axis and group_size, plus the op's own attributes.
+std::vector<AttrSpec> observer_attrs(const std::vector<AttrSpec>& extra = {},
+                                     const std::vector<std::string>& scopes = {"tensor",
+                                                                               "channel"});
+
+// Every scope: the min/max observers keep one running range per token or per group too
+// (per-group weight observers; per-token statistics of fixed-shape activations).
+inline const std::vector<std::string> kAllObserverScopes = {"tensor", "channel", "token", "group"};
 
 // Validates the input dtype, the range and the scope; returns (scale f32, zero_point i32).
 std::vector<TensorType> infer_observer_outputs(const InferContext& ctx);

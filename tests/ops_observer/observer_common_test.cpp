@@ -100,8 +100,29 @@ TEST_P(AnyObserver, RejectsBadAttributesAndInput) {
   expect_build_error(op, {4}, {{"quant_min", 5}, {"quant_max", 5}}, {"quant_min", "5"});
   expect_build_error(op, {4}, {{"quant_min", 9}, {"quant_max", 2}}, {"quant_min", "9"});
   expect_build_error(op, {4}, {{"eps", 0.0}}, {"eps"});
-  expect_build_error(op, {4}, {{"scope", "token"}}, {"scope", "token"});
+  if (op == "minmax_observer" || op == "moving_average_observer") {
+    // Token and group scopes exist for the min/max observers; their shapes are checked.
+    expect_build_error(op, {4, 6}, {{"scope", "group"}, {"group_size", 0}}, {"group_size", "0"});
+    expect_build_error(op, {}, {{"scope", "token"}}, {"token"});
+  } else {
+    expect_build_error(op, {4}, {{"scope", "token"}}, {"scope", "token"});
+  }
   expect_build_error(op, {4}, {}, {"i32"}, DType::i32);
+}
+
+// Per-token and per-group running ranges, checked by hand: x = [[1, -2, 3, 0], [5, 6, -1, 2]].
+TEST(MinMaxObserverScopes, TokenAndGroupKeepOneRangePerRow) {
+  const std::vector<double> x = {1, -2, 3, 0, 5, 6, -1, 2};
+  ObserverHarness token("minmax_observer", {2, 4}, {{"scope", "token"}});
+  token.run(x);
+  EXPECT_EQ(token.state("min"), (std::vector<double>{-2, -1}));
+  EXPECT_EQ(token.state("max"), (std::vector<double>{3, 6}));
+  ObserverHarness group("minmax_observer", {2, 4},
+                        {{"scope", "group"}, {"axis", -1}, {"group_size", 2}});
+  group.run(x);
+  // Groups of two along the last axis: {1, -2}, {3, 0}, {5, 6}, {-1, 2}.
+  EXPECT_EQ(group.state("min"), (std::vector<double>{-2, 0, 5, -1}));
+  EXPECT_EQ(group.state("max"), (std::vector<double>{1, 3, 6, 2}));
 }
 
 TEST_P(AnyObserver, InputDtypesAgreeInF32Range) {

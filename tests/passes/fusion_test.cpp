@@ -122,7 +122,16 @@ INSTANTIATE_TEST_SUITE_P(
         // rows of 8k elements: the CPU single-loop row path
         Case{"minmax_observer", {5, 16}, {{"scope", "channel"}, {"axis", 0}, {"signed", true}}, {}},
         Case{"moving_average_observer", {5, 32}, {{"scope", "channel"}, {"axis", -2}}, {}},
-        Case{"minmax_observer", {4, 8}, {}, {{"qscheme", "symmetric"}}}));
+        Case{"minmax_observer", {4, 8}, {}, {{"qscheme", "symmetric"}}},
+        // per token and per group (a tail group included)
+        Case{"minmax_observer", {3, 4, 10}, {{"scope", "token"}}, {}},
+        Case{"moving_average_observer", {5, 64}, {{"scope", "token"}, {"signed", true}}, {}},
+        Case{
+            "minmax_observer", {6, 40}, {{"scope", "group"}, {"axis", -1}, {"group_size", 16}}, {}},
+        Case{"moving_average_observer",
+             {12, 5},
+             {{"scope", "group"}, {"axis", 0}, {"group_size", 4}, {"bits", 4}},
+             {{"qscheme", "symmetric"}}}));
 
 // observer -> quantize (s8/u8 codes): fused == unfused, codes, mask and state, over steps.
 TEST(FusedQuantize, CodesMaskAndStateBitForBit) {
