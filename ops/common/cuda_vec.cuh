@@ -2,14 +2,14 @@
 // quantize, INT4/NF4 packing): an index type chosen per launch (32-bit arithmetic whenever
 // the tensor has fewer than 2^31 elements, since 64-bit division and multiplication cost
 // several times more instructions), packs of 8 elements loaded as whole 16-byte
-// transactions, a grid-stride loop that keeps two packs in flight per thread, and exact
-// (order-independent) min/max reductions over a power-of-two team of lanes.
+// transactions, a flat launch shape (each block streams one contiguous run of packs: on an
+// H200 this beat a grid-stride loop by ~20% for f32 packs), branch-free conversions (a
+// branch per element serialises the 8 elements of a pack), and exact (order-independent)
+// min/max reductions over a power-of-two team of lanes.
 #pragma once
 
 #include <cstdint>
-#include <mutex>
-#include <string>
-#include <unordered_map>
+#include <type_traits>
 
 #include "ops/common/cuda_common.cuh"
 
@@ -23,34 +23,6 @@ void dispatch_index(int64_t n, Fn&& fn) {
     fn(uint32_t{});
   else
     fn(int64_t{});
-}
-
-// Blocks of `threads` threads of `kernel` that one SM holds at once (cached per kernel).
-template <typename K>
-int resident_blocks_per_sm(const std::string& op, K* kernel, int threads) {
-  static std::mutex mutex;
-  static std::unordered_map<const void*, int> cache;
-  const void* key = reinterpret_cast<const void*>(kernel);
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  int n = 0;
-  QG_CUDA_CHECK(op, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0));
-  n = n > 0 ? n : 1;
-  cache.emplace(key, n);
-  return n;
-}
-
-// Grid of a grid-stride kernel over `items` (one per thread per trip): no more blocks than
-// are resident at once, so every block gets the same share of the work in a single wave
-// (a register-heavy kernel that fits 6 blocks per SM would otherwise run a second, mostly
-// idle wave).
-template <typename K>
-unsigned resident_grid(const std::string& op, K* kernel, int threads, int64_t items) {
-  int64_t want = (items + threads - 1) / threads;
-  int64_t cap = int64_t{resident_blocks_per_sm(op, kernel, threads)} * multiprocessor_count();
-  want = want < cap ? want : cap;
-  return static_cast<unsigned>(want > 0 ? want : 1);
 }
 
 template <typename I>
@@ -86,21 +58,78 @@ __device__ __forceinline__ void store_pack(T* __restrict__ p, I b, bool vec, con
   for (int j = 0; j < 8; ++j) p[b * 8 + j] = v.v[j];
 }
 
-// Grid-stride loop over packs [0, npacks): each thread loads the inputs of two packs
-// (load(b)) before processing either (body(b, loaded)), so two loads per thread are in
-// flight at a time. Pack b always goes to the same thread for a given launch shape.
-template <typename I, typename Load, typename Body>
-__device__ __forceinline__ void for_each_pack(I npacks, Load load, Body body) {
-  const I stride = thread_stride<I>();
-  for (I b0 = thread_index<I>(); b0 < npacks; b0 += 2 * stride) {
-    const I b1 = b0 + stride;
-    const bool has1 = b1 < npacks;
-    auto v0 = load(b0);
-    decltype(v0) v1;
-    if (has1) v1 = load(b1);
-    body(b0, v0);
-    if (has1) body(b1, v1);
+// Threads per block of the flat pack kernels.
+inline constexpr int kPackThreads = 256;
+
+// Packs per thread: two for 16-bit types (a 16-byte pack of 8 is little work per thread),
+// one otherwise.
+template <typename T>
+inline constexpr int kPacksPerThread = sizeof(T) == 2 ? 2 : 1;
+
+// Blocks that cover `npacks` packs, U per thread.
+template <int U>
+inline unsigned pack_blocks(int64_t npacks) {
+  int64_t per_block = int64_t{kPackThreads} * U;
+  int64_t blocks = (npacks + per_block - 1) / per_block;
+  return static_cast<unsigned>(blocks > 0 ? blocks : 1);
+}
+
+// Block b handles packs [b * U * kPackThreads, (b + 1) * U * kPackThreads): thread t the
+// packs t, t + kPackThreads, ... Every input is loaded (load(b)) before any pack is
+// processed (body(b, loaded)), so U loads per thread are in flight at once.
+template <int U, typename I, typename Load, typename Body>
+__device__ __forceinline__ void flat_packs(I npacks, Load load, Body body) {
+  const I base =
+      static_cast<I>(blockIdx.x) * static_cast<I>(U * kPackThreads) + static_cast<I>(threadIdx.x);
+  decltype(load(base)) v[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const I b = base + static_cast<I>(u * kPackThreads);
+    if (b < npacks) v[u] = load(b);
   }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const I b = base + static_cast<I>(u * kPackThreads);
+    if (b < npacks) body(b, v[u]);
+  }
+}
+
+// from_math<T> without a branch: the CPU's NaN encoding (see from_math) is selected after
+// the conversion instead of returned early.
+template <typename T>
+__device__ __forceinline__ T from_math_select(math_of<T> v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const unsigned short nan = 0x7fc0u | ((__float_as_uint(v) >> 16) & 0x8000u);
+    const unsigned short r = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    return __ushort_as_bfloat16(v != v ? nan : r);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    const unsigned short nan = 0x7e00u | ((__float_as_uint(v) >> 16) & 0x8000u);
+    const unsigned short r = __half_as_ushort(__float2half_rn(v));
+    return __ushort_as_half(v != v ? nan : r);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// v when finite, else NaN: fmin/fmax ignore a NaN operand, so min/max over finite values
+// need no branch.
+__device__ __forceinline__ float finite_or_nan(float v) {
+  return fabsf(v) < INFINITY ? v : NAN;
+}
+__device__ __forceinline__ double finite_or_nan(double v) {
+  return fabs(v) < static_cast<double>(INFINITY) ? v : static_cast<double>(NAN);
+}
+__device__ __forceinline__ float fmin_of(float a, float b) {
+  return fminf(a, b);
+}
+__device__ __forceinline__ double fmin_of(double a, double b) {
+  return fmin(a, b);
+}
+__device__ __forceinline__ float fmax_of(float a, float b) {
+  return fmaxf(a, b);
+}
+__device__ __forceinline__ double fmax_of(double a, double b) {
+  return fmax(a, b);
 }
 
 // Flat element k -> qparam index in index type I (the mapping of qparam_of()).

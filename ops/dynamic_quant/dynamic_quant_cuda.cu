@@ -164,8 +164,10 @@ __global__ void __launch_bounds__(512)
       if (!(valid && p < nslots)) continue;
 #pragma unroll
       for (int e = 0; e < W; ++e) {
-        M m = to_math(v[j].v[e]);
-        if (qmath::is_finite(m)) r = combine(r, Range<M>{m, m});
+        // Non-finite values become NaN, which fmin/fmax skip: no branch per element.
+        const M m = finite_or_nan(to_math(v[j].v[e]));
+        r.lo = fmin_of(r.lo, m);
+        r.hi = fmax_of(r.hi, m);
       }
     }
     const int team_in_warp = tpr < 32 ? tpr : 32;
@@ -224,7 +226,9 @@ bool team_shape(int64_t len, int w, TeamShape& t) {
 template <typename T, typename Q, int W>
 void launch_segments(const Tensor& x, KernelContext& ctx, const DynArgs& a, int64_t len,
                      TeamShape t, cudaStream_t s) {
-  const int threads = t.tpr > 256 ? t.tpr : 256;
+  // One segment per block from 64 lanes up (blocks do not wait on each other's
+  // __syncthreads), several per 128-thread block below.
+  const int threads = t.tpr >= 64 ? t.tpr : 128;
   const int64_t rows_per_block = threads / t.tpr;
   const int64_t blocks = (a.d.num_qparams + rows_per_block - 1) / rows_per_block;
   const unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);

@@ -11,7 +11,9 @@
 // per thread; when every pack of 8 shares one qparam (per channel with inner % 8 == 0,
 // per token with rows % 8 == 0, groups of a multiple of 8 along the last axis) once per
 // pack; otherwise per element, with the result cached while the index repeats. Index
-// arithmetic is 32-bit below 2^31 elements.
+// arithmetic is 32-bit below 2^31 elements, blocks stream contiguous runs of packs, and the
+// element math is written with selects (fake_quant_select) so the 8 elements of a pack
+// interleave instead of each sitting behind its own NaN branch.
 #include "core/graph.h"
 #include "ops/common/cuda_vec.cuh"
 #include "ops/common/quant_attrs.h"
@@ -20,8 +22,6 @@ namespace qg {
 namespace {
 
 using namespace cuda;
-
-constexpr int kThreads = 256;
 
 enum class QLayout { tensor, pack, element };
 
@@ -70,24 +70,39 @@ struct QParamCache {
   }
 };
 
+// qmath::fake_quant with selects instead of the early NaN return, bit for bit the same:
+// a NaN x gives a NaN q, which fails both range tests (mask 0) and passes through both
+// clamp selects; y is then replaced by x itself, as fake_quant returns it.
+template <typename M>
+__device__ __forceinline__ qmath::FakeQuantResult<M> fake_quant_select(M x, M inv, M scale, M zp,
+                                                                       M qmin, M qmax) {
+  const M q = qmath::round_even(x * inv) + zp;
+  const bool in_range = (q >= qmin) & (q <= qmax);
+  M c = q < qmin ? qmin : q;
+  c = c > qmax ? qmax : c;
+  const M y = (c - zp) * scale;
+  return {qmath::is_nan(x) ? x : y, in_range};
+}
+
 template <typename T, typename S, typename Z, typename I, QLayout L>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kPackThreads)
     fake_quantize_kernel(const T* __restrict__ x, const S* __restrict__ scale,
                          const Z* __restrict__ zp, T* __restrict__ y, uint8_t* __restrict__ mask,
                          FqArgs a) {
   using M = math_of<T>;
+  constexpr int U = kPacksPerThread<T>;
   const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
   const bool on = a.enabled == nullptr || *a.enabled != 0;
   const I n = static_cast<I>(a.n), nfull = n / 8;
   QParamCache<M, S, Z, I> cache{scale, zp};
   if (L == QLayout::tensor && on) cache.get(0, a);
-  auto element = [&](T xv, const QParam<M>& p, uint8_t& bit) {
-    auto r = qmath::fake_quant<M>(to_math(xv), p.inv, p.scale, p.zp, qmin, qmax);
-    bit = static_cast<uint8_t>(r.in_range);
-    return from_math<T>(r.y);
+  auto element = [&](T xv, const QParam<M>& p, unsigned& bit) {
+    auto r = fake_quant_select<M>(to_math(xv), p.inv, p.scale, p.zp, qmin, qmax);
+    bit = r.in_range ? 1u : 0u;
+    return from_math_select<T>(r.y);
   };
   auto load = [&](I b) { return load_pack(x, b, a.vec); };
-  for_each_pack(nfull, load, [&](I b, const Pack8<T>& xv) {
+  flat_packs<U>(nfull, load, [&](I b, const Pack8<T>& xv) {
     Pack8<T> yv;
     unsigned bits = 0xffu;
     if (!on) {
@@ -99,16 +114,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         if (L == QLayout::element) cache.get(qparam_index_of<I>(a.scope, b * 8 + j), a);
-        uint8_t bit;
+        unsigned bit;
         yv.v[j] = element(xv.v[j], cache.p, bit);
-        bits |= static_cast<unsigned>(bit) << j;
+        bits |= bit << j;
       }
     }
     store_pack(y, b, a.vec, yv);
     mask[b] = static_cast<uint8_t>(bits);
   });
   // The last, partial mask byte (n % 8 elements): one thread, element by element.
-  if (thread_index<I>() == 0 && nfull * 8 < n) {
+  if (blockIdx.x == 0 && threadIdx.x == 0 && nfull * 8 < n) {
     unsigned bits = 0;
     for (I k = nfull * 8; k < n; ++k) {
       const int j = static_cast<int>(k - nfull * 8);
@@ -117,9 +132,9 @@ __global__ void __launch_bounds__(kThreads)
         bits |= 1u << j;
         continue;
       }
-      uint8_t bit;
+      unsigned bit;
       y[k] = element(x[k], cache.get(qparam_index_of<I>(a.scope, k), a), bit);
-      bits |= static_cast<unsigned>(bit) << j;
+      bits |= bit << j;
     }
     mask[nfull] = static_cast<uint8_t>(bits);
   }
@@ -133,10 +148,8 @@ void launch_fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zp
   const Z* pz = in_ptr<Z>(zp);
   T* py = out_ptr<T>(y);
   uint8_t* pm = out_ptr<uint8_t>(mask);
-  auto go = [&](auto kernel) {
-    unsigned grid = resident_grid("fake_quantize", kernel, kThreads, (a.n + 7) / 8);
-    kernel<<<grid, kThreads, 0, s>>>(px, ps, pz, py, pm, a);
-  };
+  const unsigned grid = pack_blocks<kPacksPerThread<T>>(a.n / 8);
+  auto go = [&](auto kernel) { kernel<<<grid, kPackThreads, 0, s>>>(px, ps, pz, py, pm, a); };
   dispatch_index(a.n, [&](auto itag) {
     using I = decltype(itag);
     if constexpr (std::is_same_v<I, uint32_t>) {
@@ -180,7 +193,7 @@ void fake_quantize_cuda(KernelContext& ctx) {
 
 // dx = dy where the mask bit is set, else +0; dy is copied bit for bit.
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kPackThreads)
     ste_backward_kernel(const T* __restrict__ dy, const uint8_t* __restrict__ mask,
                         T* __restrict__ dx, int64_t n64, bool vec) {
   const I n = static_cast<I>(n64), nfull = n / 8;
@@ -190,13 +203,13 @@ __global__ void __launch_bounds__(kThreads)
     unsigned bits;
   };
   auto load = [&](I b) { return In{load_pack(dy, b, vec), mask[b]}; };
-  for_each_pack(nfull, load, [&](I b, const In& in) {
+  flat_packs<kPacksPerThread<T>>(nfull, load, [&](I b, const In& in) {
     Pack8<T> out;
 #pragma unroll
     for (int j = 0; j < 8; ++j) out.v[j] = (in.bits >> j) & 1u ? in.v.v[j] : zero;
     store_pack(dx, b, vec, out);
   });
-  if (thread_index<I>() == 0)
+  if (blockIdx.x == 0 && threadIdx.x == 0)
     for (I k = nfull * 8; k < n; ++k) dx[k] = (mask[nfull] >> (k - nfull * 8)) & 1u ? dy[k] : zero;
 }
 
@@ -209,9 +222,8 @@ void ste_backward_cuda(KernelContext& ctx) {
   dispatch_float(dy.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     dispatch_index(n, [&](auto itag) {
-      auto kernel = ste_backward_kernel<T, decltype(itag)>;
-      unsigned grid = resident_grid(ctx.op, kernel, kThreads, (n + 7) / 8);
-      kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
+      ste_backward_kernel<T, decltype(itag)><<<pack_blocks<kPacksPerThread<T>>(n / 8), kPackThreads,
+                                               0, static_cast<cudaStream_t>(ctx.stream)>>>(
           in_ptr<T>(dy), in_ptr<uint8_t>(ctx.inputs[1]), out_ptr<T>(dx), n, vec);
     });
     QG_CUDA_CHECK_LAUNCH(ctx.op);

@@ -33,14 +33,15 @@ struct Int4Codec {
   __device__ Stats init() const {
     return {static_cast<M>(INFINITY), static_cast<M>(-INFINITY), M(0)};
   }
+  // Branch-free: non-finite values become NaN, which fmin/fmax skip. |v| is taken with
+  // fabs, so a -0.0 counts as +0.0 and the absmax is the CPU's.
   __device__ Stats add(Stats s, M v) const {
-    if (!qmath::is_finite(v)) return s;
+    const M w = finite_or_nan(v);
     if (!kSymmetric) {
-      s.mn = v < s.mn ? v : s.mn;
-      s.mx = v > s.mx ? v : s.mx;
+      s.mn = fmin_of(s.mn, w);
+      s.mx = fmax_of(s.mx, w);
     }
-    M av = v < M(0) ? -v : v;
-    s.amax = av > s.amax ? av : s.amax;
+    s.amax = fmax_of(s.amax, fabs(w));
     return s;
   }
   __device__ Stats reduce(Stats s, int team) const {
@@ -60,8 +61,11 @@ struct Int4Codec {
     }
     return p;
   }
-  __device__ uint8_t encode(M v, const int4::GroupParams<M>& p) const {
-    return int4::encode<M>(v, p);
+  // int4::encode with a select for NaN instead of an early return (same codes).
+  __device__ uint8_t encode(M x, const int4::GroupParams<M>& p) const {
+    const M q = qmath::round_even(x * p.inv_scale) + p.zero_point;
+    const M c = qmath::clamp(q, M(0), M(15));
+    return static_cast<uint8_t>(qmath::is_nan(x) ? p.zero_point : c);
   }
 };
 

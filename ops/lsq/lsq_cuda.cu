@@ -3,16 +3,17 @@
 // them, so y and dx are bit-identical to the CPU. Bad qparams are recorded in the device
 // error buffer and raised at the end of the run.
 //
-// Forward: element-wise over packs of 8 (16-byte loads), with the qparams loaded once per
-// thread (per tensor), once per pack (when packs never straddle two qparams) or per element
-// (cached while the index repeats); 32-bit index arithmetic below 2^31 elements.
+// Forward: element-wise over packs of 8 (16-byte loads, blocks streaming contiguous runs),
+// with the qparams loaded once per thread (per tensor), once per pack (when packs never
+// straddle two qparams) or per element (cached while the index repeats); 32-bit index
+// arithmetic below 2^31 elements.
 // Backward: the scale and zero-point gradients are f64 sums over each qparam's elements.
 // Block (q, s) handles a fixed stretch s of qparam q's elements and reduces it with a fixed
 // tree; the stretches are then added in a fixed order (one thread per qparam, or one block
 // with a fixed tree when there are many stretches) and grad_factor is applied once. The
-// assignment depends only on the shape and the device's SM count: deterministic run to run.
-// When each qparam owns one contiguous segment (per tensor, per token, channel axis 0,
-// full groups along the last axis) stretches are contiguous and read as packs.
+// assignment depends only on the shape: deterministic run to run. When each qparam owns
+// one contiguous segment (per tensor, channel axis 0 of an outer == 1 layout, full groups)
+// a stretch is kPackThreads * 16 elements read as packs, like an element-wise kernel.
 #include "core/graph.h"
 #include "ops/common/cuda_vec.cuh"
 #include "ops/common/quant_attrs.h"
@@ -73,7 +74,7 @@ struct QParamCache {
 };
 
 template <typename T, typename S, typename Z, typename I, QLayout L>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kPackThreads)
     lsq_forward_kernel(const T* __restrict__ x, const S* __restrict__ scale,
                        const Z* __restrict__ zp, T* __restrict__ y, LsqArgs a) {
   using M = math_of<T>;
@@ -85,7 +86,7 @@ __global__ void __launch_bounds__(kThreads)
     return from_math<T>(lsq::forward<M>(to_math(xv), p.inv, p.scale, p.zp_int, qmin, qmax));
   };
   auto load = [&](I b) { return load_pack(x, b, a.vec); };
-  for_each_pack(nfull, load, [&](I b, const Pack8<T>& xv) {
+  flat_packs<kPacksPerThread<T>>(nfull, load, [&](I b, const Pack8<T>& xv) {
     Pack8<T> yv;
     if (L == QLayout::pack) cache.get(qparam_index_of<I>(a.d, b * 8), a);
 #pragma unroll
@@ -95,7 +96,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     store_pack(y, b, a.vec, yv);
   });
-  if (thread_index<I>() == 0)
+  if (blockIdx.x == 0 && threadIdx.x == 0)
     for (I k = nfull * 8; k < n; ++k)
       y[k] = element(x[k], cache.get(qparam_index_of<I>(a.d, k), a));
 }
@@ -106,6 +107,27 @@ struct Sums {
 struct AddSums {
   __device__ Sums operator()(Sums a, Sums b) const { return {a.dscale + b.dscale, a.dzp + b.dzp}; }
 };
+
+// Deterministic block sum for the contiguous kernel: a fixed shuffle tree per warp, then
+// warp 0 adds the warps' sums in a fixed tree. Thread 0 gets the result.
+__device__ __forceinline__ Sums block_sum(Sums v) {
+  __shared__ Sums warp_sums[kThreads / 32];
+  for (int off = 16; off > 0; off /= 2) {
+    v.dscale += __shfl_down_sync(0xffffffffu, v.dscale, off);
+    v.dzp += __shfl_down_sync(0xffffffffu, v.dzp, off);
+  }
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < kThreads / 32 ? warp_sums[threadIdx.x] : Sums{0, 0};
+    for (int off = 16; off > 0; off /= 2) {
+      v.dscale += __shfl_down_sync(0xffffffffu, v.dscale, off);
+      v.dzp += __shfl_down_sync(0xffffffffu, v.dzp, off);
+    }
+  }
+  __syncthreads();
+  return v;
+}
 
 // Element k's dx, and its terms added to acc.
 template <typename T, typename M>
@@ -160,7 +182,7 @@ __global__ void __launch_bounds__(kThreads)
       for (I r = lo + threadIdx.x; r < hi; r += blockDim.x)
         dx[base + r] = grad_element(x[base + r], dy[base + r], p, qmin, qmax, acc);
     }
-    Sums total = block_reduce(acc, AddSums{});
+    Sums total = block_sum(acc);
     if (threadIdx.x == 0) partial[b] = total;
   }
 }
@@ -233,18 +255,14 @@ LsqArgs make_args(const KernelContext& ctx, const Tensor& x) {
   return a;
 }
 
-// Stretches for the backward. Contiguous layouts: enough blocks to fill the device in one
-// wave (`resident` blocks of kThreads per SM), each stretch a multiple of 8 elements so
-// stretches start on pack boundaries. Other layouts: the shared reduction_splits().
-void plan_backward(LsqArgs& a, bool aligned, int resident) {
+// Stretches for the backward. Contiguous layouts: kThreads * 16 elements per block (two
+// packs per thread), so the grid streams x and dy like an element-wise kernel; the chunk is
+// a multiple of 8, so stretches start on pack boundaries. Other layouts: the shared
+// reduction_splits().
+void plan_backward(LsqArgs& a, bool aligned) {
   a.segment = a.n < (int64_t{1} << 31) ? contiguous_segment(a.d) : 0;
   if (a.segment > 0) {
-    int64_t nq = a.d.num_qparams, slots = int64_t{resident} * multiprocessor_count();
-    int64_t by_size = (a.segment + kThreads * 16 - 1) / (kThreads * 16);
-    int64_t by_occupancy = (slots + nq - 1) / nq;
-    int64_t splits = nq >= slots ? 1 : (by_size < by_occupancy ? by_size : by_occupancy);
-    a.chunk = (a.segment + splits - 1) / splits;
-    a.chunk = (a.chunk + 7) / 8 * 8;
+    a.chunk = int64_t{kThreads} * 16;
     a.splits = (a.segment + a.chunk - 1) / a.chunk;
     a.vec = aligned && a.segment % 8 == 0;
     return;
@@ -278,10 +296,8 @@ void lsq_forward_cuda(KernelContext& ctx) {
       const S* ps = in_ptr<S>(ctx.inputs[1]);
       const Z* pz = in_ptr<Z>(ctx.inputs[2]);
       T* py = out_ptr<T>(ctx.outputs[0]);
-      auto go = [&](auto kernel) {
-        unsigned grid = resident_grid(ctx.op, kernel, kThreads, (a.n + 7) / 8);
-        kernel<<<grid, kThreads, 0, st>>>(px, ps, pz, py, a);
-      };
+      const unsigned grid = pack_blocks<kPacksPerThread<T>>(a.n / 8);
+      auto go = [&](auto kernel) { kernel<<<grid, kPackThreads, 0, st>>>(px, ps, pz, py, a); };
       dispatch_index(a.n, [&](auto itag) {
         using I = decltype(itag);
         if constexpr (std::is_same_v<I, uint32_t>) {
@@ -312,7 +328,7 @@ void lsq_backward_cuda(KernelContext& ctx) {
       using S = decltype(stag);
       using Z = decltype(ztag);
       auto contiguous = lsq_backward_contiguous_kernel<T, S, Z, uint32_t>;
-      plan_backward(a, aligned, resident_blocks_per_sm(ctx.op, contiguous, kThreads));
+      plan_backward(a, aligned);
       partial = Tensor::empty({nq * a.splits * static_cast<int64_t>(sizeof(Sums))}, DType::u8,
                               x.device());
       int64_t blocks = nq * a.splits;

@@ -33,10 +33,11 @@ struct Nf4Codec {
     M inv;
   };
   __device__ Stats init() const { return {M(0)}; }
+  // Branch-free: non-finite values become NaN, which fmax skips; |-0.0| is +0.0, so the
+  // absmax is the CPU's bit for bit (never -0.0).
   __device__ Stats add(Stats s, M v) const {
-    if (!qmath::is_finite(v)) return s;
-    M av = v < M(0) ? -v : v;
-    return {av > s.amax ? av : s.amax};
+    const M w = finite_or_nan(v);
+    return {fmax_of(s.amax, fabs(w))};
   }
   __device__ Stats reduce(Stats s, int team) const {
     return {team_reduce(s.amax, team, [](M a, M b) { return max_of(a, b); })};
@@ -45,7 +46,15 @@ struct Nf4Codec {
     if (write) absmax[q] = s.amax;
     return {M(1) / s.amax};
   }
-  __device__ uint8_t encode(M v, const Params& p) const { return nf4::encode<M>(v, p.inv); }
+  // nf4::encode's count of midpoints below x * inv, with the loop unrolled so each midpoint
+  // folds to a constant (the rolled loop evaluates the table's switch per comparison).
+  __device__ uint8_t encode(M x, const Params& p) const {
+    const M v = x * p.inv;
+    int code = 0;
+#pragma unroll
+    for (int i = 0; i < 15; ++i) code += nf4::midpoint<M>(i) < v ? 1 : 0;
+    return static_cast<uint8_t>(qmath::is_nan(v) ? nf4::kZeroCode : code);
+  }
 };
 
 template <typename T>
