@@ -7,9 +7,10 @@
 // parameters with the shared math, encodes its packs from the registers and writes 4 bytes
 // (8 codes) per pack. Lane 0 writes the group's parameters. The input is read once.
 //
-// A Codec<M> supplies: Stats, init(), add(Stats, M), reduce(Stats, team) (team_reduce of
-// each field), Params params(const Stats&, int64_t group, bool write) and
-// uint8_t encode(M, const Params&).
+// A Codec<M> supplies: setup() (run once per block by every thread), Stats, init(), add(Stats, M),
+// reduce(Stats, team) (team_reduce of each field), Params params(const Stats&, int64_t group, bool
+// write), uint8_t encode(M, const Params&) and kMaxPacksPerLane (more packs per lane keep more
+// loads in flight; fewer leave registers and warps for a costly encode).
 #pragma once
 
 #include "ops/common/cuda_vec.cuh"
@@ -22,21 +23,24 @@ __global__ void __launch_bounds__(256, 3)
     group_pack_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, int64_t ngroups,
                       int group_size, int tpg, bool high_first, Codec codec) {
   using M = math_of<T>;
+  constexpr int R = Codec::kRounds;
+  codec.setup();  // block-wide (may fill shared tables and sync)
   const int groups_per_block = blockDim.x / tpg, team = threadIdx.x / tpg;
   const int lane = threadIdx.x % tpg, ppt = group_size / 8 / tpg;
   // Nibble offset of code e of a pack in its 32-bit word: byte e / 2, low or high nibble by
   // e's parity (a pack starts on an even element) and the nibble order.
   const int even_shift = high_first ? 4 : 0, odd_shift = 4 - even_shift;
-  // Uniform trip count per block: every lane of a warp reaches the team shuffles.
-  for (int64_t g0 = int64_t{blockIdx.x} * groups_per_block; g0 < ngroups;
-       g0 += int64_t{gridDim.x} * groups_per_block) {
+  auto load = [&](int64_t g0, Pack8<T>(&v)[V]) {
     const int64_t q = g0 + team;
-    const bool valid = q < ngroups;
-    const Pack8<T>* gx = reinterpret_cast<const Pack8<T>*>(x + (valid ? q : 0) * group_size);
-    Pack8<T> v[V];
+    if (q >= ngroups) return;
+    const Pack8<T>* gx = reinterpret_cast<const Pack8<T>*>(x + q * group_size);
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      if (valid && j < ppt) v[j] = gx[lane + j * tpg];
+      if (j < ppt) v[j] = gx[lane + j * tpg];
+  };
+  auto process = [&](int64_t g0, const Pack8<T>(&v)[V]) {
+    const int64_t q = g0 + team;
+    const bool valid = q < ngroups;
     typename Codec::Stats st = codec.init();
 #pragma unroll
     for (int j = 0; j < V; ++j)
@@ -44,8 +48,8 @@ __global__ void __launch_bounds__(256, 3)
 #pragma unroll
         for (int e = 0; e < 8; ++e) st = codec.add(st, to_math(v[j].v[e]));
       }
-    st = codec.reduce(st, tpg);
-    if (!valid) continue;
+    st = codec.reduce(st, tpg);  // every lane of the warp takes part
+    if (!valid) return;
     const auto p = codec.params(st, q, lane == 0);
     uint32_t* out = reinterpret_cast<uint32_t*>(packed + q * (group_size / 2));
 #pragma unroll
@@ -58,17 +62,30 @@ __global__ void __launch_bounds__(256, 3)
                   << (8 * (e / 2) + (e % 2 == 0 ? even_shift : odd_shift));
         out[lane + j * tpg] = word;
       }
+  };
+  // Block b handles R consecutive rounds of groups_per_block groups. With R > 1 the next
+  // round's packs are loaded while the current round is reduced and encoded.
+  const int64_t first = int64_t{blockIdx.x} * R * groups_per_block;
+  Pack8<T> v[2][V];
+  load(first, v[0]);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t g0 = first + int64_t{r} * groups_per_block;
+    if (r + 1 < R) load(g0 + groups_per_block, v[(r + 1) % 2]);
+    process(g0, v[r % 2]);
   }
 }
 
 // Team shape of a group of `packs` packs of 8: the fewest lanes (a power of two dividing
-// `packs`, <= 32) that leave at most 4 packs per lane; lanes = 0 when none does.
+// `packs`, <= 32) that leave at most `max_per_lane` (<= 4) packs per lane; lanes = 0 when
+// none does.
 struct GroupTeam {
   int lanes, packs_per_lane;
 };
-inline GroupTeam group_team(int64_t packs) {
+inline GroupTeam group_team(int64_t packs, int max_per_lane) {
   for (int lanes = 1; lanes <= 32; lanes *= 2)
-    if (packs % lanes == 0 && packs / lanes <= 4) return {lanes, static_cast<int>(packs / lanes)};
+    if (packs % lanes == 0 && packs / lanes <= max_per_lane)
+      return {lanes, static_cast<int>(packs / lanes)};
   return {0, 0};
 }
 
@@ -80,9 +97,9 @@ bool launch_group_pack(const ScopeLayout& l, const T* x, uint8_t* packed, bool h
       l.group_size > (int64_t{1} << 20) || l.num_qparams == 0 || !aligned16(x) ||
       (reinterpret_cast<uintptr_t>(packed) & 3u) != 0)
     return false;
-  const GroupTeam t = group_team(l.group_size / 8);
+  const GroupTeam t = group_team(l.group_size / 8, Codec::kMaxPacksPerLane);
   if (t.lanes == 0) return false;
-  const int64_t per_block = 256 / t.lanes;
+  const int64_t per_block = 256 / t.lanes * Codec::kRounds;
   const int64_t blocks = (l.num_qparams + per_block - 1) / per_block;
   const unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
   const int gs = static_cast<int>(l.group_size);

@@ -25,11 +25,13 @@ using namespace cuda;
 // The INT4 statistics and encoding for group_pack_kernel; kSymmetric needs only absmax.
 template <typename M, bool kSymmetric>
 struct Int4Codec {
+  static constexpr int kMaxPacksPerLane = 4, kRounds = 1;
   M* scale;
   uint8_t* zp;
   struct Stats {
     M mn, mx, amax;
   };
+  __device__ void setup() {}
   __device__ Stats init() const {
     return {static_cast<M>(INFINITY), static_cast<M>(-INFINITY), M(0)};
   }

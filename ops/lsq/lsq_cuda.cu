@@ -13,7 +13,7 @@
 // with a fixed tree when there are many stretches) and grad_factor is applied once. The
 // assignment depends only on the shape: deterministic run to run. When each qparam owns
 // one contiguous segment (per tensor, channel axis 0 of an outer == 1 layout, full groups)
-// a stretch is kPackThreads * 16 elements read as packs, like an element-wise kernel.
+// a stretch is kThreads * 64 elements read as packs, like an element-wise kernel.
 #include "core/graph.h"
 #include "ops/common/cuda_vec.cuh"
 #include "ops/common/quant_attrs.h"
@@ -162,20 +162,20 @@ __global__ void __launch_bounds__(kThreads)
       };
       const I p0 = (q * seg + lo) / 8, np = (hi - lo) / 8;
       const I stride = blockDim.x;
-      for (I i0 = threadIdx.x; i0 < np; i0 += 2 * stride) {
-        const I i1 = i0 + stride;
-        const bool has1 = i1 < np;
-        In v0{load_pack(x, p0 + i0, true), load_pack(dy, p0 + i0, true)}, v1;
-        if (has1) v1 = In{load_pack(x, p0 + i1, true), load_pack(dy, p0 + i1, true)};
-        auto body = [&](I i, const In& v) {
-          Pack8<T> out;
+      auto load = [&](I i) { return In{load_pack(x, p0 + i, true), load_pack(dy, p0 + i, true)}; };
+      // Software pipeline: the next pack's loads are in flight while this one is computed.
+      I i = threadIdx.x;
+      In cur;
+      if (i < np) cur = load(i);
+      for (; i < np; i += stride) {
+        In next;
+        if (i + stride < np) next = load(i + stride);
+        Pack8<T> out;
 #pragma unroll
-          for (int j = 0; j < 8; ++j)
-            out.v[j] = grad_element(v.x.v[j], v.dy.v[j], p, qmin, qmax, acc);
-          store_pack(dx, p0 + i, true, out);
-        };
-        body(i0, v0);
-        if (has1) body(i1, v1);
+        for (int j = 0; j < 8; ++j)
+          out.v[j] = grad_element(cur.x.v[j], cur.dy.v[j], p, qmin, qmax, acc);
+        store_pack(dx, p0 + i, true, out);
+        cur = next;
       }
     } else {
       const I base = q * seg;
@@ -255,14 +255,14 @@ LsqArgs make_args(const KernelContext& ctx, const Tensor& x) {
   return a;
 }
 
-// Stretches for the backward. Contiguous layouts: kThreads * 16 elements per block (two
-// packs per thread), so the grid streams x and dy like an element-wise kernel; the chunk is
-// a multiple of 8, so stretches start on pack boundaries. Other layouts: the shared
-// reduction_splits().
+// Stretches for the backward. Contiguous layouts: kThreads * 64 elements per block (8 packs
+// per thread, each pack's loads issued while the previous one is computed), so the grid
+// streams x and dy like an element-wise kernel; the chunk is a multiple of 8, so stretches
+// start on pack boundaries. Other layouts: the shared reduction_splits().
 void plan_backward(LsqArgs& a, bool aligned) {
   a.segment = a.n < (int64_t{1} << 31) ? contiguous_segment(a.d) : 0;
   if (a.segment > 0) {
-    a.chunk = int64_t{kThreads} * 16;
+    a.chunk = int64_t{kThreads} * 64;
     a.splits = (a.segment + a.chunk - 1) / a.chunk;
     a.vec = aligned && a.segment % 8 == 0;
     return;

@@ -20,11 +20,16 @@ namespace {
 
 using namespace cuda;
 
+// The f32 bucket table of Nf4Codec::encode, filled by Nf4Codec::setup in every block.
+__shared__ float g_nf4_thr[64];
+__shared__ uint8_t g_nf4_base[64];
+
 // The NF4 statistics (absmax over finite values) and encoding for group_pack_kernel. The
 // reciprocal is taken as the CPU takes it: 1 / 0 = inf for an all-zero group, whose codes
 // then come from NaN (0 * inf) and are the 0.0 code.
 template <typename M>
 struct Nf4Codec {
+  static constexpr int kMaxPacksPerLane = 2, kRounds = 4;
   M* absmax;
   struct Stats {
     M amax;
@@ -46,13 +51,48 @@ struct Nf4Codec {
     if (write) absmax[q] = s.amax;
     return {M(1) / s.amax};
   }
-  // nf4::encode's count of midpoints below x * inv, with the loop unrolled so each midpoint
-  // folds to a constant (the rolled loop evaluates the table's switch per comparison).
+  // f32: nf4::encode's count of midpoints below v = x * inv from a 64-bucket table. Bucket
+  // b = rint(clamp(v, -1, 1) * 32 + 32) covers v in [(b - 32.5) / 32, (b - 31.5) / 32];
+  // midpoints are >= 0.08 apart, so at most one lies in a bucket (widened by 1e-4):
+  // base[b] counts the midpoints below the bucket and thr[b] is the next one (+inf after
+  // the last), so the count is base[b] + [thr[b] < v]. Checked against nf4::encode for
+  // every f32 v (all 2^32 bit patterns). f64 uses encode_search.
+  __device__ void setup() {
+    if constexpr (std::is_same_v<M, float>) {
+      for (int b = threadIdx.x; b < 64; b += blockDim.x) {
+        const float lo = (static_cast<float>(b) - 32.5f) / 32.0f - 1e-4f;
+        int c = 0;
+        while (c < 15 && nf4::midpoint<float>(c) < lo) ++c;
+        g_nf4_base[b] = static_cast<uint8_t>(c);
+        g_nf4_thr[b] = c < 15 ? nf4::midpoint<float>(c) : INFINITY;
+      }
+      __syncthreads();
+    }
+  }
   __device__ uint8_t encode(M x, const Params& p) const {
+    if constexpr (std::is_same_v<M, float>) {
+      const float v = x * p.inv;
+      const float t = fmaf(fminf(fmaxf(v, -1.0f), 1.0f), 32.0f, 12582944.0f);  // 1.5 * 2^23 + 32
+      const int b = min(__float_as_int(t) - 0x4B400000, 63);                   // - 1.5 * 2^23
+      const int code = g_nf4_base[b] + (g_nf4_thr[b] < v ? 1 : 0);
+      return static_cast<uint8_t>(qmath::is_nan(v) ? nf4::kZeroCode : code);
+    } else {
+      return encode_search(x, p);
+    }
+  }
+  // The count as a 4-step branch-free binary search over the 15 increasing midpoints:
+  // 8 * [m7 < v] + 4 * [m(c+3) < v] + 2 * [m(c+1) < v] + [m(c) < v], c the count so far.
+  // A NaN v fails every comparison and takes the 0.0 code, as in encode.
+  __device__ uint8_t encode_search(M x, const Params& p) const {
     const M v = x * p.inv;
-    int code = 0;
-#pragma unroll
-    for (int i = 0; i < 15; ++i) code += nf4::midpoint<M>(i) < v ? 1 : 0;
+    auto m = [](int i) { return nf4::midpoint<M>(i); };
+    const bool b3 = m(7) < v;
+    const bool b2 = (b3 ? m(11) : m(3)) < v;
+    const bool b1 = (b3 ? (b2 ? m(13) : m(9)) : (b2 ? m(5) : m(1))) < v;
+    const M t0 = b3 ? (b2 ? (b1 ? m(14) : m(12)) : (b1 ? m(10) : m(8)))
+                    : (b2 ? (b1 ? m(6) : m(4)) : (b1 ? m(2) : m(0)));
+    const bool b0 = t0 < v;
+    const int code = (b3 ? 8 : 0) + (b2 ? 4 : 0) + (b1 ? 2 : 0) + (b0 ? 1 : 0);
     return static_cast<uint8_t>(qmath::is_nan(v) ? nf4::kZeroCode : code);
   }
 };

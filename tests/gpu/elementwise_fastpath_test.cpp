@@ -178,7 +178,7 @@ TEST(GpuFastPaths, Int4AndNf4PackMatchCpu) {
     Shape x;
     int64_t group;
   };
-  // Team shapes: 128 -> 4 lanes x 4 packs, 64 -> 2 x 4, 8 -> 1 x 1, 96 -> 4 x 3,
+  // INT4 team shapes: 128 -> 4 lanes x 4 packs, 64 -> 2 x 4, 8 -> 1 x 1, 96 -> 4 x 3,
   // 1024 -> 32 x 4; 40 (5 packs) and 101-long rows take the general path.
   const std::vector<Case> cases = {{{33, 256}, 128}, {{16, 256}, 64},   {{5, 64}, 8},
                                    {{5, 192}, 96},   {{3, 2048}, 1024}, {{4, 80}, 40},
