@@ -19,11 +19,10 @@
 namespace qg::cuda {
 
 template <typename T, int V, typename Codec>
-__global__ void __launch_bounds__(256, 3)
+__global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
     group_pack_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, int64_t ngroups,
-                      int group_size, int tpg, bool high_first, Codec codec) {
+                      int group_size, int tpg, int rounds, bool high_first, Codec codec) {
   using M = math_of<T>;
-  constexpr int R = Codec::kRounds;
   codec.setup();  // block-wide (may fill shared tables and sync)
   const int groups_per_block = blockDim.x / tpg, team = threadIdx.x / tpg;
   const int lane = threadIdx.x % tpg, ppt = group_size / 8 / tpg;
@@ -63,16 +62,28 @@ __global__ void __launch_bounds__(256, 3)
         out[lane + j * tpg] = word;
       }
   };
-  // Block b handles R consecutive rounds of groups_per_block groups. With R > 1 the next
-  // round's packs are loaded while the current round is reduced and encoded.
-  const int64_t first = int64_t{blockIdx.x} * R * groups_per_block;
-  Pack8<T> v[2][V];
-  load(first, v[0]);
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t g0 = first + int64_t{r} * groups_per_block;
-    if (r + 1 < R) load(g0 + groups_per_block, v[(r + 1) % 2]);
-    process(g0, v[r % 2]);
+  // Block b handles `rounds` consecutive rounds of groups_per_block groups. Pipelined
+  // codecs load the next round while the current one is reduced and encoded (two register
+  // buffers, alternating); the trip count is the same for every thread of the block.
+  const int64_t first = int64_t{blockIdx.x} * rounds * groups_per_block;
+  auto round_start = [&](int r) { return first + int64_t{r} * groups_per_block; };
+  if constexpr (Codec::kPipelined) {
+    Pack8<T> v0[V], v1[V];
+    load(round_start(0), v0);
+    for (int r = 0; r < rounds; r += 2) {
+      if (r + 1 < rounds) load(round_start(r + 1), v1);
+      process(round_start(r), v0);
+      if (r + 1 < rounds) {
+        if (r + 2 < rounds) load(round_start(r + 2), v0);
+        process(round_start(r + 1), v1);
+      }
+    }
+  } else {
+    for (int r = 0; r < rounds; ++r) {
+      Pack8<T> v[V];
+      load(round_start(r), v);
+      process(round_start(r), v);
+    }
   }
 }
 
@@ -99,19 +110,31 @@ bool launch_group_pack(const ScopeLayout& l, const T* x, uint8_t* packed, bool h
     return false;
   const GroupTeam t = group_team(l.group_size / 8, Codec::kMaxPacksPerLane);
   if (t.lanes == 0) return false;
-  const int64_t per_block = 256 / t.lanes * Codec::kRounds;
-  const int64_t blocks = (l.num_qparams + per_block - 1) / per_block;
-  const unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
   const int gs = static_cast<int>(l.group_size);
+  auto go = [&](auto kernel) {
+    // Pipelined codecs: one wave of resident blocks, each streaming an equal share of the
+    // rounds (a block's first load is the only one not hidden). Others: one round each.
+    const int64_t groups_per_block = 256 / t.lanes;
+    const int64_t total_rounds = (l.num_qparams + groups_per_block - 1) / groups_per_block;
+    int64_t blocks = total_rounds;
+    if (Codec::kPipelined) {
+      int per_sm = 0;
+      QG_CUDA_CHECK("group_pack",
+                    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+      const int64_t resident = int64_t{per_sm > 0 ? per_sm : 1} * multiprocessor_count();
+      blocks = total_rounds < resident ? total_rounds : resident;
+    }
+    const int64_t rounds = (total_rounds + blocks - 1) / blocks;
+    blocks = (total_rounds + rounds - 1) / rounds;
+    kernel<<<static_cast<unsigned>(blocks), 256, 0, s>>>(
+        x, packed, l.num_qparams, gs, t.lanes, static_cast<int>(rounds), high_first, codec);
+  };
   if (t.packs_per_lane == 1)
-    group_pack_kernel<T, 1, Codec>
-        <<<grid, 256, 0, s>>>(x, packed, l.num_qparams, gs, t.lanes, high_first, codec);
+    go(group_pack_kernel<T, 1, Codec>);
   else if (t.packs_per_lane == 2)
-    group_pack_kernel<T, 2, Codec>
-        <<<grid, 256, 0, s>>>(x, packed, l.num_qparams, gs, t.lanes, high_first, codec);
+    go(group_pack_kernel<T, 2, Codec>);
   else
-    group_pack_kernel<T, 4, Codec>
-        <<<grid, 256, 0, s>>>(x, packed, l.num_qparams, gs, t.lanes, high_first, codec);
+    go(group_pack_kernel<T, 4, Codec>);
   return true;
 }
 

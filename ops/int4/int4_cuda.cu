@@ -25,7 +25,9 @@ using namespace cuda;
 // The INT4 statistics and encoding for group_pack_kernel; kSymmetric needs only absmax.
 template <typename M, bool kSymmetric>
 struct Int4Codec {
-  static constexpr int kMaxPacksPerLane = 4, kRounds = 1;
+  static constexpr int kMaxPacksPerLane = 4;
+  static constexpr bool kPipelined = false;
+  static constexpr int kMinBlocksPerSm = 3;
   M* scale;
   uint8_t* zp;
   struct Stats {

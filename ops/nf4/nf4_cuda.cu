@@ -29,7 +29,9 @@ __shared__ uint8_t g_nf4_base[64];
 // then come from NaN (0 * inf) and are the 0.0 code.
 template <typename M>
 struct Nf4Codec {
-  static constexpr int kMaxPacksPerLane = 2, kRounds = 4;
+  static constexpr int kMaxPacksPerLane = 2;
+  static constexpr bool kPipelined = true;
+  static constexpr int kMinBlocksPerSm = 4;
   M* absmax;
   struct Stats {
     M amax;
