@@ -2,7 +2,7 @@
 # On a GPU machine: build (build-gpu), check the element-wise quantization kernels
 # (fake_quantize, ste_backward, LSQ, dynamic_range_quantize, INT4 / NF4 pack) against the
 # CPU with `qat crosscheck --op`, run the GPU tests (memcheck over the fast-path tests when
-# compute-sanitizer exists), then time their PERF.md cases. Logs go to $OUT (or ./out).
+# compute-sanitizer exists), then time their PERF.md cases. Six logs go to $OUT (or ./out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}
@@ -26,8 +26,8 @@ if command -v compute-sanitizer >/dev/null; then
   grep -E "ERROR SUMMARY" "$out/memcheck.log" | tail -1
 fi
 for f in "fq fwd" "lsq fwd+bwd" "dynamic int8" "int4 g128" "nf4 g64"; do
-  ./build-gpu/apps/qat bench --device cuda --filter "$f" --json "$out/bench_${f//[ +]/_}.json" 2>&1 |
-    tee -a "$out/bench.log" | grep -v "^qat bench\|^case"
+  ./build-gpu/apps/qat bench --device cuda --filter "$f" 2>&1 | tee -a "$out/bench.log" |
+    grep -v "^qat bench\|^case"
 done
 nvidia-smi --query-gpu=name --format=csv,noheader | head -1
 echo "rc=$rc"
