@@ -47,10 +47,11 @@ inline ObserveArgs observe_args(const ScopeLayout& l, const uint8_t* enabled, in
   ObserveArgs a{scope_dims(l), 0, 1, 1, enabled};
   a.per_q = elements_per_qparam(a.d);
   if (column_layout(a.d)) {
-    // Row tiles: enough blocks to fill the device four times over, each tile at least
+    // Row tiles: enough blocks to fill the device 16 times over (each thread has only a few
+    // 4-byte loads in flight, so many blocks must be resident), each tile at least
     // `threads` rows.
     int64_t column_blocks = (a.d.axis_len + kColumnLanes - 1) / kColumnLanes;
-    int64_t want = (4 * int64_t{multiprocessor_count()} + column_blocks - 1) / column_blocks;
+    int64_t want = (16 * int64_t{multiprocessor_count()} + column_blocks - 1) / column_blocks;
     int64_t by_rows = (a.d.outer + threads - 1) / threads;
     a.splits = want < by_rows ? want : by_rows;
     if (a.splits < 1) a.splits = 1;
@@ -76,7 +77,7 @@ __global__ void observe_columns_kernel(const T* x, ObserveArgs a, Part* partial)
   const int64_t r0 = int64_t{blockIdx.y} * a.chunk;
   const int64_t r1 = r0 + a.chunk < a.d.outer ? r0 + a.chunk : a.d.outer;
   Part p = identity_part();
-  constexpr int kInFlight = 4;  // independent row loads per thread before any is used
+  constexpr int kInFlight = 8;  // independent row loads per thread before any is used
   if (q < C)
     for (int64_t r = r0 + warp; r < r1; r += kInFlight * nwarps) {
       float v[kInFlight];
