@@ -25,6 +25,27 @@ void dispatch_index(int64_t n, Fn&& fn) {
     fn(int64_t{});
 }
 
+// Remembers the last qparam index loaded, so a run of elements sharing one qparam loads (and
+// validates) it once. `load(index)` returns the qparam.
+template <typename P, typename I, typename Load>
+struct LastQParam {
+  Load load;
+  I index = ~I(0);
+  P p{};
+  __device__ __forceinline__ const P& get(I qi) {
+    if (qi != index) {
+      p = load(qi);
+      index = qi;
+    }
+    return p;
+  }
+};
+
+template <typename P, typename I, typename Load>
+__device__ __forceinline__ LastQParam<P, I, Load> last_qparam(Load load) {
+  return {load};
+}
+
 template <typename I>
 __device__ __forceinline__ I thread_index() {
   return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);

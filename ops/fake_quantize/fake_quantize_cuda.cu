@@ -54,22 +54,6 @@ __device__ __forceinline__ QParam<M> load_qparam(const S* scale, const Z* zp, I 
   return {sm, M(1) / sm, static_cast<M>(z)};
 }
 
-// Caches the last qparam loaded, so runs of elements sharing it load it once.
-template <typename M, typename S, typename Z, typename I>
-struct QParamCache {
-  const S* scale;
-  const Z* zp;
-  I index = ~I(0);
-  QParam<M> p{M(1), M(1), M(0)};
-  __device__ __forceinline__ const QParam<M>& get(I qi, const FqArgs& a) {
-    if (qi != index) {
-      p = load_qparam<M>(scale, zp, qi, a);
-      index = qi;
-    }
-    return p;
-  }
-};
-
 // qmath::fake_quant with selects instead of the early NaN return, bit for bit the same:
 // a NaN x gives a NaN q, which fails both range tests (mask 0) and passes through both
 // clamp selects; y is then replaced by x itself, as fake_quant returns it.
@@ -94,8 +78,8 @@ __global__ void __launch_bounds__(kPackThreads)
   const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
   const bool on = a.enabled == nullptr || *a.enabled != 0;
   const I n = static_cast<I>(a.n), nfull = n / 8;
-  QParamCache<M, S, Z, I> cache{scale, zp};
-  if (L == QLayout::tensor && on) cache.get(0, a);
+  auto cache = last_qparam<QParam<M>, I>([=](I qi) { return load_qparam<M>(scale, zp, qi, a); });
+  if (L == QLayout::tensor && on) cache.get(0);
   auto element = [&](T xv, const QParam<M>& p, unsigned& bit) {
     auto r = fake_quant_select<M>(to_math(xv), p.inv, p.scale, p.zp, qmin, qmax);
     bit = r.in_range ? 1u : 0u;
@@ -110,10 +94,10 @@ __global__ void __launch_bounds__(kPackThreads)
       yv = xv;
     } else {
       bits = 0;
-      if (L == QLayout::pack) cache.get(qparam_index_of<I>(a.scope, b * 8), a);
+      if (L == QLayout::pack) cache.get(qparam_index_of<I>(a.scope, b * 8));
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        if (L == QLayout::element) cache.get(qparam_index_of<I>(a.scope, b * 8 + j), a);
+        if (L == QLayout::element) cache.get(qparam_index_of<I>(a.scope, b * 8 + j));
         unsigned bit;
         yv.v[j] = element(xv.v[j], cache.p, bit);
         bits |= bit << j;
@@ -133,7 +117,7 @@ __global__ void __launch_bounds__(kPackThreads)
         continue;
       }
       unsigned bit;
-      y[k] = element(x[k], cache.get(qparam_index_of<I>(a.scope, k), a), bit);
+      y[k] = element(x[k], cache.get(qparam_index_of<I>(a.scope, k)), bit);
       bits |= bit << j;
     }
     mask[nfull] = static_cast<uint8_t>(bits);

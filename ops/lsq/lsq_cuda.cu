@@ -58,21 +58,6 @@ __device__ __forceinline__ QParam<M> load_qparam(const S* scale, const Z* zp, I 
       lsq::zero_point_int<M>(static_cast<M>(z), static_cast<M>(a.qmin), static_cast<M>(a.qmax))};
 }
 
-template <typename M, typename S, typename Z, typename I>
-struct QParamCache {
-  const S* scale;
-  const Z* zp;
-  I index = ~I(0);
-  QParam<M> p{M(1), M(1), M(0)};
-  __device__ __forceinline__ const QParam<M>& get(I q, const LsqArgs& a) {
-    if (q != index) {
-      p = load_qparam<M>(scale, zp, q, a);
-      index = q;
-    }
-    return p;
-  }
-};
-
 template <typename T, typename S, typename Z, typename I, QLayout L>
 __global__ void __launch_bounds__(kPackThreads)
     lsq_forward_kernel(const T* __restrict__ x, const S* __restrict__ scale,
@@ -80,25 +65,24 @@ __global__ void __launch_bounds__(kPackThreads)
   using M = math_of<T>;
   const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
   const I n = static_cast<I>(a.n), nfull = n / 8;
-  QParamCache<M, S, Z, I> cache{scale, zp};
-  if (L == QLayout::tensor) cache.get(0, a);
+  auto cache = last_qparam<QParam<M>, I>([=](I qi) { return load_qparam<M>(scale, zp, qi, a); });
+  if (L == QLayout::tensor) cache.get(0);
   auto element = [&](T xv, const QParam<M>& p) {
     return from_math<T>(lsq::forward<M>(to_math(xv), p.inv, p.scale, p.zp_int, qmin, qmax));
   };
   auto load = [&](I b) { return load_pack(x, b, a.vec); };
   flat_packs<kPacksPerThread<T>>(nfull, load, [&](I b, const Pack8<T>& xv) {
     Pack8<T> yv;
-    if (L == QLayout::pack) cache.get(qparam_index_of<I>(a.d, b * 8), a);
+    if (L == QLayout::pack) cache.get(qparam_index_of<I>(a.d, b * 8));
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      if (L == QLayout::element) cache.get(qparam_index_of<I>(a.d, b * 8 + j), a);
+      if (L == QLayout::element) cache.get(qparam_index_of<I>(a.d, b * 8 + j));
       yv.v[j] = element(xv.v[j], cache.p);
     }
     store_pack(y, b, a.vec, yv);
   });
   if (blockIdx.x == 0 && threadIdx.x == 0)
-    for (I k = nfull * 8; k < n; ++k)
-      y[k] = element(x[k], cache.get(qparam_index_of<I>(a.d, k), a));
+    for (I k = nfull * 8; k < n; ++k) y[k] = element(x[k], cache.get(qparam_index_of<I>(a.d, k)));
 }
 
 struct Sums {
