@@ -140,6 +140,11 @@ void add_observer_token_group(std::vector<CrosscheckCase>& c) {
                  "group 32 axis -1 [9,100]",
                  {x_in({9, 100})},
                  {{"scope", "group"}, {"axis", -1}, {"group_size", 32}, {"signed", true}}});
+    c.push_back({op, "delayed tensor [257,1031]", {x_in({257, 1031})}, {{"delayed", true}}});
+    c.push_back({op,
+                 "delayed channel 0 [64,300]",
+                 {x_in({64, 300})},
+                 {{"scope", "channel"}, {"axis", 0}, {"delayed", true}}});
     c.push_back({op,
                  "group 4 axis 0 [10,3,2] symmetric",
                  {x_in({10, 3, 2})},

@@ -41,10 +41,12 @@ Build fixed_fq(bool per_channel, bool backward) {
   };
 }
 
-Build observer_fq(bool per_channel, int64_t axis = 0) {
+Build observer_fq(bool per_channel, int64_t axis = 0, bool delayed = false) {
   return [=](Graph& g, ValueId x) {
     Attrs a = per_channel ? Attrs{{"scope", "channel"}, {"axis", axis}} : Attrs{};
-    auto qp = g.apply("moving_average_observer", {x}, a);
+    Attrs obs = a;
+    obs.set("delayed", delayed);
+    auto qp = g.apply("moving_average_observer", {x}, obs);
     return g.apply("fake_quantize", {x, qp[0], qp[1]}, a);
   };
 }
@@ -90,6 +92,7 @@ std::vector<PerfCase> perf_cases(DeviceType device, bool quick) {
   add("obs+fq per-tensor", true, observer_fq(false), both);
   add("obs+fq per-channel", true, observer_fq(true), both);
   add("obs+fq per-channel last axis", true, observer_fq(true, -1), f32);
+  add("obs+fq per-tensor delayed", true, observer_fq(false, 0, true), both);
   add("obs+quantize s8 per-tensor", true, observer_quantize(false), f32);
   add("obs+quantize u8 per-channel", true, observer_quantize(true), f32);
   add("fq fwd per-tensor", false, fixed_fq(false, false), both);

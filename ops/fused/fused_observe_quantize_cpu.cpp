@@ -136,6 +136,7 @@ void quantize_run(const float* x, float* y, uint8_t* mask, int64_t first, int64_
 
 struct Observer {
   bool moving_average;
+  bool delayed;  // return the qparams of the state before the update
   float c;
   bool update;
   float* mn;
@@ -147,7 +148,11 @@ struct Observer {
 
 // The observer's update of channel q and the resulting qparams (as the observer kernels).
 qmath::QParams observe(Observer& o, int64_t q, const Stats& b) {
-  bool valid;
+  auto state_qparams = [&] {
+    bool valid = o.moving_average ? o.init[q] != 0 : o.mn[q] <= o.mx[q];
+    return qmath::qparams_from_range(o.mn[q], o.mx[q], valid, o.cfg);
+  };
+  const qmath::QParams before = o.delayed ? state_qparams() : qmath::QParams{};
   if (o.update) *o.nonfinite += b.nonfinite;
   if (o.moving_average) {
     if (o.update && b.mn <= b.mx) {
@@ -160,15 +165,11 @@ qmath::QParams observe(Observer& o, int64_t q, const Stats& b) {
         o.init[q] = 1;
       }
     }
-    valid = o.init[q] != 0;
-  } else {
-    if (o.update) {
-      o.mn[q] = obsmath::ordered_min(o.mn[q], b.mn);
-      o.mx[q] = obsmath::ordered_max(o.mx[q], b.mx);
-    }
-    valid = o.mn[q] <= o.mx[q];
+  } else if (o.update) {
+    o.mn[q] = obsmath::ordered_min(o.mn[q], b.mn);
+    o.mx[q] = obsmath::ordered_max(o.mx[q], b.mx);
   }
-  return qmath::qparams_from_range(o.mn[q], o.mx[q], valid, o.cfg);
+  return o.delayed ? before : state_qparams();
 }
 
 bool try_fast_path(KernelContext& ctx) {
@@ -179,6 +180,7 @@ bool try_fast_path(KernelContext& ctx) {
   size_t s = 0;
   Observer o{};
   o.moving_average = obs.op->name == "moving_average_observer";
+  o.delayed = obs.attrs.has("delayed") && obs.attrs.get_bool("delayed");
   o.mn = ctx.states.at(s++).data<float>();
   o.mx = ctx.states.at(s++).data<float>();
   o.init = o.moving_average ? ctx.states.at(s++).data<uint8_t>() : nullptr;

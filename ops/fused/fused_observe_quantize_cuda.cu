@@ -7,6 +7,9 @@
 //    the innermost axis): one block per row, or one warp per row for rows of up to 128
 //    packs. The row is loaded once into registers, reduced, every thread computes the
 //    qparams (one thread also updates the state), and the row is quantized from registers.
+//  * Per tensor, delayed mode (qparams of the state before this batch): every block
+//    quantizes its contiguous run while reducing it, and the last block to finish folds the
+//    statistics into the state: one pass over x whatever its size.
 //  * Per tensor: a cooperative (persistent) grid. Each thread keeps up to kCached 16-byte
 //    packs in registers; the rest is streamed. Blocks publish partial (min, max) pairs, meet
 //    at a grid barrier, each folds the partials in the same order, and quantizes: the cached
@@ -113,6 +116,7 @@ __device__ MinMax block_minmax(MinMax m) {
 // Everything the fused kernels need besides x, y and the mask.
 struct FusedArgs {
   bool moving_average;
+  bool delayed;  // quantize with the qparams of the state before this batch
   float averaging_constant;
   bool training;
   qmath::QParamsConfig cfg;
@@ -156,6 +160,8 @@ __device__ __forceinline__ Flags read_flags(const FusedArgs& a) {
 __device__ QP update_and_qparams(const FusedArgs& a, const Flags& f, int64_t q, const Running& old,
                                  const MinMax& b, bool nonempty, bool write) {
   float mn = old.mn, mx = old.mx;
+  const bool old_valid = a.moving_average ? old.init : old.mn <= old.mx;
+  const qmath::QParams before = qmath::qparams_from_range(old.mn, old.mx, old_valid, a.cfg);
   bool update = a.training && f.observe && nonempty;
   bool valid;
   if (a.moving_average) {
@@ -179,7 +185,7 @@ __device__ QP update_and_qparams(const FusedArgs& a, const Flags& f, int64_t q, 
     }
     valid = mn <= mx;
   }
-  qmath::QParams p = qmath::qparams_from_range(mn, mx, valid, a.cfg);
+  const qmath::QParams p = a.delayed ? before : qmath::qparams_from_range(mn, mx, valid, a.cfg);
   if (write) {
     a.st_min[q] = mn;
     a.st_max[q] = mx;
@@ -466,6 +472,62 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
+// Delayed mode, per tensor: the qparams come from the state before this batch, so every
+// block quantizes its own contiguous run of packs while reducing it, in one pass over x. The
+// last block to finish (a ticket counter) folds the partials and updates the state.
+template <bool kCodes, typename T>
+__global__ void __launch_bounds__(kThreads)
+    fused_tensor_delayed_kernel(const T* x, void* y, uint32_t* mask, int64_t packs,
+                                int64_t packs_per_block, MinMax* partials, unsigned* ticket,
+                                FusedArgs a) {
+  constexpr int N = kVec<T>;
+  using P = Pack<T, N>;
+  const P* xp = reinterpret_cast<const P*>(x);
+  const Flags flags = read_flags(a);
+  const Running old = read_state(a, 0);
+  const QP qp = update_and_qparams(a, flags, 0, old, minmax_identity(), false, false);
+  const int64_t first = blockIdx.x * packs_per_block;
+  const int64_t end = first + packs_per_block < packs ? first + packs_per_block : packs;
+  MinMax m = minmax_identity();
+  // packs_per_block and packs are multiples of 32, so `j < end` is uniform per warp.
+  for (int64_t j0 = first + threadIdx.x; j0 < end; j0 += kUnroll * kThreads) {
+    P v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (j0 + u * kThreads < end) v[u] = xp[j0 + u * kThreads];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      int64_t j = j0 + u * kThreads;
+      if (j >= end) break;
+#pragma unroll
+      for (int e = 0; e < N; ++e) minmax_add(m, to_math(v[u].v[e]), j * N + e);
+      uint32_t bits = quantize_store<kCodes>(v[u], y, j, qp, a.qmin, a.qmax);
+      store_mask_bits<N>(mask, j, bits, true);
+    }
+  }
+  MinMax bm = block_minmax(m);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = bm;
+    __threadfence();  // the partial is visible before the ticket is taken
+    last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  MinMax all = minmax_identity();
+  for (int64_t p = threadIdx.x; p < gridDim.x; p += blockDim.x) {
+    volatile const MinMax* vp = partials + p;  // written by other blocks
+    MinMax o{vp->mn, vp->mx, vp->zeros, vp->nonfinite};
+    all = combine(all, o);
+  }
+  all = finish(block_minmax(all));
+  if (threadIdx.x == 0) {
+    update_and_qparams(a, flags, 0, old, all, packs > 0, true);
+    *ticket = 0;
+  }
+}
+
 // Reads the node's attributes and state tensors into the kernel arguments.
 FusedArgs make_args(KernelContext& ctx) {
   const Node& obs = ctx.node.fused_from.at(0);
@@ -475,6 +537,7 @@ FusedArgs make_args(KernelContext& ctx) {
   a.averaging_constant =
       a.moving_average ? static_cast<float>(obs.attrs.get_real("averaging_constant")) : 0.f;
   a.training = ctx.training;
+  a.delayed = obs.attrs.has("delayed") && obs.attrs.get_bool("delayed");
   a.cfg = qparams_config_from_attrs(obs.op->name, obs.attrs);
   QuantRange r = quant_range_from_attrs(q.op->name, q.attrs);
   a.qmin = static_cast<float>(r.qmin);
@@ -558,6 +621,26 @@ unsigned persistent_grid(Kernel kernel, int64_t work, int64_t units_per_block) {
 }
 
 template <bool kCodes, typename T>
+void launch_tensor_delayed(KernelContext& ctx, const FusedArgs& a, int64_t packs,
+                           cudaStream_t stream) {
+  // Four resident blocks per multiprocessor, each streaming one contiguous run of packs
+  // (a multiple of kThreads packs, so every warp is whole).
+  const int64_t blocks_wanted = 4 * int64_t{multiprocessor_count()};
+  int64_t per = (packs + blocks_wanted - 1) / blocks_wanted;
+  per = (per + kThreads - 1) / kThreads * kThreads;
+  const unsigned grid = static_cast<unsigned>((packs + per - 1) / per);
+  const Device dev = ctx.inputs[0].device();
+  Tensor partials = Tensor::empty({static_cast<int64_t>(grid * sizeof(MinMax))}, DType::u8, dev);
+  Tensor ticket = Tensor::empty({1}, DType::i32, dev);
+  QG_CUDA_CHECK("fused_observe_quantize",
+                cudaMemsetAsync(ticket.raw_data(), 0, sizeof(unsigned), stream));
+  fused_tensor_delayed_kernel<kCodes, T><<<grid, kThreads, 0, stream>>>(
+      in_ptr<T>(ctx.inputs[0]), ctx.outputs[0].raw_data(), out_ptr<uint32_t>(ctx.outputs[1]), packs,
+      per, out_ptr<MinMax>(partials), out_ptr<unsigned>(ticket), a);
+  QG_CUDA_CHECK_LAUNCH("fused_observe_quantize");
+}
+
+template <bool kCodes, typename T>
 void launch_rows(KernelContext& ctx, const FusedArgs& a, int64_t rows, int64_t packs_per_row,
                  cudaStream_t stream) {
   // A persistent grid: each block (or warp) walks its rows, so no block waits for a second
@@ -617,7 +700,10 @@ bool try_single_kernel_as(KernelContext& ctx) {
   int64_t n = x.numel();
   if (l.kind == ScopeKind::tensor) {
     if (n == 0 || n % (32 * N) != 0) return false;
-    launch_tensor<kCodes, T>(ctx, a, n / N, stream);
+    if (a.delayed)
+      launch_tensor_delayed<kCodes, T>(ctx, a, n / N, stream);
+    else
+      launch_tensor<kCodes, T>(ctx, a, n / N, stream);
     return true;
   }
   // Rows of whole 32-bit mask words (so rows never share a word) that fit in registers.

@@ -21,11 +21,22 @@ std::vector<StateSpec> minmax_states(const InferContext& ctx) {
   return s;
 }
 
+// qparams from the running range; valid once a finite value has been seen.
+void write_range_qparams(KernelContext& ctx, const float* mn, const float* mx, size_t n) {
+  std::vector<float> lo(mn, mn + n), hi(mx, mx + n);
+  std::vector<bool> valid(n);
+  for (size_t q = 0; q < n; ++q) valid[q] = lo[q] <= hi[q];
+  write_qparams(ctx, lo, hi, valid);
+}
+
 void minmax_observer_cpu(KernelContext& ctx) {
   ScopeLayout l = scope_layout(ctx.op, ctx.attrs, ctx.inputs[0].shape());
   CommonStates common = common_states(ctx, 2);
   float* mn = ctx.states[0].data<float>();
   float* mx = ctx.states[1].data<float>();
+  size_t n = static_cast<size_t>(l.num_qparams);
+  const bool late = delayed(ctx.attrs);
+  if (late) write_range_qparams(ctx, mn, mx, n);  // the state before this batch
   if (should_update(ctx, common)) {
     // min/max are order-independent, so updating in place is deterministic.
     for_each_finite(ctx.op, ctx.inputs[0], l, common.nonfinite, [&](int64_t q, float v) {
@@ -33,11 +44,7 @@ void minmax_observer_cpu(KernelContext& ctx) {
       mx[q] = obsmath::ordered_max(mx[q], v);
     });
   }
-  size_t n = static_cast<size_t>(l.num_qparams);
-  std::vector<float> lo(mn, mn + n), hi(mx, mx + n);
-  std::vector<bool> valid(n);
-  for (size_t q = 0; q < n; ++q) valid[q] = lo[q] <= hi[q];
-  write_qparams(ctx, lo, hi, valid);
+  if (!late) write_range_qparams(ctx, mn, mx, n);
 }
 
 }  // namespace
@@ -47,7 +54,7 @@ void define_minmax_observer(OpRegistry& r) {
   op.doc = "Running min/max observer producing (scale, zero_point) as PyTorch's MinMaxObserver.";
   op.inputs = {"x"};
   op.outputs = {"scale", "zero_point"};
-  op.attrs = observer_attrs({}, kAllObserverScopes);
+  op.attrs = observer_attrs({delayed_attr()}, kAllObserverScopes);
   op.infer = infer_observer_outputs;
   op.states = minmax_states;
   op.kernels.push_back({DeviceType::cpu, kObserverDtypes, minmax_observer_cpu});

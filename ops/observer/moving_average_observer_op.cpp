@@ -31,6 +31,15 @@ std::vector<StateSpec> moving_average_states(const InferContext& ctx) {
   return s;
 }
 
+// qparams from the running averages; valid once a channel has seen a finite value.
+void write_state_qparams(KernelContext& ctx, const float* mn, const float* mx, const uint8_t* init,
+                         size_t n) {
+  std::vector<float> lo(mn, mn + n), hi(mx, mx + n);
+  std::vector<bool> valid(n);
+  for (size_t q = 0; q < n; ++q) valid[q] = init[q] != 0;
+  write_qparams(ctx, lo, hi, valid);
+}
+
 void moving_average_observer_cpu(KernelContext& ctx) {
   ScopeLayout l = scope_layout(ctx.op, ctx.attrs, ctx.inputs[0].shape());
   float c = averaging_constant(ctx.op, ctx.attrs);
@@ -39,6 +48,8 @@ void moving_average_observer_cpu(KernelContext& ctx) {
   float* mx = ctx.states[1].data<float>();
   uint8_t* init = ctx.states[2].data<uint8_t>();
   size_t n = static_cast<size_t>(l.num_qparams);
+  const bool late = delayed(ctx.attrs);
+  if (late) write_state_qparams(ctx, mn, mx, init, n);  // the state before this batch
   if (should_update(ctx, common)) {
     std::vector<float> bmin, bmax;
     batch_min_max(ctx.op, ctx.inputs[0], l, common.nonfinite, bmin, bmax);
@@ -54,10 +65,7 @@ void moving_average_observer_cpu(KernelContext& ctx) {
       }
     }
   }
-  std::vector<float> lo(mn, mn + n), hi(mx, mx + n);
-  std::vector<bool> valid(n);
-  for (size_t q = 0; q < n; ++q) valid[q] = init[q] != 0;
-  write_qparams(ctx, lo, hi, valid);
+  if (!late) write_state_qparams(ctx, mn, mx, init, n);
 }
 
 }  // namespace
@@ -70,7 +78,8 @@ void define_moving_average_observer(OpRegistry& r) {
   op.inputs = {"x"};
   op.outputs = {"scale", "zero_point"};
   op.attrs = observer_attrs({real_attr("averaging_constant", 0.01,
-                                       "weight c of the new batch, in (0, 1]; momentum = 1 - c")},
+                                       "weight c of the new batch, in (0, 1]; momentum = 1 - c"),
+                             delayed_attr()},
                             kAllObserverScopes);
   op.infer = infer_moving_average;
   op.states = moving_average_states;

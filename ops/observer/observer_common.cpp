@@ -15,6 +15,15 @@ std::vector<AttrSpec> observer_attrs(const std::vector<AttrSpec>& extra,
   return concat_attrs(a, extra);
 }
 
+AttrSpec delayed_attr() {
+  return bool_attr("delayed", false,
+                   "output the qparams of the state before this batch (the previous step's)");
+}
+
+bool delayed(const Attrs& attrs) {
+  return attrs.has("delayed") && attrs.get_bool("delayed");
+}
+
 std::vector<TensorType> infer_observer_outputs(const InferContext& ctx) {
   expect_float(ctx, 0);
   qparams_config_from_attrs(ctx.op, ctx.attrs);

@@ -25,6 +25,13 @@ std::vector<AttrSpec> observer_attrs(const std::vector<AttrSpec>& extra = {},
 // (per-group weight observers; per-token statistics of fixed-shape activations).
 inline const std::vector<std::string> kAllObserverScopes = {"tensor", "channel", "token", "group"};
 
+// `delayed` (min/max observers): the outputs are the qparams of the state as it was before
+// this batch (the previous step's), while the batch still updates the state, as delayed
+// scaling in FP8 training recipes does. A fused observer + quantizer then quantizes with
+// qparams known before it reads x: one pass over x, whatever its size.
+AttrSpec delayed_attr();
+bool delayed(const Attrs& attrs);
+
 // Validates the input dtype, the range and the scope; returns (scale f32, zero_point i32).
 std::vector<TensorType> infer_observer_outputs(const InferContext& ctx);
 

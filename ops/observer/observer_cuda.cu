@@ -21,7 +21,8 @@ struct FinishArgs {
   float* mx;
   uint8_t* initialized;  // moving average only
   unsigned long long* nonfinite;
-  float c;  // averaging constant
+  float c;       // averaging constant
+  bool delayed;  // qparams from the state before this batch
   qmath::QParamsConfig cfg;
   float* scale;
   int32_t* zp;
@@ -31,6 +32,13 @@ template <bool kMovingAverage>
 __global__ void observe_finish_kernel(const Part* partial, FinishArgs a) {
   const bool up = a.update && *a.enabled != 0;
   for (int64_t q = global_thread(); q < a.nq; q += global_stride()) {
+    auto write_qparams = [&] {
+      bool valid = kMovingAverage ? a.initialized[q] != 0 : a.mn[q] <= a.mx[q];
+      qmath::QParams qp = qmath::qparams_from_range(a.mn[q], a.mx[q], valid, a.cfg);
+      a.scale[q] = qp.scale;
+      a.zp[q] = qp.zero_point;
+    };
+    if (a.delayed) write_qparams();
     if (up) {
       Part p = identity_part();
       for (int64_t s = 0; s < a.splits; ++s) p = CombineParts{}(p, partial[q * a.splits + s]);
@@ -53,10 +61,7 @@ __global__ void observe_finish_kernel(const Part* partial, FinishArgs a) {
         a.mx[q] = r.mx;
       }
     }
-    bool valid = kMovingAverage ? a.initialized[q] != 0 : a.mn[q] <= a.mx[q];
-    qmath::QParams qp = qmath::qparams_from_range(a.mn[q], a.mx[q], valid, a.cfg);
-    a.scale[q] = qp.scale;
-    a.zp[q] = qp.zero_point;
+    if (!a.delayed) write_qparams();
   }
 }
 
@@ -89,6 +94,7 @@ void observer_cuda(KernelContext& ctx) {
     fa.c = static_cast<float>(c);
   }
   fa.cfg = qparams_config_from_attrs(ctx.op, ctx.attrs);
+  fa.delayed = ctx.attrs.has("delayed") && ctx.attrs.get_bool("delayed");
   fa.scale = out_ptr<float>(ctx.outputs[0]);
   fa.zp = out_ptr<int32_t>(ctx.outputs[1]);
   auto shape = elementwise_launch(nq);

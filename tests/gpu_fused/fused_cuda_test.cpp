@@ -21,6 +21,7 @@ struct Case {
   Attrs attrs;
   bool special_values;
   std::string quantizer = "fake_quantize";  // or "quantize" (s8/u8 codes)
+  Attrs observer_only = {};                 // e.g. delayed
 };
 
 Tensor batch(const Case& c, int step) {
@@ -59,7 +60,9 @@ TEST_P(FusedCuda, MatchesUnfusedCpuBitForBit) {
   const Case& c = GetParam();
   auto build = [&](Graph& g) {
     ValueId x = g.input("x", {c.dtype, c.shape});
-    auto qp = g.apply(c.observer, {x}, c.attrs);
+    Attrs obs_attrs = c.attrs;
+    for (const auto& [k, v] : c.observer_only.items()) obs_attrs.set(k, v);
+    auto qp = g.apply(c.observer, {x}, obs_attrs);
     auto fq = g.apply(c.quantizer, {x, qp[0], qp[1]}, c.attrs);
     g.set_name(fq[0], "y");
     g.set_name(fq[1], "mask");
@@ -142,6 +145,35 @@ INSTANTIATE_TEST_SUITE_P(
              {{"scope", "group"}, {"axis", -1}, {"group_size", 128}},
              true,
              "quantize"},
+        // delayed mode: one-pass per-tensor kernel (many blocks, last-block fold) and rows
+        Case{"moving_average_observer",
+             {4096, 4096},
+             DType::f32,
+             {},
+             true,
+             "fake_quantize",
+             {{"delayed", true}}},
+        Case{"minmax_observer",
+             {64, 768},
+             DType::bf16,
+             {},
+             true,
+             "fake_quantize",
+             {{"delayed", true}}},
+        Case{"minmax_observer",
+             {2048, 2048},
+             DType::f32,
+             {{"signed", true}},
+             true,
+             "quantize",
+             {{"delayed", true}}},
+        Case{"moving_average_observer",
+             {96, 4096},
+             DType::f32,
+             kChannel0,
+             true,
+             "fake_quantize",
+             {{"delayed", true}}},
         // observer + quantize: codes from the same single-kernel paths
         Case{"moving_average_observer", {64, 768}, DType::f32, {}, true, "quantize"},
         Case{"minmax_observer", {2048, 2048}, DType::f32, {{"signed", true}}, true, "quantize"},

@@ -27,6 +27,38 @@ TEST(MovingAverageObserver, HandCheckedSequence) {
   EXPECT_EQ(h.state("max"), std::vector<double>{4});
 }
 
+// Delayed mode: the outputs are the previous step's qparams while the state still updates.
+TEST(MovingAverageObserver, DelayedOutputsThePreviousQparams) {
+  Attrs a = {{"averaging_constant", 0.5}};
+  ObserverHarness now("moving_average_observer", {3}, a);
+  a.set("delayed", true);
+  ObserverHarness late("moving_average_observer", {3}, a);
+  // First batch: nothing observed before it, so (scale 1, zero point 0).
+  auto r = late.run({1, -2, 3});
+  EXPECT_EQ(r[0][0], 1.0);
+  EXPECT_EQ(r[1][0], 0);
+  auto first = now.run({1, -2, 3});
+  // Second batch: the qparams of [-2, 3], while the state moves to [-3, 4] as usual.
+  r = late.run({-4, 5, 0});
+  now.run({-4, 5, 0});
+  EXPECT_EQ(r, first);
+  EXPECT_EQ(late.state("min"), std::vector<double>{-3});
+  EXPECT_EQ(late.state("max"), std::vector<double>{4});
+  // Evaluation (no update): delayed or not, the qparams of the current state.
+  EXPECT_EQ(late.run({9, 9, 9}, false), now.run({9, 9, 9}, false));
+}
+
+TEST(MinMaxObserverDelayed, OutputsThePreviousRange) {
+  ObserverHarness now("minmax_observer", {2});
+  ObserverHarness late("minmax_observer", {2}, {{"delayed", true}});
+  auto first = now.run({-1, 2});
+  auto r = late.run({-1, 2});
+  EXPECT_EQ(r[0][0], 1.0);  // no finite value seen before: (1, 0)
+  EXPECT_EQ(r[1][0], 0);
+  EXPECT_EQ(late.run({-5, 7}), first);
+  EXPECT_EQ(late.state("min"), std::vector<double>{-5});
+}
+
 TEST(MovingAverageObserver, DefaultConstantRoundsInF32) {
   ObserverHarness h("moving_average_observer", {2});
   h.run({-2, 3});

@@ -123,6 +123,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"minmax_observer", {5, 16}, {{"scope", "channel"}, {"axis", 0}, {"signed", true}}, {}},
         Case{"moving_average_observer", {5, 32}, {{"scope", "channel"}, {"axis", -2}}, {}},
         Case{"minmax_observer", {4, 8}, {}, {{"qscheme", "symmetric"}}},
+        // delayed mode: the previous step's qparams
+        Case{"minmax_observer", {16, 33}, {}, {{"delayed", true}}},
+        Case{"moving_average_observer",
+             {5, 16},
+             {{"scope", "channel"}, {"axis", 0}},
+             {{"delayed", true}}},
         // per token and per group (a tail group included)
         Case{"minmax_observer", {3, 4, 10}, {{"scope", "token"}}, {}},
         Case{"moving_average_observer", {5, 64}, {{"scope", "token"}, {"signed", true}}, {}},
