@@ -163,6 +163,58 @@ void add_percentile(std::vector<CrosscheckCase>& c) {
                {{"percentile", 99.0}, {"bins", 100}, {"qscheme", "symmetric"}, {"signed", true}}});
 }
 
+// NF4: quantize + pack (groups with a tail, both nibble orders, a leading axis, edges),
+// unpack, and the double quantization of the absmax values.
+void add_nf4(std::vector<CrosscheckCase>& c) {
+  std::vector<double> e = edge_values();
+  Shape es{static_cast<int64_t>(e.size())};
+  const char* pack = "nf4_quantize_pack";
+  c.push_back({pack, "g64 [33,300]", {x_in({33, 300})}, {}});
+  c.push_back({pack,
+               "g32 [7,101] high_first (tail group)",
+               {x_in({7, 101}, -1, 4)},
+               {{"group_size", 32}, {"nibble_order", "high_first"}}});
+  c.push_back(
+      {pack, "axis 0 g3 [10,5] (odd bytes)", {x_in({10, 5})}, {{"axis", 0}, {"group_size", 3}}});
+  c.push_back({pack, "edges g8", {GradcheckInput(es, DType::f64, 0, 0, e)}, {{"group_size", 8}}});
+  c.push_back({"nf4_unpack_dequantize",
+               "g16 [6,35] low_first",
+               {fixed({105}, DType::u8, 0, 255.99), fixed({6, 3}, DType::f32, 0.01, 2.0)},
+               {{"shape", Shape{6, 35}}, {"group_size", 16}},
+               false,
+               0,
+               2,
+               true});
+  c.push_back({"nf4_unpack_dequantize",
+               "f64 absmax -> bf16 [4,9] high_first",
+               {fixed({18}, DType::u8, 0, 255.99), fixed({4, 1}, DType::f64, 0.01, 2.0)},
+               {{"shape", Shape{4, 9}},
+                {"group_size", 16},
+                {"nibble_order", "high_first"},
+                {"dtype", "bf16"}},
+               false,
+               0,
+               2,
+               true});
+  c.push_back({"nf4_double_quantize",
+               "1000 absmax, blocks of 256",
+               {fixed({1000}, DType::f32, 0.01, 3.0)},
+               {{"block_size", 256}},
+               false,
+               0,
+               2,
+               true});
+  c.push_back({"nf4_double_dequantize",
+               "1000 codes, blocks of 256",
+               {fixed({1000}, DType::u8, 0, 255.99), fixed({4}, DType::f32, 0.001, 0.05),
+                fixed({4}, DType::f32, 0.0, 0.5)},
+               {{"block_size", 256}},
+               false,
+               0,
+               2,
+               true});
+}
+
 void add_float_ops(std::vector<CrosscheckCase>& c) {
   c.push_back(
       {"add", "broadcast [129,1,67]+[33,67]", {x_in({129, 1, 67}), x_in({33, 67})}, {}, true});
@@ -281,6 +333,7 @@ std::vector<CrosscheckCase> extra_crosscheck_cases() {
   add_fake_quantize(c);
   add_observers(c);
   add_observer_token_group(c);
+  add_nf4(c);
   add_percentile(c);
   add_float_ops(c);
   add_storage_quant(c);
