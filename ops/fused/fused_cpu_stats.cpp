@@ -1,11 +1,10 @@
-// Batch statistics of the CPU fused observer + quantizer; see fused_cpu_stats.h.
+// f32 batch statistics of the CPU fused observer + quantizer; see fused_cpu_stats.h (bf16
+// and f16 are in fused_cpu_stats16.cpp).
 //  * Runs (one qparams index): plain SSE2 min/max with non-finite lanes replaced by +/-inf,
 //    plus a record of which zero signs were seen (-0 wins the min, +0 the max).
 //  * Lanes (one qparams index per column): the ordered keys of fused_cpu_stats.h under
 //    SSE4.1 integer min/max, which order signed zeros by themselves; eight rows at a time,
 //    so the per-column ranges are loaded and stored once per eight rows.
-//  * bf16/f16 widen exactly to f32 in small blocks on the stack (Eigen's conversions, as
-//    the observer kernels' static_cast), then take the f32 paths.
 #include "ops/fused/fused_cpu_stats.h"
 
 #include <algorithm>
@@ -86,13 +85,13 @@ void fold(Ranges& r, int64_t q, const RunStats& s) {
   r.nonfinite += s.nonfinite;
 }
 
-// Column ranges of `rows` rows of `width` values, `stride` apart.
-void lane_stats_f32(const float* x, int64_t rows, int64_t width, int64_t stride, int32_t* lo,
-                    int32_t* hi, int64_t* nonfinite) {
+// Column ranges of `rows` rows of `width` values.
+void lane_stats_f32(const float* x, int64_t rows, int64_t width, int32_t* lo, int32_t* hi,
+                    int64_t* nonfinite) {
   const int32_t pos_inf_key = range_key(INFINITY), neg_inf_key = range_key(-INFINITY);
   for (int64_t r0 = 0; r0 < rows; r0 += 8) {
     const int64_t nr = std::min<int64_t>(8, rows - r0);
-    const float* base = x + r0 * stride;
+    const float* base = x + r0 * width;
     int64_t j = 0;
 #if defined(__SSE4_1__)
     const __m128i abs_mask = _mm_set1_epi32(0x7fffffff), inf_bits = _mm_set1_epi32(0x7f800000);
@@ -102,7 +101,7 @@ void lane_stats_f32(const float* x, int64_t rows, int64_t width, int64_t stride,
       __m128i vlo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + j));
       __m128i vhi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi + j));
       for (int64_t r = 0; r < nr; ++r) {
-        __m128i b = _mm_castps_si128(_mm_loadu_ps(base + r * stride + j));
+        __m128i b = _mm_castps_si128(_mm_loadu_ps(base + r * width + j));
         __m128i finite = _mm_cmpgt_epi32(inf_bits, _mm_and_si128(b, abs_mask));
         __m128i key = _mm_xor_si128(b, _mm_and_si128(_mm_srai_epi32(b, 31), abs_mask));
         vlo = _mm_min_epi32(vlo, _mm_blendv_epi8(vpos, key, finite));
@@ -118,7 +117,7 @@ void lane_stats_f32(const float* x, int64_t rows, int64_t width, int64_t stride,
 #endif
     for (; j < width; ++j)
       for (int64_t r = 0; r < nr; ++r) {
-        float v = base[r * stride + j];
+        float v = base[r * width + j];
         if (!(std::fabs(v) < INFINITY)) {
           ++*nonfinite;
           continue;
@@ -126,36 +125,6 @@ void lane_stats_f32(const float* x, int64_t rows, int64_t width, int64_t stride,
         lo[j] = std::min(lo[j], range_key(v));
         hi[j] = std::max(hi[j], range_key(v));
       }
-  }
-}
-
-// Widening block sizes: 16 KiB of f32 on the stack.
-constexpr int64_t kBlock = 4096;
-constexpr int64_t kTileWidth = 512, kTileRows = kBlock / kTileWidth;
-
-template <typename T>
-void run_stats_narrow(const T* x, int64_t n, int64_t q, Ranges& r) {
-  float buf[kBlock];
-  for (int64_t k = 0; k < n; k += kBlock) {
-    const int64_t m = std::min(kBlock, n - k);
-    for (int64_t i = 0; i < m; ++i) buf[i] = static_cast<float>(x[k + i]);
-    fold(r, q, batch_stats(buf, m));
-  }
-}
-
-template <typename T>
-void lane_stats_narrow(const T* x, int64_t rows, int64_t width, int64_t q0, Ranges& r) {
-  float buf[kBlock];
-  for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
-    const int64_t nr = std::min(kTileRows, rows - r0);
-    for (int64_t j0 = 0; j0 < width; j0 += kTileWidth) {
-      const int64_t w = std::min(kTileWidth, width - j0);
-      for (int64_t i = 0; i < nr; ++i)
-        for (int64_t j = 0; j < w; ++j)
-          buf[i * kTileWidth + j] = static_cast<float>(x[(r0 + i) * width + j0 + j]);
-      lane_stats_f32(buf, nr, w, kTileWidth, r.lo.data() + q0 + j0, r.hi.data() + q0 + j0,
-                     &r.nonfinite);
-    }
   }
 }
 
@@ -169,21 +138,9 @@ void run_stats(const float* x, int64_t n, int64_t q, Ranges& r) {
   constexpr int64_t kChunk = int64_t{1} << 30;  // keeps batch_stats' 32-bit counters exact
   for (int64_t k = 0; k < n; k += kChunk) fold(r, q, batch_stats(x + k, std::min(kChunk, n - k)));
 }
-void run_stats(const bf16* x, int64_t n, int64_t q, Ranges& r) {
-  run_stats_narrow(x, n, q, r);
-}
-void run_stats(const f16* x, int64_t n, int64_t q, Ranges& r) {
-  run_stats_narrow(x, n, q, r);
-}
 
 void lane_stats(const float* x, int64_t rows, int64_t width, int64_t q0, Ranges& r) {
-  lane_stats_f32(x, rows, width, width, r.lo.data() + q0, r.hi.data() + q0, &r.nonfinite);
-}
-void lane_stats(const bf16* x, int64_t rows, int64_t width, int64_t q0, Ranges& r) {
-  lane_stats_narrow(x, rows, width, q0, r);
-}
-void lane_stats(const f16* x, int64_t rows, int64_t width, int64_t q0, Ranges& r) {
-  lane_stats_narrow(x, rows, width, q0, r);
+  lane_stats_f32(x, rows, width, r.lo.data() + q0, r.hi.data() + q0, &r.nonfinite);
 }
 
 }  // namespace qg::fused_cpu
