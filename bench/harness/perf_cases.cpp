@@ -51,6 +51,14 @@ Build observer_fq(bool per_channel, int64_t axis = 0, bool delayed = false) {
   };
 }
 
+// Observer + fake-quant with any scope attributes (per token, per group).
+Build observer_fq_scope(const Attrs& a) {
+  return [=](Graph& g, ValueId x) {
+    auto qp = g.apply("moving_average_observer", {x}, a);
+    return g.apply("fake_quantize", {x, qp[0], qp[1]}, a);
+  };
+}
+
 Build observer_quantize(bool per_channel) {
   return [=](Graph& g, ValueId x) {
     Attrs a = per_channel ? Attrs{{"scope", "channel"}, {"axis", 0}} : Attrs{{"signed", true}};
@@ -95,6 +103,11 @@ std::vector<PerfCase> perf_cases(DeviceType device, bool quick) {
   add("obs+fq per-tensor delayed", true, observer_fq(false, 0, true), both);
   add("obs+quantize s8 per-tensor", true, observer_quantize(false), f32);
   add("obs+quantize u8 per-channel", true, observer_quantize(true), f32);
+  if (device == DeviceType::cpu) {  // the CPU fused paths for the other scopes
+    add("obs+fq per-token", true, observer_fq_scope({{"scope", "token"}}), both);
+    add("obs+fq per-group g128", true,
+        observer_fq_scope({{"scope", "group"}, {"axis", -1}, {"group_size", 128}}), f32);
+  }
   add("fq fwd per-tensor", false, fixed_fq(false, false), both);
   add("fq fwd per-channel", false, fixed_fq(true, false), f32);
   add("fq fwd+bwd per-tensor", false, fixed_fq(false, true), both);
