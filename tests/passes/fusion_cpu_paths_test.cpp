@@ -96,7 +96,7 @@ void build(Built& b, const PathCase& c, bool fuse) {
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+         (a.nbytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
 }
 
 // Sets a flag state on both graphs (each has it once: on the observer / quantizer or fused).
