@@ -8,10 +8,10 @@
 //  * the clamped value is an integer within the code range, so the truncating conversion
 //    and the saturating packs are exact.
 // Heads up to a mask-byte boundary and tails run the scalar code itself.
+// (widen_f16x4 does what fake_quantize_simd.cpp's f16 widening does; that one is private to
+// its file.)
 #include "ops/fused/fused_cpu_codes.h"
 
-#include <algorithm>
-#include <type_traits>
 #if defined(__SSE4_1__)
 #include <smmintrin.h>
 #endif
@@ -49,10 +49,10 @@ struct LaneQ {
 #endif
 };
 
-template <typename Q, typename P>
-inline void scalar_one(const float* x, Q* q, uint8_t* mask, int64_t first, int64_t j, const P& p,
+template <typename T, typename Q, typename P>
+inline void scalar_one(const T* x, Q* q, uint8_t* mask, int64_t first, int64_t j, const P& p,
                        float qmin, float qmax) {
-  qstore::Code c = qstore::quantize<float>(x[j], p.inv(j), p.zp(j), qmin, qmax);
+  qstore::Code c = qstore::quantize<float>(static_cast<float>(x[j]), p.inv(j), p.zp(j), qmin, qmax);
   q[j] = static_cast<Q>(c.q);
   int64_t k = first + j;
   mask[k >> 3] = static_cast<uint8_t>(mask[k >> 3] | (uint32_t{c.in_range} << (k & 7)));
@@ -75,19 +75,55 @@ inline void store8(uint8_t* q, __m128i a, __m128i b) {
   __m128i w = _mm_packs_epi32(a, b);
   _mm_storel_epi64(reinterpret_cast<__m128i*>(q), _mm_packus_epi16(w, w));
 }
+
+// Eight elements widened to two f32 vectors. Widening bf16/f16 is exact, so any correct
+// conversion gives the values static_cast<float> gives (a NaN stays a NaN, and a NaN's
+// code does not depend on its payload).
+inline void load8(const float* x, __m128* a, __m128* b) {
+  *a = _mm_loadu_ps(x);
+  *b = _mm_loadu_ps(x + 4);
+}
+inline void load8(const bf16* x, __m128* a, __m128* b) {  // bf16 is the top half of an f32
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+  *a = _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h));
+  *b = _mm_castsi128_ps(_mm_unpackhi_epi16(_mm_setzero_si128(), h));
+}
+// Four f16 (in the low halves of 32-bit lanes) to f32: move exponent and mantissa into
+// place and rebias; Inf/NaN get the f32 all-ones exponent, and zeros and subnormals
+// (exponent 0) are renormalised by one exact f32 subtraction.
+inline __m128 widen_f16x4(__m128i h) {
+  const __m128i exp_bits = _mm_set1_epi32(0x7c00 << 13);
+  __m128i o = _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x7fff)), 13);
+  __m128i e = _mm_and_si128(o, exp_bits);
+  o = _mm_add_epi32(o, _mm_set1_epi32((127 - 15) << 23));
+  __m128i inf_nan = _mm_cmpeq_epi32(e, exp_bits);
+  o = _mm_add_epi32(o, _mm_and_si128(inf_nan, _mm_set1_epi32((128 - 16) << 23)));
+  __m128 renorm = _mm_sub_ps(_mm_castsi128_ps(_mm_add_epi32(o, _mm_set1_epi32(1 << 23))),
+                             _mm_castsi128_ps(_mm_set1_epi32(113 << 23)));
+  o = _mm_blendv_epi8(o, _mm_castps_si128(renorm), _mm_cmpeq_epi32(e, _mm_setzero_si128()));
+  __m128i sign = _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x8000)), 16);
+  return _mm_castsi128_ps(_mm_or_si128(o, sign));
+}
+inline void load8(const f16* x, __m128* a, __m128* b) {
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+  *a = widen_f16x4(_mm_unpacklo_epi16(h, _mm_setzero_si128()));
+  *b = widen_f16x4(_mm_unpackhi_epi16(h, _mm_setzero_si128()));
+}
 #endif
 
-template <typename Q, typename P>
-void run_f32(const float* x, Q* q, uint8_t* mask, int64_t first, int64_t n, const P& p, float qmin,
-             float qmax) {
+template <typename T, typename Q, typename P>
+void run(const T* x, Q* q, uint8_t* mask, int64_t first, int64_t n, const P& p, float qmin,
+         float qmax) {
   int64_t j = 0;
   for (; j < n && ((first + j) & 7) != 0; ++j) scalar_one(x, q, mask, first, j, p, qmin, qmax);
 #if defined(__SSE4_1__)
   const __m128 vqmin = _mm_set1_ps(qmin), vqmax = _mm_set1_ps(qmax);
   for (; j + 8 <= n; j += 8) {
     int lo, hi;
-    __m128i a = codes4(_mm_loadu_ps(x + j), p.vinv(j), p.vzp(j), vqmin, vqmax, &lo);
-    __m128i b = codes4(_mm_loadu_ps(x + j + 4), p.vinv(j + 4), p.vzp(j + 4), vqmin, vqmax, &hi);
+    __m128 xa, xb;
+    load8(x + j, &xa, &xb);
+    __m128i a = codes4(xa, p.vinv(j), p.vzp(j), vqmin, vqmax, &lo);
+    __m128i b = codes4(xb, p.vinv(j + 4), p.vzp(j + 4), vqmin, vqmax, &hi);
     store8(q + j, a, b);
     mask[(first + j) >> 3] = static_cast<uint8_t>(lo | (hi << 4));
   }
@@ -95,41 +131,18 @@ void run_f32(const float* x, Q* q, uint8_t* mask, int64_t first, int64_t n, cons
   for (; j < n; ++j) scalar_one(x, q, mask, first, j, p, qmin, qmax);
 }
 
-// bf16/f16: widened exactly in stack blocks (a multiple of 8, so mask bytes stay whole).
-constexpr int64_t kBlock = 2048;
-
-template <typename T, typename Q, typename MakeP>
-void run_any(const T* x, Q* q, uint8_t* mask, int64_t first, int64_t n, float qmin, float qmax,
-             const MakeP& make_p) {
-  if constexpr (std::is_same_v<T, float>) {
-    run_f32(x, q, mask, first, n, make_p(0), qmin, qmax);
-  } else {
-    float buf[kBlock];
-    for (int64_t k = 0; k < n; k += kBlock) {
-      const int64_t m = std::min(kBlock, n - k);
-      for (int64_t i = 0; i < m; ++i) buf[i] = static_cast<float>(x[k + i]);
-      run_f32(buf, q + k, mask, first + k, m, make_p(k), qmin, qmax);
-    }
-  }
-}
-
 }  // namespace
 
 template <typename T, typename Q>
 void code_run(const T* x, Q* q, uint8_t* mask, int64_t first, int64_t n,
               const fq_simd::RunQParams& p) {
-  run_any(x, q, mask, first, n, p.qmin, p.qmax, [&](int64_t) { return ConstQ{p}; });
+  run(x, q, mask, first, n, ConstQ{p}, p.qmin, p.qmax);
 }
 
 template <typename T, typename Q>
 void code_lanes(const T* x, Q* q, uint8_t* mask, int64_t first, int64_t n,
                 const fq_simd::LaneQParams& p) {
-  // Offsets into the qparams arrays live in `shifted`, which outlives each LaneQ using it.
-  fq_simd::LaneQParams shifted = p;
-  run_any(x, q, mask, first, n, p.qmin, p.qmax, [&](int64_t k) {
-    shifted = {p.inv_scale + k, p.scale + k, p.zero_point + k, p.qmin, p.qmax};
-    return LaneQ{shifted};
-  });
+  run(x, q, mask, first, n, LaneQ{p}, p.qmin, p.qmax);
 }
 
 #define QG_FUSED_CODES(T, Q)                                               \

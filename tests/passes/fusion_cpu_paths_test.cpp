@@ -53,11 +53,15 @@ Tensor step_input(const PathCase& c, int step) {
     if (step == 2 && row == 1) v[k] = 0.375;                      // a row of one value
     if (step == 3 && row == 2) v[k] = (k % 2) ? NAN : -INFINITY;  // no finite value
     if (step == 4 && k % 11 == 5) v[k] *= 1000.0;                 // far outside the last range
+    if (step == 5 && row == 3) v[k] *= 1e-6;                      // a row of f16 subnormals
   }
   if (n >= 16) {
     v[1] = -0.0;
     v[3] = 0.0;
+    v[5] = 3.0e-6;  // subnormal in f16
     v[7] = NAN;
+    v[9] = -2.0e-7;  // subnormal in f16
+    v[11] = 1e-39;   // subnormal in f32 and bf16, 0 in f16
     v[n - 2] = INFINITY;
     v[n / 2] = -INFINITY;
   }
