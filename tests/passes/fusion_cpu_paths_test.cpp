@@ -141,6 +141,40 @@ TEST_P(CpuFusedPath, EqualsUnfusedBitForBit) {
   }
 }
 
+// A range too wide for f32 (max - min overflows) gives an infinite scale: the fused kernel
+// throws the quantizer's own error, after the same observer update as the unfused graph.
+TEST(CpuFusedPathErrors, InfiniteScaleThrowsTheQuantizersErrorWithTheSameState) {
+  for (const char* scope : {"tensor", "token"})
+    for (const char* q : {"fake_quantize", "quantize"}) {
+      SCOPED_TRACE(std::string(scope) + " " + q);
+      PathCase c{"", "minmax_observer", q, DType::f32, {4, 16}, {{"scope", scope}}, {}, {}};
+      Built plain, fused;
+      build(plain, c, false);
+      build(fused, c, true);
+      Executor ep(plain.g), ef(fused.g);
+      std::vector<double> v(64, 1.0);
+      v[40] = -3e38;  // row 2 only
+      v[41] = 3e38;
+      Tensor x = Tensor::from_doubles(c.shape, v);
+      std::string ea, eb;
+      try {
+        ep.run({{"x", x}}, {plain.y, plain.mask});
+      } catch (const Error& e) {
+        ea = e.what();
+      }
+      try {
+        ef.run({{"x", x}}, {fused.y, fused.mask});
+      } catch (const Error& e) {
+        eb = e.what();
+      }
+      EXPECT_NE(ea.find("must be positive and finite"), std::string::npos) << ea;
+      EXPECT_EQ(ea, eb);
+      const auto& sp = ep.states(plain.obs);
+      for (size_t i = 0; i < sp.size(); ++i)
+        EXPECT_TRUE(same_bits(sp[i], ef.states(fused.obs)[i])) << "state " << i;
+    }
+}
+
 struct ScopeSpec {
   std::string label;
   Shape shape;
