@@ -16,7 +16,7 @@ const std::vector<std::string>& fusible_quantizers();
 // Runs the two original kernels of a fused node back to back on `device`.
 void run_fused_observe_quantize_composed(KernelContext& ctx, DeviceType device);
 
-// The CPU kernel: a single-loop path for f32 where it applies, else the composed one.
+// The CPU kernel: one loop nest per row or tile for f32/bf16/f16, else the composed one.
 void fused_observe_quantize_cpu(KernelContext& ctx);
 
 }  // namespace qg

@@ -93,6 +93,7 @@ TEST_P(FusedCuda, MatchesUnfusedCpuBitForBit) {
 }
 
 const Attrs kChannel0{{"scope", "channel"}, {"axis", 0}};
+const Attrs kLastAxis{{"scope", "channel"}, {"axis", -1}};
 
 INSTANTIATE_TEST_SUITE_P(
     Paths, FusedCuda,
@@ -195,7 +196,28 @@ INSTANTIATE_TEST_SUITE_P(
              {300, 64},
              DType::bf16,
              {{"scope", "channel"}, {"axis", 1}},
-             true}));
+             true},
+        // channels on the last axis: the two-phase cooperative kernel. Larger than the
+        // on-chip cache (streamed re-read); 192 and 25 packs per row (grids of 3 and 25
+        // blocks' multiples); more channels than folding lanes (the fold loops); delayed.
+        Case{"minmax_observer", {4096, 4096}, DType::f32, kLastAxis, true},
+        Case{"moving_average_observer", {2048, 768}, DType::f32, kLastAxis, true},
+        Case{"minmax_observer", {256, 100}, DType::f32, kLastAxis, true, "quantize"},
+        Case{"minmax_observer", {2, 32768}, DType::f32, kLastAxis, true},
+        Case{"moving_average_observer",
+             {8, 4, 1536},
+             DType::f16,
+             {{"scope", "channel"}, {"axis", 2}, {"signed", true}},
+             true,
+             "quantize"},
+        Case{"minmax_observer", {64, 4096}, DType::bf16, kLastAxis, true},
+        Case{"moving_average_observer",
+             {512, 1024},
+             DType::f32,
+             kLastAxis,
+             true,
+             "fake_quantize",
+             {{"delayed", true}}}));
 
 }  // namespace
 }  // namespace qg
