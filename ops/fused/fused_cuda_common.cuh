@@ -29,6 +29,7 @@ struct MinMaxOf {
 };
 using MinMax = MinMaxOf<unsigned long long>;
 using ColumnMinMax = MinMaxOf<unsigned>;
+static_assert(sizeof(ColumnMinMax) == 16, "per-column partials move as one 16-byte word");
 
 template <typename M = MinMax>
 __device__ __forceinline__ M minmax_identity() {
