@@ -18,6 +18,7 @@
 #endif
 
 #include "ops/common/quant_math.h"
+#include "ops/common/simd_widen.h"
 
 namespace qg::fq_simd {
 namespace {
@@ -78,10 +79,7 @@ inline __m128 fake_quant4(__m128 x, const Vec4Q& q, __m128 qmin, __m128 qmax, in
 // Element codecs: 8 elements <-> two f32 vectors.
 struct F32Codec {
   static constexpr bool kKeepNanBits = true;
-  static void load8(const float* p, __m128* a, __m128* b) {
-    *a = _mm_loadu_ps(p);
-    *b = _mm_loadu_ps(p + 4);
-  }
+  static void load8(const float* p, __m128* a, __m128* b) { simd::load8(p, a, b); }
   static void store8(float* p, __m128 a, __m128 b) {
     _mm_storeu_ps(p, a);
     _mm_storeu_ps(p + 4, b);
@@ -102,32 +100,11 @@ inline __m128i bf16_bits4(__m128 f) {
 
 struct BF16Codec {
   static constexpr bool kKeepNanBits = false;
-  static void load8(const bf16* p, __m128* a, __m128* b) {
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    *a = _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h));
-    *b = _mm_castsi128_ps(_mm_unpackhi_epi16(_mm_setzero_si128(), h));
-  }
+  static void load8(const bf16* p, __m128* a, __m128* b) { simd::load8(p, a, b); }
   static void store8(bf16* p, __m128 a, __m128 b) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(bf16_bits4(a), bf16_bits4(b)));
   }
 };
-
-// Eigen's software half_to_float on four lanes holding f16 bits in their low halves.
-inline __m128 f16_to_f32_4(__m128i h) {
-  const __m128i shifted_exp = _mm_set1_epi32(0x7c00 << 13);
-  __m128i o = _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x7fff)), 13);
-  __m128i exp = _mm_and_si128(o, shifted_exp);
-  o = _mm_add_epi32(o, _mm_set1_epi32((127 - 15) << 23));
-  __m128i inf_nan = _mm_cmpeq_epi32(exp, shifted_exp);
-  o = _mm_add_epi32(o, _mm_and_si128(inf_nan, _mm_set1_epi32((128 - 16) << 23)));
-  // Zero and subnormals: bump the exponent and renormalise with one exact f32 subtract.
-  __m128i denorm = _mm_cmpeq_epi32(exp, _mm_setzero_si128());
-  __m128 renorm = _mm_sub_ps(_mm_castsi128_ps(_mm_add_epi32(o, _mm_set1_epi32(1 << 23))),
-                             _mm_castsi128_ps(_mm_set1_epi32(113 << 23)));
-  o = _mm_blendv_epi8(o, _mm_castps_si128(renorm), denorm);
-  return _mm_castsi128_ps(
-      _mm_or_si128(o, _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x8000)), 16)));
-}
 
 // Eigen's software float_to_half_rtne on four lanes; f16 bits in the low halves.
 inline __m128i f32_to_f16_bits4(__m128 f) {
@@ -152,11 +129,7 @@ inline __m128i f32_to_f16_bits4(__m128 f) {
 
 struct F16Codec {
   static constexpr bool kKeepNanBits = false;
-  static void load8(const f16* p, __m128* a, __m128* b) {
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    *a = f16_to_f32_4(_mm_unpacklo_epi16(h, _mm_setzero_si128()));
-    *b = f16_to_f32_4(_mm_unpackhi_epi16(h, _mm_setzero_si128()));
-  }
+  static void load8(const f16* p, __m128* a, __m128* b) { simd::load8(p, a, b); }
   static void store8(f16* p, __m128 a, __m128 b) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                      _mm_packus_epi32(f32_to_f16_bits4(a), f32_to_f16_bits4(b)));

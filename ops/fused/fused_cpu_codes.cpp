@@ -8,14 +8,14 @@
 //  * the clamped value is an integer within the code range, so the truncating conversion
 //    and the saturating packs are exact.
 // Heads up to a mask-byte boundary and tails run the scalar code itself.
-// (widen_f16x4 does what fake_quantize_simd.cpp's f16 widening does; that one is private to
-// its file.)
+// Loads widen through ops/common/simd_widen.h, the same code the fake-quantize loops use.
 #include "ops/fused/fused_cpu_codes.h"
 
 #if defined(__SSE4_1__)
 #include <smmintrin.h>
 #endif
 
+#include "ops/common/simd_widen.h"
 #include "ops/quantize/quantize_math.h"
 
 namespace qg::fused_cpu {
@@ -76,39 +76,7 @@ inline void store8(uint8_t* q, __m128i a, __m128i b) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(q), _mm_packus_epi16(w, w));
 }
 
-// Eight elements widened to two f32 vectors. Widening bf16/f16 is exact, so any correct
-// conversion gives the values static_cast<float> gives (a NaN stays a NaN, and a NaN's
-// code does not depend on its payload).
-inline void load8(const float* x, __m128* a, __m128* b) {
-  *a = _mm_loadu_ps(x);
-  *b = _mm_loadu_ps(x + 4);
-}
-inline void load8(const bf16* x, __m128* a, __m128* b) {  // bf16 is the top half of an f32
-  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
-  *a = _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h));
-  *b = _mm_castsi128_ps(_mm_unpackhi_epi16(_mm_setzero_si128(), h));
-}
-// Four f16 (in the low halves of 32-bit lanes) to f32: move exponent and mantissa into
-// place and rebias; Inf/NaN get the f32 all-ones exponent, and zeros and subnormals
-// (exponent 0) are renormalised by one exact f32 subtraction.
-inline __m128 widen_f16x4(__m128i h) {
-  const __m128i exp_bits = _mm_set1_epi32(0x7c00 << 13);
-  __m128i o = _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x7fff)), 13);
-  __m128i e = _mm_and_si128(o, exp_bits);
-  o = _mm_add_epi32(o, _mm_set1_epi32((127 - 15) << 23));
-  __m128i inf_nan = _mm_cmpeq_epi32(e, exp_bits);
-  o = _mm_add_epi32(o, _mm_and_si128(inf_nan, _mm_set1_epi32((128 - 16) << 23)));
-  __m128 renorm = _mm_sub_ps(_mm_castsi128_ps(_mm_add_epi32(o, _mm_set1_epi32(1 << 23))),
-                             _mm_castsi128_ps(_mm_set1_epi32(113 << 23)));
-  o = _mm_blendv_epi8(o, _mm_castps_si128(renorm), _mm_cmpeq_epi32(e, _mm_setzero_si128()));
-  __m128i sign = _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x8000)), 16);
-  return _mm_castsi128_ps(_mm_or_si128(o, sign));
-}
-inline void load8(const f16* x, __m128* a, __m128* b) {
-  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
-  *a = widen_f16x4(_mm_unpacklo_epi16(h, _mm_setzero_si128()));
-  *b = widen_f16x4(_mm_unpackhi_epi16(h, _mm_setzero_si128()));
-}
+using simd::load8;  // eight f32 / bf16 / f16 elements as two f32 vectors
 #endif
 
 template <typename T, typename Q, typename P>
