@@ -160,21 +160,28 @@ inline ScopeDims scope_dims(const ScopeLayout& l) {
 }
 
 // qparam index of flat element k: the same mapping as qparam_index() in quant_scope.h,
-// from the flat index instead of (o, a, i).
-__device__ __forceinline__ int64_t qparam_of(const ScopeDims& d, int64_t k) {
+// from the flat index instead of (o, a, i). I is the index type: 32-bit where the kernel
+// knows every index fits (cheaper divisions), else int64_t.
+template <typename I>
+__device__ __forceinline__ I qparam_index_of(const ScopeDims& d, I k) {
   if (d.kind == ScopeKind::tensor) return 0;
-  int64_t i = k % d.inner, t = k / d.inner;
-  int64_t a = t % d.axis_len, o = t / d.axis_len;
+  const I inner = static_cast<I>(d.inner), axis_len = static_cast<I>(d.axis_len);
+  const I i = k % inner, t = k / inner;
+  const I a = t % axis_len, o = t / axis_len;
   switch (d.kind) {
     case ScopeKind::channel:
       return a;
     case ScopeKind::token:
       return o;
     case ScopeKind::group:
-      return (o * d.num_groups + a / d.group_size) * d.inner + i;
+      return (o * static_cast<I>(d.num_groups) + a / static_cast<I>(d.group_size)) * inner + i;
     default:
       return 0;
   }
+}
+
+__device__ __forceinline__ int64_t qparam_of(const ScopeDims& d, int64_t k) {
+  return qparam_index_of<int64_t>(d, k);
 }
 
 // Element r (in memory order) of the elements sharing qparam q, for every scope; false when

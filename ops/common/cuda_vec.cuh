@@ -153,25 +153,6 @@ __device__ __forceinline__ double fmax_of(double a, double b) {
   return fmax(a, b);
 }
 
-// Flat element k -> qparam index in index type I (the mapping of qparam_of()).
-template <typename I>
-__device__ __forceinline__ I qparam_index_of(const ScopeDims& d, I k) {
-  if (d.kind == ScopeKind::tensor) return 0;
-  const I inner = static_cast<I>(d.inner), axis_len = static_cast<I>(d.axis_len);
-  const I i = k % inner, t = k / inner;
-  const I a = t % axis_len, o = t / axis_len;
-  switch (d.kind) {
-    case ScopeKind::channel:
-      return a;
-    case ScopeKind::token:
-      return o;
-    case ScopeKind::group:
-      return (o * static_cast<I>(d.num_groups) + a / static_cast<I>(d.group_size)) * inner + i;
-    default:
-      return 0;
-  }
-}
-
 // True when every aligned run of `w` consecutive elements shares one qparam, so a kernel
 // may look the qparam up once per run.
 inline bool runs_share_qparam(const ScopeDims& d, int64_t w) {
