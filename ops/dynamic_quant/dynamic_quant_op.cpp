@@ -11,6 +11,7 @@
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
 #include "ops/common/schema_helpers.h"
+#include "ops/dynamic_quant/dynamic_quant_cpu_runs.h"
 #include "ops/dynamic_quant/dynamic_quant_math.h"
 #include "ops/quantize/quantize_cpu.h"
 #include "ops/quantize/quantize_math.h"
@@ -48,21 +49,16 @@ template <typename T, typename Q>
 void dynamic_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& l) {
   using M = math_t<T>;
   const T* px = ctx.inputs[0].data<T>();
-  // 1. Finite min/max per scope, in the math type.
-  std::vector<M> lo(l.num_qparams, std::numeric_limits<M>::infinity());
-  std::vector<M> hi(l.num_qparams, -std::numeric_limits<M>::infinity());
-  for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
-    M v = static_cast<M>(px[k]);
-    if (!qmath::is_finite(v)) return;
-    lo[qi] = v < lo[qi] ? v : lo[qi];
-    hi[qi] = v > hi[qi] ? v : hi[qi];
-  });
-  // 2. Qparams in f32.
-  bool symmetric = ctx.attrs.get_string("mode") == "symmetric";
+  Q* pq = ctx.outputs[0].data<Q>();
+  const bool symmetric = ctx.attrs.get_string("mode") == "symmetric";
   float* scale = ctx.outputs[1].data<float>();
   int32_t* zp = ctx.outputs[2].data<int32_t>();
+  const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
+  // Finite min/max per scope, in the math type; then the qparams of scope q in f32.
+  std::vector<M> lo(l.num_qparams, std::numeric_limits<M>::infinity());
+  std::vector<M> hi(l.num_qparams, -std::numeric_limits<M>::infinity());
   std::vector<M> inv(l.num_qparams), zpm(l.num_qparams);
-  for (int64_t q = 0; q < l.num_qparams; ++q) {
+  auto finish = [&](int64_t q) {
     dynq::QParams p =
         dynq::qparams(static_cast<float>(lo[q]), static_cast<float>(hi[q]), lo[q] <= hi[q],
                       symmetric, static_cast<int32_t>(r.qmin), static_cast<int32_t>(r.qmax));
@@ -72,13 +68,36 @@ void dynamic_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& l
     zp[q] = p.zero_point;
     inv[q] = M(1) / static_cast<M>(p.scale);
     zpm[q] = static_cast<M>(p.zero_point);
+  };
+  // Token scope and groups along the last axis: every run is one whole scope, so reduce and
+  // quantize it while it is still in cache.
+  if (l.kind == ScopeKind::token || (l.kind == ScopeKind::group && l.inner == 1)) {
+    for_each_scope_run(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t) {
+      dynq_cpu::finite_range(px + k0, len, &lo[q0], &hi[q0]);
+      finish(q0);
+      dynq_cpu::quantize_run(px + k0, len, inv[q0], zpm[q0], qmin, qmax, pq + k0);
+    });
+    return;
   }
-  // 3. Quantize with the scope's reciprocal scale.
-  const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
-  Q* pq = ctx.outputs[0].data<Q>();
-  for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
-    pq[k] =
-        static_cast<Q>(qstore::quantize<M>(static_cast<M>(px[k]), inv[qi], zpm[qi], qmin, qmax).q);
+  // Other scopes: every range first. Runs of one scope (step 0) take the contiguous loops;
+  // runs whose scope changes per element (step 1) go element by element.
+  for_each_scope_run(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+    if (step == 0) {
+      dynq_cpu::finite_range(px + k0, len, &lo[q0], &hi[q0]);
+      return;
+    }
+    for (int64_t j = 0; j < len; ++j)
+      dynq_cpu::finite_range_scalar(px + k0 + j, 1, &lo[q0 + j], &hi[q0 + j]);
+  });
+  for (int64_t q = 0; q < l.num_qparams; ++q) finish(q);
+  for_each_scope_run(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+    if (step == 0) {
+      dynq_cpu::quantize_run(px + k0, len, inv[q0], zpm[q0], qmin, qmax, pq + k0);
+      return;
+    }
+    for (int64_t j = 0; j < len; ++j)
+      pq[k0 + j] = static_cast<Q>(
+          qstore::quantize<M>(static_cast<M>(px[k0 + j]), inv[q0 + j], zpm[q0 + j], qmin, qmax).q);
   });
 }
 
