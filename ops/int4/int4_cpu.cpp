@@ -1,11 +1,13 @@
 // CPU kernels for int4_quantize_pack and int4_unpack_dequantize. The per-element math is
 // int4_math.h (shared with CUDA); these loops walk the [outer, axis_len, inner] view one
 // group at a time: first the group's range, then its codes.
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "core/half.h"
 #include "ops/int4/int4_cpu.h"
+#include "ops/int4/int4_cpu_runs.h"
 #include "ops/int4/int4_math.h"
 #include "ops/int4/narrow_cast.h"
 
@@ -47,6 +49,28 @@ void quantize_pack_typed(KernelContext& ctx) {
   uint8_t* zp = ctx.outputs[2].data<uint8_t>();
   // Nibbles are OR-ed in, and pad nibbles must read 0.
   if (ctx.outputs[0].numel() > 0) std::memset(packed, 0, ctx.outputs[0].nbytes());
+  // Groups along the last axis are contiguous runs: the range and codes loops of
+  // int4_cpu_runs.h, one group at a time while it is in cache.
+  if (l.inner == 1) {
+    for (int64_t o = 0; o < l.outer; ++o) {
+      for (int64_t g = 0; g < l.num_groups; ++g) {
+        const int64_t k0 = o * l.axis_len + g * l.group_size;
+        const int64_t n = std::min(l.group_size, l.axis_len - g * l.group_size);
+        int4::GroupParams<M> p;
+        if (symmetric) {
+          p = int4::symmetric_params<M>(int4_cpu::finite_absmax(px + k0, n));
+        } else {
+          const int4_cpu::Range<M> r = int4_cpu::finite_range(px + k0, n);
+          p = int4::asymmetric_params<M>(r.min, r.max);
+        }
+        const int64_t qi = o * l.num_groups + g;
+        scale[qi] = p.scale;
+        zp[qi] = static_cast<uint8_t>(p.zero_point);
+        int4_cpu::encode_pack(px + k0, n, k0, p, high_first, packed);
+      }
+    }
+    return;
+  }
   const M inf = std::numeric_limits<M>::infinity();
   for (int64_t o = 0; o < l.outer; ++o) {
     for (int64_t g = 0; g < l.num_groups; ++g) {

@@ -5,9 +5,11 @@
 
 #include "core/half.h"
 #include "ops/int4/int4_cpu.h"
+#include "ops/int4/int4_cpu_runs.h"
 #include "ops/int4/int4_math.h"
 #include "ops/int4/narrow_cast.h"
 #include "ops/nf4/nf4_cpu.h"
+#include "ops/nf4/nf4_cpu_runs.h"
 #include "ops/nf4/nf4_math.h"
 
 namespace qg {
@@ -23,6 +25,20 @@ void quantize_pack_typed(KernelContext& ctx) {
   uint8_t* packed = ctx.outputs[0].data<uint8_t>();
   M* absmax_out = ctx.outputs[1].data<M>();
   if (ctx.outputs[0].numel() > 0) std::memset(packed, 0, ctx.outputs[0].nbytes());
+  // Groups along the last axis are contiguous runs: the loops of int4_cpu_runs.h and
+  // nf4_cpu_runs.h, one group at a time while it is in cache.
+  if (l.inner == 1) {
+    for (int64_t o = 0; o < l.outer; ++o) {
+      for (int64_t g = 0; g < l.num_groups; ++g) {
+        const int64_t k0 = o * l.axis_len + g * l.group_size;
+        const int64_t n = std::min(l.group_size, l.axis_len - g * l.group_size);
+        const M amax = int4_cpu::finite_absmax(px + k0, n);
+        absmax_out[o * l.num_groups + g] = amax;
+        nf4_cpu::encode_pack(px + k0, n, k0, M(1) / amax, high_first, packed);
+      }
+    }
+    return;
+  }
   for (int64_t o = 0; o < l.outer; ++o) {
     for (int64_t g = 0; g < l.num_groups; ++g) {
       const int64_t a0 = g * l.group_size;
