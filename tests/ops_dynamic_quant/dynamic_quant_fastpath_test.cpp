@@ -19,6 +19,7 @@
 namespace qg {
 namespace {
 
+using testing::expect_same_bytes;
 using testing::run_op;
 
 const float kInf = std::numeric_limits<float>::infinity();
@@ -139,12 +140,6 @@ std::vector<Tensor> reference(const Tensor& x, const Attrs& attrs, int32_t qmin,
                                   static_cast<float>(qmax), q_t.data<Q>() + k);
   }
   return {q_t, scale, zp};
-}
-
-void expect_same_bytes(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), got.nbytes()), 0) << what;
 }
 
 template <typename T>

@@ -13,6 +13,7 @@
 namespace qg {
 namespace {
 
+using testing::expect_same_bytes;
 using testing::f32_bits;
 using testing::fastpath_sample;
 using testing::narrow_all;
@@ -113,12 +114,6 @@ std::vector<Tensor> reference(const Tensor& x, const Attrs& attrs, bool symmetri
         }
       }
   return {packed, scale, zp};
-}
-
-void expect_same_bytes(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), got.nbytes()), 0) << what;
 }
 
 template <typename T>

@@ -14,6 +14,7 @@
 namespace qg {
 namespace {
 
+using testing::expect_same_bytes;
 using testing::fastpath_sample;
 using testing::narrow_all;
 
@@ -81,12 +82,6 @@ std::vector<Tensor> reference(const Tensor& x, const Attrs& attrs, bool high_fir
         }
       }
   return {packed, absmax};
-}
-
-void expect_same_bytes(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), got.nbytes()), 0) << what;
 }
 
 template <typename T>

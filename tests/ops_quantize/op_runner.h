@@ -1,7 +1,11 @@
 // Runs one op on constant-free graph inputs and returns every output; shared by the
-// quantization op test folders (ops_quantize, ops_lsq, ops_dynamic_quant, ops_fake_quantize).
+// quantization op test folders (ops_quantize, ops_lsq, ops_dynamic_quant, ops_fake_quantize,
+// ops_int4, ops_nf4), with a byte-for-byte comparison of outputs.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -41,6 +45,13 @@ inline Tensor f64(const Shape& s, const std::vector<double>& v) {
 }
 inline Tensor f32(const Shape& s, const std::vector<double>& v) {
   return Tensor::from_doubles(s, v, DType::f32);
+}
+
+// Fails the test unless `got` has the shape, dtype and bytes of `want`.
+inline void expect_same_bytes(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), got.nbytes()), 0) << what;
 }
 
 }  // namespace qg::testing
