@@ -55,22 +55,27 @@ def rand_range(rng, need_positive_qmax):
 
 
 def without_chance_ties(x, scale_b, zp_b):
-    """Nudges x (one f32 step towards 0 at a time) off the values where x * inv, or
-    x * inv + zp as torch's backward computes it, is an exact .5 in f32. Random draws hit
-    them by chance (seed 1942280848: x * inv == 71.5 with zp 121, where the forward's
-    rint(71.5) + 121 = 193 and torch's backward's rint(192.5) = 192 differ by one code, so
-    the in-range dscale term flips sign); the gradient cases exclude ties on purpose."""
-    inv = (np.float32(1) / np.asarray(scale_b, np.float32)).astype(np.float32)
+    """Moves x off the values where x * inv, or x * inv + zp as torch's backward computes it,
+    is an exact .5 in f32: such an x becomes (floor(x * inv) + 0.25) * scale, a quarter step
+    into the same integer cell. Random draws hit ties by chance (seed 1942280848:
+    x * inv == 71.5 with zp 121, where the forward's rint(71.5) + 121 = 193 and torch's
+    backward's rint(192.5) = 192 differ by one code, so the in-range dscale term flips sign);
+    the gradient cases exclude ties on purpose. (Stepping x by one f32 ulp is not enough: with
+    a large zp, x * inv + zp stays on the tie for many steps of x.)"""
+    scale = np.broadcast_to(np.asarray(scale_b, np.float32), x.shape)
+    inv = (np.float32(1) / scale).astype(np.float32)
     zp = np.asarray(zp_b, np.float32)
-    x = x.copy()
-    for _ in range(8):
+
+    def ties(x):
         v = (x * inv).astype(np.float32)
         w = (v + zp).astype(np.float32)
-        tie = (np.abs(v - np.trunc(v)) == 0.5) | (np.abs(w - np.trunc(w)) == 0.5)
-        if not tie.any():
-            return x
-        x = np.where(tie, np.nextafter(x, np.float32(0)), x).astype(np.float32)
-    raise AssertionError("could not move x off exact .5 ties")
+        return (np.abs(v - np.trunc(v)) == 0.5) | (np.abs(w - np.trunc(w)) == 0.5), v
+
+    tie, v = ties(x)
+    x = np.where(tie, ((np.floor(v) + np.float32(0.25)) * scale).astype(np.float32), x)
+    x = x.astype(np.float32)
+    assert not ties(x)[0].any(), "a quarter step left x on a .5 tie"
+    return x
 
 
 def rel_err(ours, want, floor):
