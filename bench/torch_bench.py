@@ -39,7 +39,9 @@ def timer(device, fn, reps, warmup=5):
 
 
 def inputs(shape, dtype, device, n_bytes_cache):
-    numel = shape[0] * shape[1]
+    numel = 1
+    for d in shape:
+        numel *= d
     size = numel * torch.tensor([], dtype=dtype).element_size()
     copies = max(1, min(8, n_bytes_cache // max(size, 1)))
     g = torch.Generator().manual_seed(7)
@@ -130,6 +132,26 @@ def run(device, reps, quick, compile_too):
         add("int4 g128 pack", lambda i: int4_pack(xin[i % len(xin)]),
             (lambda i: comp_i4(xin[i % len(xin)])) if compile_too else None)
         print(f"done {dname}{list(shape)}", flush=True)
+    # Channels on a middle axis (NCHW activations, axis 1): the same shapes as ours.
+    nchw = [(64, 64, 32, 32)] if device == "cpu" else [(128, 64, 64, 64), (32, 64, 32, 32)]
+    if quick:
+        nchw = [(4, 64, 8, 8)]
+    for shape in nchw:
+        for dname in ("f32", "bf16"):
+            xs = inputs(shape, DTYPES[dname], device, cache)
+            dev = xs[0].device
+            label = f"obs+fq per-channel axis 1 {dname}[{', '.join(map(str, shape))}]"
+            copy = timer(device, lambda i: xs[i % len(xs)].clone(), reps)
+            n = shape[1]
+            on = torch.ones(1, dtype=torch.long, device=dev)
+            st = [torch.full((n,), float("inf"), device=dev), torch.full((n,), float("-inf"), device=dev),
+                  torch.ones(n, device=dev), torch.zeros(n, dtype=torch.int32, device=dev)]
+            try:
+                t = timer(device, lambda i: torch.fused_moving_avg_obs_fake_quant(
+                    xs[i % len(xs)], on, on, st[0], st[1], st[2], st[3], 0.01, 0, 255, 1, True, False), reps)
+                results[label] = {"copy_us": copy, "eager_us": t}
+            except Exception as e:  # an op PyTorch lacks for this dtype/device
+                results[label] = {"copy_us": copy, "error": str(e).splitlines()[0][:120]}
     return results
 
 

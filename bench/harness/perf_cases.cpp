@@ -117,6 +117,15 @@ std::vector<PerfCase> perf_cases(DeviceType device, bool quick) {
       single("dynamic_range_quantize", {{"scope", "token"}, {"mode", "symmetric"}}), both);
   add("int4 g128 pack", false, single("int4_quantize_pack", {{"group_size", 128}}), both);
   add("nf4 g64 pack", false, single("nf4_quantize_pack", {{"group_size", 64}}), f32);
+  // Channels on a middle axis: NCHW activations observed per channel (axis 1); 128 MiB and
+  // 8 MiB in f32 on the GPU, 16 MiB on the CPU.
+  std::vector<Shape> nchw = device == DeviceType::cpu
+                                ? std::vector<Shape>{{64, 64, 32, 32}}
+                                : std::vector<Shape>{{128, 64, 64, 64}, {32, 64, 32, 32}};
+  if (quick) nchw = {{4, 64, 8, 8}};
+  for (const Shape& s : nchw)
+    for (DType d : both)
+      cases.push_back({"obs+fq per-channel axis 1", s, d, true, observer_fq(true, 1)});
   return cases;
 }
 

@@ -133,6 +133,61 @@ struct ColumnStats {
   }
 };
 
+// Per channel on a middle axis of [outer, C, inner] (e.g. axis 1 of NCHW activations), with
+// inner a multiple of N: every pack lies in one channel, and a row of the outer axis is
+// C * inner / N packs. The grid stride is a multiple of that row, so thread t always reads
+// packs of channel (t % row_packs) / (inner / N). Threads publish one partial each, in
+// thread order (a warp's stores are contiguous), a grid barrier, groups of lanes fold each
+// channel's partials and write its state and qparams, a second barrier, and every thread
+// reads the qparams of its one channel.
+template <int N>
+struct MiddleStats {
+  using QPs = UniformQP;
+  struct Scratch {
+    ColumnMinMax* partials;  // one per thread of the grid
+    int64_t channels;        // C
+    int64_t channel_packs;   // inner / N: consecutive packs of one channel within a row
+    int fold_lanes;          // lanes that fold one channel (a power of two <= 32)
+  };
+  ColumnMinMax m;
+
+  __device__ void begin(const FusedArgs&, const Scratch&) { m = minmax_identity<ColumnMinMax>(); }
+  template <typename T>
+  __device__ __forceinline__ void add(const Pack<T, N>& p) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) minmax_add(m, to_math(p.v[e]));
+  }
+  __device__ QPs resolve(const FusedArgs& a, const Scratch& s, int64_t) {
+    const int64_t t = global_thread(), threads = global_stride();
+    const int64_t row_packs = s.channels * s.channel_packs;
+    store_partial(&s.partials[t], m);
+    cg::grid_group grid = cg::this_grid();
+    grid.sync();
+    // Channel c's partials: sweep w's threads w * row_packs + c * channel_packs + [0, cp).
+    const Flags flags = read_flags(a);
+    const int lanes = s.fold_lanes;
+    const int sub = static_cast<int>(t % lanes);
+    const int64_t groups = threads / lanes;
+    const int64_t per_channel = threads / row_packs * s.channel_packs;
+    for (int64_t c0 = 0; c0 < s.channels; c0 += groups) {
+      const int64_t c = c0 + t / lanes;
+      const bool active = c < s.channels;
+      MinMax acc = minmax_identity();
+      if (active)
+        for (int64_t i = sub; i < per_channel; i += lanes) {
+          const int64_t w = i / s.channel_packs, k = i % s.channel_packs;
+          acc = combine(acc, load_partial(&s.partials[w * row_packs + c * s.channel_packs + k]));
+        }
+      acc = lanes_reduce(acc, lanes);
+      if (active && sub == 0)
+        update_and_qparams(a, flags, c, read_state(a, c), finish(acc), true, true);
+    }
+    grid.sync();
+    const int64_t mine = (t % row_packs) / s.channel_packs;
+    return {qp_of(a.scale_out[mine], a.zp_out[mine], flags)};
+  }
+};
+
 // Packs whole warps: the launch requires packs % 32 == 0 and the grid stride is a multiple
 // of 32, so every lane of a warp has the same trip counts and the mask shuffles converge.
 template <bool kCodes, typename T, typename Stats>
@@ -338,6 +393,37 @@ bool launch_fused_columns(KernelContext& ctx, const FusedArgs& a, bool codes, in
     launch_cooperative(
         Coop::kernel, static_cast<unsigned>(blocks), smem_packs, in_ptr<T>(x), ctx, packs,
         typename ColumnStats<N>::Scratch{out_ptr<ColumnMinMax>(partials), columns, lanes}, a);
+    return true;
+  });
+}
+
+bool launch_fused_middle(KernelContext& ctx, const FusedArgs& a, bool codes, int64_t channels,
+                         int64_t inner) {
+  const Tensor& x = ctx.inputs[0];
+  return dispatch_codes_dtype(codes, x.dtype(), [&](auto codes_tag, auto type_tag) {
+    using T = typename decltype(type_tag)::type;
+    constexpr int N = kVec<T>;
+    const int64_t n = x.numel();
+    if (n == 0 || n % (32 * N) != 0 || inner % N != 0) return false;
+    const int64_t packs = n / N, channel_packs = inner / N, row_packs = channels * channel_packs;
+    using Coop = Cooperative<decltype(codes_tag)::value, T, MiddleStats<N>>;
+    int smem_packs = 0;
+    int64_t resident = 0;
+    Coop::plan_cache(packs, smem_packs, resident);
+    // As for the last axis: the grid's thread count is a multiple of the row's packs.
+    const int64_t step = row_packs / std::gcd(row_packs, int64_t{kThreads});
+    const int64_t want = (packs + kThreads - 1) / kThreads;
+    const int64_t blocks = std::min(resident, std::max(want, step)) / step * step;
+    if (blocks < step) return false;  // a row longer than the resident grid
+    const int64_t threads = blocks * kThreads;
+    int lanes = 1;
+    while (lanes < 32 && lanes * 2 * channels <= threads) lanes *= 2;
+    Tensor partials = scratch_bytes(ctx, threads * int64_t{sizeof(ColumnMinMax)});
+    launch_cooperative(Coop::kernel, static_cast<unsigned>(blocks), smem_packs, in_ptr<T>(x), ctx,
+                       packs,
+                       typename MiddleStats<N>::Scratch{out_ptr<ColumnMinMax>(partials), channels,
+                                                        channel_packs, lanes},
+                       a);
     return true;
   });
 }

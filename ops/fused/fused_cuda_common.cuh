@@ -292,6 +292,9 @@ bool launch_fused_rows(KernelContext& ctx, const FusedArgs& a, bool codes, int64
 bool launch_fused_tensor(KernelContext& ctx, const FusedArgs& a, bool codes);
 // Per channel along the last axis of [rows, columns]: a cooperative grid, two grid barriers.
 bool launch_fused_columns(KernelContext& ctx, const FusedArgs& a, bool codes, int64_t columns);
+// Per channel on a middle axis of [outer, channels, inner]: a cooperative grid, two barriers.
+bool launch_fused_middle(KernelContext& ctx, const FusedArgs& a, bool codes, int64_t channels,
+                         int64_t inner);
 // Per tensor, delayed mode: one pass, the last block folds the statistics.
 bool launch_fused_tensor_delayed(KernelContext& ctx, const FusedArgs& a, bool codes);
 

@@ -11,9 +11,13 @@
 //  | innermost axis (dividing it)                        | (fused_rows_cuda.cu)             |
 //  | channel on the last axis of [rows, C]               | cooperative grid, two barriers   |
 //  |                                                     | (fused_cooperative_cuda.cu)      |
+//  | channel on a middle axis of [outer, C, inner], with | cooperative grid, two barriers   |
+//  | inner a multiple of the pack and C * inner within   | (fused_cooperative_cuda.cu)      |
+//  | the resident grid's threads                         |                                  |
 //
-// Anything else (f64, channels on a middle axis, tail groups, lengths that break 32-bit mask
-// words, unaligned buffers) runs the two original kernels back to back.
+// Anything else (f64, channels on a middle axis whose inner run is not whole packs or whose
+// outer row exceeds the resident grid, tail groups, lengths that break 32-bit mask words,
+// unaligned buffers) runs the two original kernels back to back.
 #include "core/graph.h"
 #include "ops/fused/fused_cuda_common.cuh"
 #include "ops/fused/fused_observe_quantize.h"
@@ -92,6 +96,8 @@ bool try_single_kernel(KernelContext& ctx) {
   if (contiguous_rows(l, rows, row_len)) return launch_fused_rows(ctx, a, codes, rows, row_len);
   if (l.kind == ScopeKind::channel && l.inner == 1 && l.outer > 1)
     return launch_fused_columns(ctx, a, codes, l.axis_len);
+  if (l.kind == ScopeKind::channel && l.inner > 1 && l.outer > 1)
+    return launch_fused_middle(ctx, a, codes, l.axis_len, l.inner);
   return false;
 }
 

@@ -7,11 +7,12 @@
 // with the qparams loaded once per thread (per tensor), once per pack (when packs never
 // straddle two qparams) or per element (cached while the index repeats); 32-bit index
 // arithmetic below 2^31 elements.
-// Backward: the scale and zero-point gradients are f64 sums over each qparam's elements.
-// Block (q, s) handles a fixed stretch s of qparam q's elements and reduces it with a fixed
-// tree; the stretches are then added in a fixed order (one thread per qparam, or one block
-// with a fixed tree when there are many stretches) and grad_factor is applied once. The
-// assignment depends only on the shape: deterministic run to run. When each qparam owns
+// Backward, one launch: the scale and zero-point gradients are f64 sums over each qparam's
+// elements. Block (q, s) handles a fixed stretch s of qparam q's elements, writes dx and
+// reduces its terms with a fixed tree; the block that finishes q's last stretch (a ticket
+// per qparam) adds q's stretch sums in a fixed order and applies grad_factor once. The
+// assignment depends only on the shape, and the fold order not on which block comes last:
+// deterministic run to run. When each qparam owns
 // one contiguous segment (per tensor, channel axis 0 of an outer == 1 layout, full groups)
 // a stretch is kThreads * 64 elements read as packs, like an element-wise kernel.
 #include "core/graph.h"
@@ -123,6 +124,45 @@ __device__ __forceinline__ T grad_element(T xv, T dyv, const QParam<M>& p, M qmi
   return from_math<T>(e.dx);
 }
 
+// Where the backward puts its results: dx, the per-stretch sums, one ticket per qparam
+// (zeroed before the launch), and dscale / dzero_point in the scale's and zero point's types.
+template <typename T, typename S, typename Z>
+struct BackwardOut {
+  T* dx;
+  Sums* partial;
+  unsigned* tickets;
+  S* dscale;
+  Z* dzp;
+  double grad_factor;
+};
+
+// Publishes block (q, s)'s sum; the block that takes q's last ticket adds q's stretches
+// (thread t: stretches t, t + kThreads, ..., then block_sum's fixed tree) and writes the
+// gradients. Every thread of the block calls this.
+template <typename T, typename S, typename Z>
+__device__ void publish_and_fold(const BackwardOut<T, S, Z>& o, int64_t q, int64_t s,
+                                 int64_t splits, Sums total) {
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    o.partial[q * splits + s] = total;
+    __threadfence();  // the sum is visible before the ticket is taken
+    last = atomicAdd(&o.tickets[q], 1u) == static_cast<unsigned>(splits - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  Sums acc{0, 0};
+  for (int64_t k = threadIdx.x; k < splits; k += blockDim.x) {
+    const Sums* p = o.partial + q * splits + k;  // written by other blocks: read through L2
+    acc = AddSums{}(acc, Sums{__ldcg(&p->dscale), __ldcg(&p->dzp)});
+  }
+  Sums all = block_sum(acc);
+  if (threadIdx.x == 0) {
+    o.dscale[q] = static_cast<S>(o.grad_factor * all.dscale);
+    o.dzp[q] = static_cast<Z>(o.grad_factor * all.dzp);
+  }
+}
+
 // Block (q, s) of a contiguous layout: stretch [lo, hi) of segment q = elements
 // [q * segment + lo, q * segment + hi). Packs when a.vec and the segment and chunk are
 // multiples of 8 (checked by the host), else element by element.
@@ -130,7 +170,7 @@ template <typename T, typename S, typename Z, typename I>
 __global__ void __launch_bounds__(kThreads)
     lsq_backward_contiguous_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                                    const S* __restrict__ scale, const Z* __restrict__ zp,
-                                   T* __restrict__ dx, Sums* __restrict__ partial, LsqArgs a) {
+                                   BackwardOut<T, S, Z> o, LsqArgs a) {
   using M = math_of<T>;
   const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
   const I splits = static_cast<I>(a.splits), chunk = static_cast<I>(a.chunk);
@@ -158,23 +198,23 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int j = 0; j < 8; ++j)
           out.v[j] = grad_element(cur.x.v[j], cur.dy.v[j], p, qmin, qmax, acc);
-        store_pack(dx, p0 + i, true, out);
+        store_pack(o.dx, p0 + i, true, out);
         cur = next;
       }
     } else {
       const I base = q * seg;
       for (I r = lo + threadIdx.x; r < hi; r += blockDim.x)
-        dx[base + r] = grad_element(x[base + r], dy[base + r], p, qmin, qmax, acc);
+        o.dx[base + r] = grad_element(x[base + r], dy[base + r], p, qmin, qmax, acc);
     }
-    Sums total = block_sum(acc);
-    if (threadIdx.x == 0) partial[b] = total;
+    publish_and_fold(o, q, s, splits, block_sum(acc));
   }
 }
 
 // Any layout: block (q, s) walks stretch s of q's elements through scope_element.
 template <typename T, typename S, typename Z>
-__global__ void lsq_backward_kernel(const T* dy, const T* x, const S* scale, const Z* zp, T* dx,
-                                    Sums* partial, LsqArgs a) {
+__global__ void __launch_bounds__(kThreads)
+    lsq_backward_kernel(const T* dy, const T* x, const S* scale, const Z* zp,
+                        BackwardOut<T, S, Z> o, LsqArgs a) {
   using M = math_of<T>;
   const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
   for (int64_t b = blockIdx.x; b < a.d.num_qparams * a.splits; b += gridDim.x) {
@@ -185,39 +225,9 @@ __global__ void lsq_backward_kernel(const T* dy, const T* x, const S* scale, con
     for (int64_t r = lo + threadIdx.x; r < hi; r += blockDim.x) {
       int64_t k;
       if (!scope_element(a.d, q, r, k)) break;
-      dx[k] = grad_element(x[k], dy[k], p, qmin, qmax, acc);
+      o.dx[k] = grad_element(x[k], dy[k], p, qmin, qmax, acc);
     }
-    Sums total = block_reduce(acc, AddSums{});
-    if (threadIdx.x == 0) partial[b] = total;
-  }
-}
-
-// Few stretches per qparam: one thread per qparam adds them in order.
-template <typename GS, typename GZ>
-__global__ void lsq_finish_kernel(const Sums* partial, int64_t nq, int64_t splits, double g,
-                                  GS* dscale, GZ* dzp) {
-  for (int64_t q = global_thread(); q < nq; q += global_stride()) {
-    Sums acc{0, 0};
-    for (int64_t s = 0; s < splits; ++s) acc = AddSums{}(acc, partial[q * splits + s]);
-    dscale[q] = static_cast<GS>(g * acc.dscale);
-    dzp[q] = static_cast<GZ>(g * acc.dzp);
-  }
-}
-
-// Many stretches per qparam (per tensor: one per block of the first kernel): one block per
-// qparam, thread t adds stretches t, t + blockDim, ... in order, then a fixed tree.
-template <typename GS, typename GZ>
-__global__ void lsq_finish_block_kernel(const Sums* partial, int64_t nq, int64_t splits, double g,
-                                        GS* dscale, GZ* dzp) {
-  for (int64_t q = blockIdx.x; q < nq; q += gridDim.x) {
-    Sums acc{0, 0};
-    for (int64_t s = threadIdx.x; s < splits; s += blockDim.x)
-      acc = AddSums{}(acc, partial[q * splits + s]);
-    Sums total = block_reduce(acc, AddSums{});
-    if (threadIdx.x == 0) {
-      dscale[q] = static_cast<GS>(g * total.dscale);
-      dzp[q] = static_cast<GZ>(g * total.dzp);
-    }
+    publish_and_fold(o, q, s, a.splits, block_sum(acc));
   }
 }
 
@@ -302,46 +312,32 @@ void lsq_backward_cuda(KernelContext& ctx) {
   const bool aligned =
       aligned16(dy.raw_data()) && aligned16(x.raw_data()) && aligned16(ctx.outputs[0].raw_data());
   LsqArgs a = make_args(ctx, x);
-  double g = lsq_grad_factor(ctx.op, ctx.attrs, x.numel());
-  auto s = static_cast<cudaStream_t>(ctx.stream);
-  int64_t nq = a.d.num_qparams;
-  Tensor partial;
+  plan_backward(a, aligned);
+  const int64_t nq = a.d.num_qparams, blocks = nq * a.splits;
+  if (blocks == 0) return;
+  // One scratch buffer: the stretch sums, then one ticket per qparam (zeroed).
+  const int64_t sums_bytes = blocks * static_cast<int64_t>(sizeof(Sums));
+  Tensor scratch = Tensor::empty({sums_bytes + nq * 4}, DType::u8, x.device());
+  auto* tickets = reinterpret_cast<unsigned*>(static_cast<char*>(scratch.raw_data()) + sums_bytes);
+  auto st = static_cast<cudaStream_t>(ctx.stream);
+  QG_CUDA_CHECK(ctx.op, cudaMemsetAsync(tickets, 0, static_cast<size_t>(nq) * 4, st));
+  const double g = lsq_grad_factor(ctx.op, ctx.attrs, x.numel());
+  const unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
+    // dscale takes scale's dtype and dzero_point zero_point's (as the CPU stores them).
     dispatch_qparams(ctx.inputs[2], ctx.inputs[3], [&](auto stag, auto ztag) {
       using S = decltype(stag);
       using Z = decltype(ztag);
-      auto contiguous = lsq_backward_contiguous_kernel<T, S, Z, uint32_t>;
-      plan_backward(a, aligned);
-      partial = Tensor::empty({nq * a.splits * static_cast<int64_t>(sizeof(Sums))}, DType::u8,
-                              x.device());
-      int64_t blocks = nq * a.splits;
-      if (blocks == 0) return;
-      unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
-      auto kernel = a.segment > 0 ? contiguous : lsq_backward_kernel<T, S, Z>;
-      kernel<<<grid, kThreads, 0, s>>>(in_ptr<T>(dy), in_ptr<T>(x), in_ptr<S>(ctx.inputs[2]),
-                                       in_ptr<Z>(ctx.inputs[3]), out_ptr<T>(ctx.outputs[0]),
-                                       out_ptr<Sums>(partial), a);
+      BackwardOut<T, S, Z> o{out_ptr<T>(ctx.outputs[0]), out_ptr<Sums>(scratch),     tickets,
+                             out_ptr<S>(ctx.outputs[1]), out_ptr<Z>(ctx.outputs[2]), g};
+      auto kernel = a.segment > 0 ? lsq_backward_contiguous_kernel<T, S, Z, uint32_t>
+                                  : lsq_backward_kernel<T, S, Z>;
+      kernel<<<grid, kThreads, 0, st>>>(in_ptr<T>(dy), in_ptr<T>(x), in_ptr<S>(ctx.inputs[2]),
+                                        in_ptr<Z>(ctx.inputs[3]), o, a);
     });
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
-  // dscale takes scale's dtype and dzero_point zero_point's (as the CPU stores them).
-  dispatch_qparams(ctx.outputs[1], ctx.outputs[2], [&](auto gs, auto gz) {
-    using GS = decltype(gs);
-    using GZ = decltype(gz);
-    const Sums* pp = in_ptr<Sums>(partial);
-    GS* pgs = out_ptr<GS>(ctx.outputs[1]);
-    GZ* pgz = out_ptr<GZ>(ctx.outputs[2]);
-    if (a.splits > 64) {
-      unsigned qgrid = static_cast<unsigned>(nq < 65535 * 16 ? nq : 65535 * 16);
-      lsq_finish_block_kernel<GS, GZ><<<qgrid, kThreads, 0, s>>>(pp, nq, a.splits, g, pgs, pgz);
-    } else {
-      auto shape = elementwise_launch(nq);
-      lsq_finish_kernel<GS, GZ>
-          <<<shape.blocks, shape.threads, 0, s>>>(pp, nq, a.splits, g, pgs, pgz);
-    }
-  });
-  QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
 const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};

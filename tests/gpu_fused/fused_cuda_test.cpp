@@ -94,6 +94,7 @@ TEST_P(FusedCuda, MatchesUnfusedCpuBitForBit) {
 
 const Attrs kChannel0{{"scope", "channel"}, {"axis", 0}};
 const Attrs kLastAxis{{"scope", "channel"}, {"axis", -1}};
+const Attrs kAxis1{{"scope", "channel"}, {"axis", 1}};
 
 INSTANTIATE_TEST_SUITE_P(
     Paths, FusedCuda,
@@ -217,7 +218,31 @@ INSTANTIATE_TEST_SUITE_P(
              kLastAxis,
              true,
              "fake_quantize",
-             {{"delayed", true}}}));
+             {{"delayed", true}}},
+        // channels on a middle axis of [outer, C, inner]: the two-phase kernel with one
+        // channel per thread. On chip, larger than the on-chip cache (streamed re-read), more
+        // channels than folding lane groups, one pack per channel run, quantize codes,
+        // bf16/f16, delayed; then the fallbacks: an inner run that is not whole packs (7 x 7)
+        // and an outer row longer than the resident grid.
+        Case{"minmax_observer", {4, 32, 16, 16}, DType::f32, kAxis1, true},
+        Case{"moving_average_observer", {64, 64, 56, 56}, DType::f32, kAxis1, true},
+        Case{"minmax_observer", {8, 4096, 4}, DType::f32, kAxis1, true},
+        Case{"moving_average_observer", {8, 2048, 8}, DType::bf16, kAxis1, true, "quantize"},
+        Case{"minmax_observer",
+             {16, 64, 32, 32},
+             DType::f16,
+             {{"scope", "channel"}, {"axis", 1}, {"signed", true}},
+             true,
+             "quantize"},
+        Case{"moving_average_observer",
+             {16, 64, 28, 28},
+             DType::f32,
+             kAxis1,
+             true,
+             "fake_quantize",
+             {{"delayed", true}}},
+        Case{"minmax_observer", {8, 16, 7, 7}, DType::f32, kAxis1, true},
+        Case{"moving_average_observer", {2, 512, 64, 64}, DType::f32, kAxis1, true}));
 
 }  // namespace
 }  // namespace qg
