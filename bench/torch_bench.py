@@ -142,13 +142,16 @@ def run(device, reps, quick, compile_too):
             dev = xs[0].device
             label = f"obs+fq per-channel axis 1 {dname}[{', '.join(map(str, shape))}]"
             copy = timer(device, lambda i: xs[i % len(xs)].clone(), reps)
-            n = shape[1]
-            on = torch.ones(1, dtype=torch.long, device=dev)
-            st = [torch.full((n,), float("inf"), device=dev), torch.full((n,), float("-inf"), device=dev),
-                  torch.ones(n, device=dev), torch.zeros(n, dtype=torch.int32, device=dev)]
+            # fused_moving_avg_obs_fake_quant takes channels of 2-D inputs only ("dimensions of
+            # scale and zero-point are not consistent" for axis 1 of NCHW), so PyTorch's side is
+            # its eager QAT module for this layout: FakeQuantize with a per-channel moving-average
+            # observer on axis 1.
             try:
-                t = timer(device, lambda i: torch.fused_moving_avg_obs_fake_quant(
-                    xs[i % len(xs)], on, on, st[0], st[1], st[2], st[3], 0.01, 0, 255, 1, True, False), reps)
+                fq = torch.ao.quantization.FakeQuantize(
+                    observer=torch.ao.quantization.MovingAveragePerChannelMinMaxObserver,
+                    quant_min=0, quant_max=255, dtype=torch.quint8, qscheme=torch.per_channel_affine,
+                    ch_axis=1).to(dev)
+                t = timer(device, lambda i: fq(xs[i % len(xs)]), reps)
                 results[label] = {"copy_us": copy, "eager_us": t}
             except Exception as e:  # an op PyTorch lacks for this dtype/device
                 results[label] = {"copy_us": copy, "error": str(e).splitlines()[0][:120]}
