@@ -209,10 +209,24 @@ struct alignas(N) Codes {
   uint8_t v[N];
 };
 
+// Stores v at *dst as one word; kStream marks it evict-first in L2 (st.global.cs), so output
+// written while x is still to be re-read does not push x out of L2.
+template <bool kStream, typename V>
+__device__ __forceinline__ void store_word(V* dst, const V& v) {
+  if constexpr (kStream) {
+    using W =
+        std::conditional_t<sizeof(V) == 16, int4, std::conditional_t<sizeof(V) == 8, int2, int>>;
+    static_assert(sizeof(V) == sizeof(W) && alignof(V) >= alignof(W), "one aligned word");
+    __stcs(reinterpret_cast<W*>(dst), *reinterpret_cast<const W*>(&v));
+  } else {
+    *dst = v;
+  }
+}
+
 // Quantizes pack `in` (element index j * N) with qps.at(e) and stores it at y[j]:
 // fake-quantized values of type T, or (kCodes) s8/u8 codes with qstore::quantize's rules.
 // Returns the in-range bits (bit e for element e).
-template <bool kCodes, typename T, int N, typename QPs>
+template <bool kCodes, bool kStream = false, typename T, int N, typename QPs>
 __device__ __forceinline__ uint32_t quantize_store(const Pack<T, N>& in, void* y, int64_t j,
                                                    const QPs& qps, float qmin, float qmax) {
   uint32_t bits = 0;
@@ -225,7 +239,7 @@ __device__ __forceinline__ uint32_t quantize_store(const Pack<T, N>& in, void* y
       out.v[e] = static_cast<uint8_t>(c.q);  // the low byte: s8 and u8 storage alike
       bits |= static_cast<uint32_t>(c.in_range) << e;
     }
-    static_cast<Codes<N>*>(y)[j] = out;
+    store_word<kStream>(static_cast<Codes<N>*>(y) + j, out);
   } else {
     Pack<T, N> out;
 #pragma unroll
@@ -240,7 +254,7 @@ __device__ __forceinline__ uint32_t quantize_store(const Pack<T, N>& in, void* y
         bits |= 1u << e;
       }
     }
-    static_cast<Pack<T, N>*>(y)[j] = out;
+    store_word<kStream>(static_cast<Pack<T, N>*>(y) + j, out);
   }
   return bits;
 }
