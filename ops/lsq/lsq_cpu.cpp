@@ -1,14 +1,20 @@
-// CPU kernels for lsq_fake_quantize and lsq_backward. Both walk the scope in element order
-// (ops/quantize/scope_runs.h); the backward accumulates the scale and zero-point sums in f64
-// in that order, so the result is deterministic.
+// CPU kernels for lsq_fake_quantize and lsq_backward. Both walk the scope as runs of
+// contiguous elements (ops/quantize/scope_runs.h). The forward of f32/bf16/f16 runs the
+// fake-quantize SSE loops (its y is fake_quantize's y); the backward of f32 runs of one
+// qparam runs lsq_simd's loop, and everything else the shared element math. The scale and
+// zero-point sums are f64, added in an order fixed by the shape: deterministic.
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/half.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
+#include "ops/fake_quantize/fake_quantize_simd.h"
 #include "ops/lsq/lsq_cpu.h"
 #include "ops/lsq/lsq_math.h"
+#include "ops/lsq/lsq_simd.h"
 #include "ops/quantize/scope_runs.h"
 
 namespace qg {
@@ -66,6 +72,28 @@ void forward_typed(KernelContext& ctx) {
   const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
   const T* px = x.data<T>();
   T* py = ctx.outputs[0].data<T>();
+  if constexpr (std::is_same_v<M, float>) {
+    // lsq::forward is qmath::fake_quant's y with the integer zero point, which is what the
+    // fake-quantize SSE loops compute bit for bit. Their mask bits land in a per-thread
+    // scratch buffer that nobody reads, so it is never cleared, and it is kept between calls
+    // (a fresh 512 KB buffer for f32[1024, 4096] was mapped and zeroed on every call).
+    int64_t longest = 0;
+    for_each_scope_run(
+        l, [&](int64_t, int64_t len, int64_t, int64_t) { longest = std::max(longest, len); });
+    thread_local std::vector<uint8_t> unused_mask;
+    const auto mask_bytes = static_cast<size_t>(longest / 8 + 2);
+    if (unused_mask.size() < mask_bytes) unused_mask.resize(mask_bytes);
+    for_each_scope_run(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+      if (step == 0)
+        fq_simd::fake_quant_run(px + k0, py + k0, unused_mask.data(), 0, len,
+                                {qp.inv_scale[q0], qp.scale[q0], qp.zp_int[q0], qmin, qmax});
+      else
+        fq_simd::fake_quant_lanes(
+            px + k0, py + k0, unused_mask.data(), 0, len,
+            {qp.inv_scale.data() + q0, qp.scale.data() + q0, qp.zp_int.data() + q0, qmin, qmax});
+    });
+    return;
+  }
   for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
     py[k] = static_cast<T>(lsq::forward<M>(static_cast<M>(px[k]), qp.inv_scale[qi], qp.scale[qi],
                                            qp.zp_int[qi], qmin, qmax));
@@ -100,12 +128,25 @@ void backward_typed(KernelContext& ctx) {
   const T* pdy = dy.data<T>();
   T* pdx = ctx.outputs[0].data<T>();
   std::vector<double> dscale(l.num_qparams, 0.0), dzp(l.num_qparams, 0.0);
-  for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
-    auto e = lsq::element_grad<M>(static_cast<M>(px[k]), static_cast<M>(pdy[k]), qp.inv_scale[qi],
-                                  qp.scale[qi], qp.zp_int[qi], qmin, qmax);
-    pdx[k] = static_cast<T>(e.dx);
-    dscale[qi] += e.dscale;
-    dzp[qi] += e.dzp;
+  for_each_scope_run(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (step == 0) {  // one qparam for the run: the SSE loop (ops/lsq/lsq_simd.h)
+        lsq_simd::RunSums s =
+            lsq_simd::backward_run(px + k0, pdy + k0, pdx + k0, len,
+                                   {qp.inv_scale[q0], qp.scale[q0], qp.zp_int[q0], qmin, qmax});
+        dscale[q0] += s.dscale;
+        dzp[q0] += s.dzp;
+        return;
+      }
+    }
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t k = k0 + j, qi = q0 + step * j;
+      auto e = lsq::element_grad<M>(static_cast<M>(px[k]), static_cast<M>(pdy[k]), qp.inv_scale[qi],
+                                    qp.scale[qi], qp.zp_int[qi], qmin, qmax);
+      pdx[k] = static_cast<T>(e.dx);
+      dscale[qi] += e.dscale;
+      dzp[qi] += e.dzp;
+    }
   });
   store(ctx.outputs[1], dscale, g);
   store(ctx.outputs[2], dzp, g);
