@@ -101,6 +101,11 @@ TEST(GpuFastPaths, LsqMatchesCpuAndIsDeterministic) {
     if (!c.attrs.has("scope") || c.attrs.get_string("scope") == "channel") cases.push_back(c);
   cases.push_back({"tensor many stretches", {1024, 1031}, {1}, {}});
   cases.push_back({"channel axis 0 odd rows", {7, 13}, {7}, {{"scope", "channel"}, {"axis", 0}}});
+  // Many stretches per qparam folded by the last block: 256 (contiguous kernel), and the
+  // strided kernel's splits for channels on the last axis.
+  cases.push_back({"tensor 256 stretches", {2048, 2048}, {1}, {}});
+  cases.push_back(
+      {"channel last axis long columns", {8192, 48}, {48}, {{"scope", "channel"}, {"axis", -1}}});
   for (const ScopeCase& c : cases) {
     for (DType d : {DType::f32, DType::bf16}) {
       Tensor x = data(c.x, d, -4, 4);
