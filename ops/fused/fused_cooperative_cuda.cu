@@ -355,6 +355,23 @@ void launch_cooperative(Kernel kernel, unsigned grid, int smem_packs, const T* x
   QG_CUDA_CHECK_LAUNCH("fused_observe_quantize");
 }
 
+// Blocks of a grid whose thread count is a multiple of `row_packs`, so that every thread
+// keeps reading the same offset within a row (hence the same channels): as many as the
+// resident grid and the work allow, or 0 when one row is longer than the resident grid.
+int64_t row_multiple_blocks(int64_t resident, int64_t packs, int64_t row_packs) {
+  const int64_t step = row_packs / std::gcd(row_packs, int64_t{kThreads});
+  const int64_t want = (packs + kThreads - 1) / kThreads;
+  const int64_t blocks = std::min(resident, std::max(want, step)) / step * step;
+  return blocks < step ? 0 : blocks;
+}
+
+// Lanes that fold one channel's partials: up to 32, fewer when every channel needs a group.
+int fold_lanes(int64_t channels, int64_t threads) {
+  int lanes = 1;
+  while (lanes < 32 && lanes * 2 * channels <= threads) lanes *= 2;
+  return lanes;
+}
+
 Tensor scratch_bytes(KernelContext& ctx, int64_t bytes) {
   return Tensor::empty({bytes}, DType::u8, ctx.inputs[0].device());
 }
@@ -394,15 +411,10 @@ bool launch_fused_columns(KernelContext& ctx, const FusedArgs& a, bool codes, in
     int smem_packs = 0;
     int64_t resident = 0;
     Coop::plan_cache(packs, smem_packs, resident);
-    // The grid's thread count must be a multiple of the row's packs (each thread then keeps
-    // its channels): a multiple of `step` blocks.
-    const int64_t step = row_packs / std::gcd(row_packs, int64_t{kThreads});
-    const int64_t want = (packs + kThreads - 1) / kThreads;
-    const int64_t blocks = std::min(resident, std::max(want, step)) / step * step;
-    if (blocks < step) return false;  // a row longer than the resident grid
+    const int64_t blocks = row_multiple_blocks(resident, packs, row_packs);
+    if (blocks == 0) return false;
     const int64_t threads = blocks * kThreads;
-    int lanes = 1;
-    while (lanes < 32 && lanes * 2 * columns <= threads) lanes *= 2;
+    const int lanes = fold_lanes(columns, threads);
     const int64_t sweeps = threads / row_packs;
     Tensor partials = scratch_bytes(ctx, sweeps * columns * int64_t{sizeof(ColumnMinMax)});
     launch_cooperative(
@@ -425,14 +437,10 @@ bool launch_fused_middle(KernelContext& ctx, const FusedArgs& a, bool codes, int
     int smem_packs = 0;
     int64_t resident = 0;
     Coop::plan_cache(packs, smem_packs, resident);
-    // As for the last axis: the grid's thread count is a multiple of the row's packs.
-    const int64_t step = row_packs / std::gcd(row_packs, int64_t{kThreads});
-    const int64_t want = (packs + kThreads - 1) / kThreads;
-    const int64_t blocks = std::min(resident, std::max(want, step)) / step * step;
-    if (blocks < step) return false;  // a row longer than the resident grid
+    const int64_t blocks = row_multiple_blocks(resident, packs, row_packs);
+    if (blocks == 0) return false;
     const int64_t threads = blocks * kThreads;
-    int lanes = 1;
-    while (lanes < 32 && lanes * 2 * channels <= threads) lanes *= 2;
+    const int lanes = fold_lanes(channels, threads);
     int group = 1;
     while (group < 32 && channel_packs % (group * 2) == 0) group *= 2;
     Tensor partials = scratch_bytes(ctx, threads / group * int64_t{sizeof(ColumnMinMax)});
