@@ -12,9 +12,9 @@
 // reduces its terms with a fixed tree; the block that finishes q's last stretch (a ticket
 // per qparam) adds q's stretch sums in a fixed order and applies grad_factor once. The
 // assignment depends only on the shape, and the fold order not on which block comes last:
-// deterministic run to run. When each qparam owns
-// one contiguous segment (per tensor, channel axis 0 of an outer == 1 layout, full groups)
-// a stretch is kThreads * 64 elements read as packs, like an element-wise kernel.
+// deterministic run to run. When each qparam owns one contiguous segment (per tensor,
+// channel axis 0 of an outer == 1 layout, full groups) a stretch is kThreads * 64 elements
+// read as packs, like an element-wise kernel.
 #include "core/graph.h"
 #include "ops/common/cuda_vec.cuh"
 #include "ops/common/quant_attrs.h"
