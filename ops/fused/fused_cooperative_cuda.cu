@@ -26,7 +26,9 @@ namespace cg = cooperative_groups;
 
 constexpr int kCached = 4;       // packs per thread held in registers
 constexpr int kUnroll = 4;       // streamed packs in flight per thread
-constexpr int kBlocksPerSm = 3;  // 24 warps keep enough loads in flight
+// 24 warps keep enough loads in flight. Four blocks (a 64-register cap) spilled and measured
+// slower on an H100: per-tensor f32[2048, 2048] 21.9 vs 20.7 us, last axis 38.4 vs 27.4 us.
+constexpr int kBlocksPerSm = 3;
 
 // Per tensor: one (min, max) per thread, one partial per block, every block folds them all.
 template <int N>
