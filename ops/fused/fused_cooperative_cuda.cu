@@ -24,8 +24,8 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kCached = 4;       // packs per thread held in registers
-constexpr int kUnroll = 4;       // streamed packs in flight per thread
+constexpr int kCached = 4;  // packs per thread held in registers
+constexpr int kUnroll = 4;  // streamed packs in flight per thread
 // 24 warps keep enough loads in flight. Four blocks (a 64-register cap) spilled and measured
 // slower on an H100: per-tensor f32[2048, 2048] 21.9 vs 20.7 us, last axis 38.4 vs 27.4 us.
 constexpr int kBlocksPerSm = 3;
@@ -73,6 +73,30 @@ __device__ __forceinline__ ColumnMinMax load_partial(const ColumnMinMax* p) {
   return {__uint_as_float(v.x), __uint_as_float(v.y), v.z, v.w};
 }
 
+// The fold of the two-phase kernels: `lanes` consecutive lanes per channel (a power of two
+// <= 32), each over a strided share of the channel's `per_channel` partials (partial(c, i)
+// is the i-th), then shuffles; the group's first lane writes the state and the qparams.
+// Every thread of the grid calls this: the trip count is the same for the whole warp, as
+// the shuffles need every lane.
+template <typename PartialOf>
+__device__ void fold_channels(const FusedArgs& a, const Flags& flags, int64_t channels, int lanes,
+                              int64_t per_channel, PartialOf partial) {
+  const int64_t t = global_thread(), groups = global_stride() / lanes;
+  const int sub = static_cast<int>(t % lanes);
+  for (int64_t c0 = 0; c0 < channels; c0 += groups) {
+    const int64_t c = c0 + t / lanes;
+    const bool active = c < channels;
+    MinMax acc = minmax_identity();
+    if (active)
+#pragma unroll 4
+      for (int64_t i = sub; i < per_channel; i += lanes)
+        acc = combine(acc, load_partial(partial(c, i)));
+    acc = lanes_reduce(acc, lanes);
+    if (active && sub == 0)
+      update_and_qparams(a, flags, c, read_state(a, c), finish(acc), true, true);
+  }
+}
+
 // Per channel along the last axis: thread t always reads channels (t % P) * N + [0, N).
 template <int N>
 struct ColumnStats {
@@ -106,25 +130,11 @@ struct ColumnStats {
     for (int e = 0; e < N; ++e) store_partial(&s.partials[sweep_row + e * row_packs], m[e]);
     cg::grid_group grid = cg::this_grid();
     grid.sync();
-    // 2. Fold: `fold_lanes` consecutive lanes per channel, each over a strided share of the
-    //    sweeps, then shuffles; the group's first lane writes the state and the qparams. The
-    //    trip count is the same for the whole warp (the shuffles need every lane).
+    // 2. Fold each channel's sweeps.
     const Flags flags = read_flags(a);
-    const int lanes = s.fold_lanes;
-    const int sub = static_cast<int>(t % lanes);
-    const int64_t groups = threads / lanes;
-    for (int64_t c0 = 0; c0 < s.columns; c0 += groups) {
-      const int64_t c = c0 + t / lanes;
-      const bool active = c < s.columns;
-      const int64_t slot = (c % N) * row_packs + c / N;
-      MinMax acc = minmax_identity();
-      if (active)
-        for (int64_t w = sub; w < sweeps; w += lanes)
-          acc = combine(acc, load_partial(&s.partials[w * s.columns + slot]));
-      acc = lanes_reduce(acc, lanes);
-      if (active && sub == 0)
-        update_and_qparams(a, flags, c, read_state(a, c), finish(acc), true, true);
-    }
+    fold_channels(a, flags, s.columns, s.fold_lanes, sweeps, [&](int64_t c, int64_t w) {
+      return &s.partials[w * s.columns + (c % N) * row_packs + c / N];
+    });
     grid.sync();
     // 3. The qparams of this thread's channels, as the unfused quantizer reads them.
     QPs qps;
@@ -176,25 +186,10 @@ struct MiddleStats {
     // Channel c's partials: sweep w's groups (w * row_packs + c * channel_packs) / group
     // + [0, channel_packs / group).
     const Flags flags = read_flags(a);
-    const int lanes = s.fold_lanes;
-    const int sub = static_cast<int>(t % lanes);
-    const int64_t groups = threads / lanes;
     const int64_t run = s.channel_packs / group, per_channel = threads / row_packs * run;
-    for (int64_t c0 = 0; c0 < s.channels; c0 += groups) {
-      const int64_t c = c0 + t / lanes;
-      const bool active = c < s.channels;
-      MinMax acc = minmax_identity();
-      if (active)
-#pragma unroll 4
-        for (int64_t i = sub; i < per_channel; i += lanes) {
-          const int64_t w = i / run, k = i % run;
-          acc = combine(
-              acc, load_partial(&s.partials[(w * row_packs + c * s.channel_packs) / group + k]));
-        }
-      acc = lanes_reduce(acc, lanes);
-      if (active && sub == 0)
-        update_and_qparams(a, flags, c, read_state(a, c), finish(acc), true, true);
-    }
+    fold_channels(a, flags, s.channels, s.fold_lanes, per_channel, [&](int64_t c, int64_t i) {
+      return &s.partials[(i / run * row_packs + c * s.channel_packs) / group + i % run];
+    });
     grid.sync();
     const int64_t channel = (t % row_packs) / s.channel_packs;
     return {qp_of(a.scale_out[channel], a.zp_out[channel], flags)};
