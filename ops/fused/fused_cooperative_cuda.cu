@@ -304,6 +304,23 @@ int smem_limit_for(Kernel kernel) {
   return per_block;
 }
 
+// Blocks of a grid whose thread count is a multiple of `row_packs`, so that every thread
+// keeps reading the same offset within a row (hence the same channels): as many as the
+// resident grid and the work allow, or 0 when one row is longer than the resident grid.
+int64_t row_multiple_blocks(int64_t resident, int64_t packs, int64_t row_packs) {
+  const int64_t step = row_packs / std::gcd(row_packs, int64_t{kThreads});
+  const int64_t want = (packs + kThreads - 1) / kThreads;
+  const int64_t blocks = std::min(resident, std::max(want, step)) / step * step;
+  return blocks < step ? 0 : blocks;
+}
+
+// Lanes that fold one channel's partials: up to 32, fewer when every channel needs a group.
+int fold_lanes(int64_t channels, int64_t threads) {
+  int lanes = 1;
+  while (lanes < 32 && lanes * 2 * channels <= threads) lanes *= 2;
+  return lanes;
+}
+
 // The cooperative kernel of one (quantizer, dtype, layout): its function-local statics (the
 // shared-memory limit set on it, its occupancy per shared-memory size) are its own.
 template <bool kCodes, typename T, typename Stats>
@@ -324,6 +341,23 @@ struct Cooperative {
       it = occupancy.emplace(smem_bytes, per_sm).first;
     }
     return it->second;
+  }
+
+  // The launch of a two-phase kernel over rows of `row_packs` packs with `channels` to fold:
+  // the on-chip cache, a grid whose thread count is a multiple of the row, and the fold
+  // lanes. False when one row is longer than the resident grid.
+  struct RowPlan {
+    int smem_packs = 0;
+    int64_t blocks = 0, threads = 0;
+    int lanes = 1;
+  };
+  static bool plan_rows(int64_t packs, int64_t row_packs, int64_t channels, RowPlan& p) {
+    int64_t resident = 0;
+    plan_cache(packs, p.smem_packs, resident);
+    p.blocks = row_multiple_blocks(resident, packs, row_packs);
+    p.threads = p.blocks * kThreads;
+    p.lanes = fold_lanes(channels, p.threads);
+    return p.blocks > 0;
   }
 
   // The on-chip cache of a launch: shared-memory packs per thread (as many as the packs
@@ -350,23 +384,6 @@ void launch_cooperative(Kernel kernel, unsigned grid, int smem_packs, const T* x
                     reinterpret_cast<void*>(kernel), dim3(grid), dim3(kThreads), params,
                     size_t(smem_packs) * 16 * kThreads, static_cast<cudaStream_t>(ctx.stream)));
   QG_CUDA_CHECK_LAUNCH("fused_observe_quantize");
-}
-
-// Blocks of a grid whose thread count is a multiple of `row_packs`, so that every thread
-// keeps reading the same offset within a row (hence the same channels): as many as the
-// resident grid and the work allow, or 0 when one row is longer than the resident grid.
-int64_t row_multiple_blocks(int64_t resident, int64_t packs, int64_t row_packs) {
-  const int64_t step = row_packs / std::gcd(row_packs, int64_t{kThreads});
-  const int64_t want = (packs + kThreads - 1) / kThreads;
-  const int64_t blocks = std::min(resident, std::max(want, step)) / step * step;
-  return blocks < step ? 0 : blocks;
-}
-
-// Lanes that fold one channel's partials: up to 32, fewer when every channel needs a group.
-int fold_lanes(int64_t channels, int64_t threads) {
-  int lanes = 1;
-  while (lanes < 32 && lanes * 2 * channels <= threads) lanes *= 2;
-  return lanes;
 }
 
 Tensor scratch_bytes(KernelContext& ctx, int64_t bytes) {
@@ -405,18 +422,13 @@ bool launch_fused_columns(KernelContext& ctx, const FusedArgs& a, bool codes, in
     if (n == 0 || n % (32 * N) != 0 || columns % N != 0) return false;
     const int64_t packs = n / N, row_packs = columns / N;
     using Coop = Cooperative<decltype(codes_tag)::value, T, ColumnStats<N>>;
-    int smem_packs = 0;
-    int64_t resident = 0;
-    Coop::plan_cache(packs, smem_packs, resident);
-    const int64_t blocks = row_multiple_blocks(resident, packs, row_packs);
-    if (blocks == 0) return false;
-    const int64_t threads = blocks * kThreads;
-    const int lanes = fold_lanes(columns, threads);
-    const int64_t sweeps = threads / row_packs;
+    typename Coop::RowPlan p;
+    if (!Coop::plan_rows(packs, row_packs, columns, p)) return false;
+    const int64_t sweeps = p.threads / row_packs;
     Tensor partials = scratch_bytes(ctx, sweeps * columns * int64_t{sizeof(ColumnMinMax)});
     launch_cooperative(
-        Coop::kernel, static_cast<unsigned>(blocks), smem_packs, in_ptr<T>(x), ctx, packs,
-        typename ColumnStats<N>::Scratch{out_ptr<ColumnMinMax>(partials), columns, lanes}, a);
+        Coop::kernel, static_cast<unsigned>(p.blocks), p.smem_packs, in_ptr<T>(x), ctx, packs,
+        typename ColumnStats<N>::Scratch{out_ptr<ColumnMinMax>(partials), columns, p.lanes}, a);
     return true;
   });
 }
@@ -431,20 +443,15 @@ bool launch_fused_middle(KernelContext& ctx, const FusedArgs& a, bool codes, int
     if (n == 0 || n % (32 * N) != 0 || inner % N != 0) return false;
     const int64_t packs = n / N, channel_packs = inner / N, row_packs = channels * channel_packs;
     using Coop = Cooperative<decltype(codes_tag)::value, T, MiddleStats<N>>;
-    int smem_packs = 0;
-    int64_t resident = 0;
-    Coop::plan_cache(packs, smem_packs, resident);
-    const int64_t blocks = row_multiple_blocks(resident, packs, row_packs);
-    if (blocks == 0) return false;
-    const int64_t threads = blocks * kThreads;
-    const int lanes = fold_lanes(channels, threads);
+    typename Coop::RowPlan p;
+    if (!Coop::plan_rows(packs, row_packs, channels, p)) return false;
     int group = 1;
     while (group < 32 && channel_packs % (group * 2) == 0) group *= 2;
-    Tensor partials = scratch_bytes(ctx, threads / group * int64_t{sizeof(ColumnMinMax)});
-    launch_cooperative(Coop::kernel, static_cast<unsigned>(blocks), smem_packs, in_ptr<T>(x), ctx,
-                       packs,
+    Tensor partials = scratch_bytes(ctx, p.threads / group * int64_t{sizeof(ColumnMinMax)});
+    launch_cooperative(Coop::kernel, static_cast<unsigned>(p.blocks), p.smem_packs, in_ptr<T>(x),
+                       ctx, packs,
                        typename MiddleStats<N>::Scratch{out_ptr<ColumnMinMax>(partials), channels,
-                                                        channel_packs, group, lanes},
+                                                        channel_packs, group, p.lanes},
                        a);
     return true;
   });
