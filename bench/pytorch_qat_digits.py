@@ -3,13 +3,15 @@
 side-by-side accuracy comparison on the UCI digits data.
 
 Same data and split (the 80/20 split of `qat train`, reproduced with a Python port of
-std::mt19937_64 and the same Fisher-Yates shuffle), same model (64 -> width x depth
-LinearReLU -> 10 with QuantStub/DeQuantStub), same quantizers (per-channel symmetric int8
--128..127 or int4 -8..7 weights with moving-average observers, per-tensor affine quint8
-0..255 activations), same optimizer, epochs, batch and fine-tuning schedule. Weight init and
+std::mt19937_64 and the same Fisher-Yates shuffle), same model (`--model mlp`: 64 ->
+width x depth LinearReLU -> 10; `--model cnn`: conv-bn-relu blocks on the 1x8x8 image, fused
+to ConvBnReLU2d so batch norm is folded into the weight before its fake-quant; both with
+QuantStub/DeQuantStub), same quantizers (per-channel symmetric int8 -128..127 or int4 -8..7
+weights with moving-average observers, per-tensor affine quint8 0..255 activations, or
+0..15 for the A4 rows), same optimizer, epochs, batch and fine-tuning schedule. Weight init and
 data order come from torch's RNG, so individual runs differ; compare the means over seeds.
 
-    /usr/bin/python3 bench/pytorch_qat_digits.py [--epochs 30 ...]
+    /usr/bin/python3 bench/pytorch_qat_digits.py [--model cnn] [--epochs 30 ...]
 """
 import argparse
 import copy
@@ -85,6 +87,35 @@ def load_split(path):
     return x[tr], y[tr], x[te], y[te]
 
 
+class Cnn(nn.Module):
+    """The `qat train --model cnn` network: the 8x8 digit as a 1x8x8 image through
+    conv-bn-relu blocks (3x3, padding 1), a 2x2 max pool after the second, global average
+    pooling and a linear classifier."""
+
+    def __init__(self, channels=(16, 32, 32)):
+        super().__init__()
+        self.quant = tq.QuantStub()
+        chans = (1,) + tuple(channels)
+        self.convs = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1, bias=False)
+                                   for a, b in zip(chans[:-1], chans[1:]))
+        self.bns = nn.ModuleList(nn.BatchNorm2d(b) for b in channels)
+        self.relus = nn.ModuleList(nn.ReLU() for _ in channels)
+        self.pool = nn.MaxPool2d(2)
+        self.out = nn.Linear(chans[-1], 10)
+        self.dequant = tq.DeQuantStub()
+
+    def forward(self, x):
+        x = self.quant(x.reshape(-1, 1, 8, 8))
+        for i, (conv, bn, relu) in enumerate(zip(self.convs, self.bns, self.relus)):
+            x = relu(bn(conv(x)))
+            if i == 1:
+                x = self.pool(x)
+        return self.dequant(self.out(x.mean(dim=(2, 3))))
+
+    def fusion_groups(self):
+        return [[f"convs.{i}", f"bns.{i}", f"relus.{i}"] for i in range(len(self.convs))]
+
+
 class Mlp(nn.Module):
     def __init__(self, width, depth):
         super().__init__()
@@ -101,15 +132,19 @@ class Mlp(nn.Module):
             x = relu(fc(x))
         return self.dequant(self.out(x))
 
+    def fusion_groups(self):
+        return [[f"fcs.{i}", f"relus.{i}"] for i in range(len(self.fcs))]
 
-def qconfig(weight_bits, observer):
+
+def qconfig(weight_bits, observer, act_bits=8):
     wmin, wmax = (-128, 127) if weight_bits == 8 else (-8, 7)
+    amax = (1 << act_bits) - 1
     if observer == "minmax":
         act_obs, w_obs = tq.MinMaxObserver, tq.PerChannelMinMaxObserver
     else:
         act_obs, w_obs = tq.MovingAverageMinMaxObserver, tq.MovingAveragePerChannelMinMaxObserver
     return tq.QConfig(
-        activation=tq.FakeQuantize.with_args(observer=act_obs, quant_min=0, quant_max=255,
+        activation=tq.FakeQuantize.with_args(observer=act_obs, quant_min=0, quant_max=amax,
                                              dtype=torch.quint8, qscheme=torch.per_tensor_affine,
                                              reduce_range=False),
         weight=tq.FakeQuantize.with_args(observer=w_obs, quant_min=wmin, quant_max=wmax,
@@ -117,11 +152,21 @@ def qconfig(weight_bits, observer):
                                          ch_axis=0, reduce_range=False))
 
 
-def prepare(float_model, depth, weight_bits, observer):
+def prepare(float_model, weight_bits, observer, act_bits=8):
+    """prepare_qat after fusing LinearReLU (MLP) or ConvBnReLU2d (CNN: batch norm folded
+    into the conv weight before its fake-quant, as torch.ao.nn.intrinsic.qat does)."""
     m = copy.deepcopy(float_model).train()
-    tq.fuse_modules_qat(m, [[f"fcs.{i}", f"relus.{i}"] for i in range(depth)], inplace=True)
-    m.qconfig = qconfig(weight_bits, observer)
+    tq.fuse_modules_qat(m, m.fusion_groups(), inplace=True)
+    m.qconfig = qconfig(weight_bits, observer, act_bits)
     return tq.prepare_qat(m)
+
+
+def make_model(args):
+    return Cnn() if args.model == "cnn" else Mlp(args.width, args.depth)
+
+
+# (name, weight bits, activation bits): the rows of `qat train --compare`.
+SETTINGS = [("W8A8", 8, 8), ("W4A8", 4, 8), ("W4A4", 4, 4)]
 
 
 def accuracy(model, x, y):
@@ -150,7 +195,7 @@ def time_steps(args, xtr, ytr):
     """Mean time of one eager QAT W8A8 training step (forward, backward, Adam) at one batch."""
     dev = torch.device(args.device)
     torch.manual_seed(args.seed)
-    m = prepare(Mlp(args.width, args.depth), args.depth, 8, "moving_average").to(dev)
+    m = prepare(make_model(args), 8, "moving_average").to(dev)
     opt = torch.optim.Adam(m.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
     x, y = xtr[:args.batch].to(dev), ytr[:args.batch].to(dev)
@@ -170,7 +215,7 @@ def time_steps(args, xtr, ytr):
     if dev.type == "cuda":
         torch.cuda.synchronize()
     dt = (time.perf_counter() - t0) / args.time_steps
-    print(f"PyTorch {torch.__version__} eager QAT W8A8 step, MLP 64-{args.width}x{args.depth}-10, "
+    print(f"PyTorch {torch.__version__} eager QAT W8A8 step, {args.model}, "
           f"batch {args.batch}, {dev}: {1e6 * dt:.1f} us (mean of {args.time_steps} steps after "
           f"20 warm-up)")
 
@@ -178,6 +223,7 @@ def time_steps(args, xtr, ytr):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=os.environ.get("QG_DIGITS_CSV", DEBIAN_DIGITS))
+    ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
     ap.add_argument("--width", type=int, default=128)
     ap.add_argument("--depth", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=30)
@@ -206,22 +252,23 @@ def main():
         seed = args.seed + k
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
-        fm = Mlp(args.width, args.depth)
+        fm = make_model(args)
         train(fm, xtr, ytr, args.epochs, args.lr, args.batch, gen)
         results.setdefault("float32", []).append(accuracy(fm, xte, yte))
-        for bits in (8, 4):  # PTQ: min/max calibration over the training set, no training
-            pm = prepare(fm, args.depth, bits, "minmax")
+        for name, wbits, abits in SETTINGS:  # PTQ: min/max calibration, no training
+            pm = prepare(fm, wbits, "minmax", abits)
             with torch.no_grad():
                 for s in range(len(xtr) // args.batch):
                     pm(xtr[s * args.batch:(s + 1) * args.batch])
-            results.setdefault(f"PTQ W{bits}A8", []).append(accuracy(pm, xte, yte))
-        for bits in (8, 4):  # QAT: fine-tune the float weights with fake quantization
-            qm = prepare(fm, args.depth, bits, "moving_average")
+            results.setdefault(f"PTQ {name}", []).append(accuracy(pm, xte, yte))
+        for name, wbits, abits in SETTINGS:  # QAT: fine-tune with fake quantization
+            qm = prepare(fm, wbits, "moving_average", abits)
             train(qm, xtr, ytr, args.qat_epochs, args.qat_lr, args.batch, gen)
-            results.setdefault(f"QAT W{bits}A8", []).append(accuracy(qm, xte, yte))
+            results.setdefault(f"QAT {name}", []).append(accuracy(qm, xte, yte))
         print(f"seed {seed}: " + "  ".join(f"{k} {100 * v[-1]:.2f}%" for k, v in results.items()),
               flush=True)
-    print(f"\nPyTorch {torch.__version__} eager QAT, MLP 64-{args.width}x{args.depth}-10, "
+    what = "CNN 1x8x8" if args.model == "cnn" else f"MLP 64-{args.width}x{args.depth}-10"
+    print(f"\nPyTorch {torch.__version__} eager QAT, {what}, "
           f"{args.seeds} seeds, {time.time() - t0:.1f} s")
     print(f"{'model':<10} {'test acc (fake-quant)':>22}")
     for name, v in results.items():
