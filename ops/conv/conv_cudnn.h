@@ -1,0 +1,38 @@
+// conv2d through cuDNN (built when CMake finds cuDNN: QG_WITH_CUDNN). The CUDA kernels of
+// the conv family call these when cudnn_conv::enabled(); otherwise they run the im2col +
+// cuBLAS path. QG_CONV_BACKEND=im2col in the environment selects the im2col path at run time
+// even when cuDNN is built in, so the two can be timed against each other in one build.
+//
+// Precision: f32 runs with CUDNN_FMA_MATH (no TF32), as PyTorch does with TF32 off, so the
+// result agrees with the CPU reference to float rounding; f16/bf16 compute in f32.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace qg::cudnn_conv {
+
+// NCHW input [n, c, h, w], weight [o, c / groups, kh, kw], output [n, o, ho, wo].
+struct Geometry {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t o = 0, kh = 0, kw = 0;
+  int64_t ho = 0, wo = 0;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+
+// True when cuDNN is built in and not switched off by QG_CONV_BACKEND=im2col.
+bool enabled();
+
+// y = conv(x, w) (+ bias [o] broadcast over n, h, w when `bias` is defined).
+void forward(const char* op, const Geometry& g, const Tensor& x, const Tensor& w,
+             const Tensor* bias, Tensor& y, void* stream);
+// dx = conv_transpose(dy, w): the gradient of forward with respect to x.
+void backward_data(const char* op, const Geometry& g, const Tensor& dy, const Tensor& w,
+                   Tensor& dx, void* stream);
+// dw = the gradient of forward with respect to w.
+void backward_filter(const char* op, const Geometry& g, const Tensor& dy, const Tensor& x,
+                     Tensor& dw, void* stream);
+
+}  // namespace qg::cudnn_conv
