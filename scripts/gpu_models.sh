@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# On a GPU machine, the issue-12 checks in one call: build once, run the GPU cases of the
+# model-op test suites (conv, norm, pool, activation, dropout, softmax, embedding, shape,
+# linalg, nn), `qat crosscheck` over every op, compute-sanitizer memcheck on the model ops,
+# then the whole-step timings against PyTorch (`qat steps`, bench/torch_model_steps.py, with
+# conv2d through cuDNN and through im2col + cuBLAS). Logs go to $OUT (or ./out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-out}
+mkdir -p "$out"
+build=${BUILD_DIR:-build-gpu}
+export NCCL_NVLS_ENABLE=0
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
+
+suites=()
+for d in tests/ops_conv tests/ops_norm tests/ops_pool tests/ops_activation tests/ops_dropout \
+  tests/ops_softmax tests/ops_embedding tests/ops_shape tests/ops_linalg tests/nn tests/gpu; do
+  [ -d "$d" ] && suites+=("test_$(basename "$d")")
+done
+t0=$(date +%s)
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_BENCH=OFF >"$out/configure.log" 2>&1 ||
+  { tail -30 "$out/configure.log"; exit 1; }
+grep -E "qatgraph:" "$out/configure.log"
+cmake --build "$build" -j "$(nproc)" --target qat "${suites[@]}" >"$out/build.log" 2>&1 ||
+  { grep -E "error" -A4 "$out/build.log" | head -60; exit 1; }
+echo "build: $(($(date +%s) - t0)) s"
+
+echo "==== GPU cases of the model-op suites"
+for s in "${suites[@]}"; do
+  timeout 300 "$build/tests/$s" --gtest_brief=1 >"$out/$s.log" 2>&1
+  echo "$s: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$s.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$out/$s.log" | head -10
+done
+
+echo "==== qat crosscheck (every op on CPU and GPU)"
+timeout 400 "$build/apps/qat" crosscheck >"$out/crosscheck.log" 2>&1
+echo "rc=$?"
+grep -E ' FAIL |MISSING' "$out/crosscheck.log" | head -30
+grep -E '^crosscheck summary|^ops without CUDA' "$out/crosscheck.log"
+
+echo "==== compute-sanitizer memcheck (model-op suites)"
+for s in "${suites[@]}"; do
+  [ "$s" = test_gpu ] && continue
+  timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 \
+    "$build/tests/$s" --gtest_brief=1 >"$out/memcheck_$s.log" 2>&1
+  echo "$s: rc=$? $(grep -E 'ERROR SUMMARY' "$out/memcheck_$s.log" | tail -1)"
+done
+
+echo "==== whole training steps"
+"$build/apps/qat" steps --device cuda --reps "${REPS:-20}" --json "$out/steps_cudnn.json" 2>&1 | tail -6
+QG_CONV_BACKEND=im2col "$build/apps/qat" steps --device cuda --model cnn --reps "${REPS:-20}" \
+  --json "$out/steps_im2col.json" 2>&1 | tail -3
+python3 bench/torch_model_steps.py --reps "${REPS:-20}" --tf32 --json "$out/steps_torch.json" \
+  >"$out/torch_steps.log" 2>&1 || tail -20 "$out/torch_steps.log"
+cat "$out/torch_steps.log"
+python3 bench/compare_steps.py "$out/steps_cudnn.json" "$out/steps_torch.json" | tee "$out/steps.md"
