@@ -32,9 +32,11 @@ std::vector<int64_t> pair_attr(const std::string& op, const Attrs& a, const std:
 
 // PyTorch's pooling output size (see pool_geometry.h); <= 0 when the window does not fit.
 int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
-  int64_t span = in + 2 * p - d * (k - 1) - 1;
+  // The ceil term is added before the (floor) division, so in ceil mode a window one stride
+  // too long still yields one output, as in PyTorch.
+  const int64_t span = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
   if (span < 0) return 0;
-  int64_t out = (span + (ceil_mode ? s - 1 : 0)) / s + 1;
+  int64_t out = span / s + 1;
   if (ceil_mode && (out - 1) * s >= in + p) --out;
   return out;
 }
