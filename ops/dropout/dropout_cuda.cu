@@ -5,6 +5,7 @@
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/philox.h"
+#include "ops/dropout/dropout_reference.h"
 
 namespace qg {
 namespace {
@@ -67,14 +68,14 @@ void dropout_backward_cuda(KernelContext& ctx) {
   const Tensor& dy = ctx.inputs[0];
   const int64_t n = dy.numel();
   if (n == 0) return;
-  const double p = ctx.attrs.get_real("p");
+  const double keep_scale = dropout_backward_scale(ctx);
   dispatch_float(dy.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     auto shape = elementwise_launch(n);
     dropout_backward_kernel<T>
         <<<shape.blocks, shape.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
             in_ptr<T>(dy), in_ptr<uint8_t>(ctx.inputs[1]), out_ptr<T>(ctx.outputs[0]), n,
-            static_cast<math_of<T>>(1.0 / (1.0 - p)));
+            static_cast<math_of<T>>(keep_scale));
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
 }

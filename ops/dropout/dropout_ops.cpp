@@ -6,6 +6,9 @@
 // draws a fresh mask; two executors with the same seed draw the same sequence.
 //
 // A dropped element is x * 0 * scale: NaN or Inf there gives NaN, as x * mask does in torch.
+// The scale 1 / (1 - p) is formed in double and rounded once to the math type. In eval mode
+// the backward is the identity too (dx = dy): the backward kernels read the same training
+// flag as the forward, since one executor runs both.
 #include <cstring>
 
 #include "core/graph.h"
@@ -60,11 +63,11 @@ void dropout_cpu(KernelContext& ctx) {
 void dropout_backward_cpu(KernelContext& ctx) {
   const Tensor& dy = ctx.inputs[0];
   const uint8_t* mask = ctx.inputs[1].data<uint8_t>();
-  const double p = ctx.attrs.get_real("p");
+  const double keep_scale = dropout_backward_scale(ctx);
   dispatch_float(dy.dtype(), ctx.op.c_str(), [&](auto tag) {
     using T = decltype(tag);
     using M = math_t<T>;
-    const M scale = static_cast<M>(1.0 / (1.0 - p));
+    const M scale = static_cast<M>(keep_scale);
     const T* pdy = dy.data<T>();
     T* pdx = ctx.outputs[0].data<T>();
     for (int64_t i = 0, n = dy.numel(); i < n; ++i)
@@ -73,6 +76,10 @@ void dropout_backward_cpu(KernelContext& ctx) {
 }
 
 }  // namespace
+
+double dropout_backward_scale(const KernelContext& ctx) {
+  return ctx.training ? 1.0 / (1.0 - ctx.attrs.get_real("p")) : 1.0;
+}
 
 std::vector<uint8_t> dropout_reference_mask(int64_t n, double p, int64_t seed, int64_t step) {
   std::vector<uint8_t> m(static_cast<size_t>(n));
@@ -129,7 +136,7 @@ void define_dropout_ops(OpRegistry& r) {
   };
 
   OpDef& back = r.define("dropout_backward");
-  back.doc = "dx = dy * mask / (1 - p).";
+  back.doc = "dx = dy * mask / (1 - p) in training, dy in eval mode.";
   back.inputs = {"dy", "mask"};
   back.outputs = {"dx"};
   back.attrs = {p_attr()};

@@ -150,6 +150,20 @@ TEST(Dropout, BackwardIsDyTimesMaskOverOneMinusP) {
   EXPECT_LT(kept, 64);
 }
 
+TEST(Dropout, EvalModeBackwardIsTheIdentity) {
+  // The forward is y = x in eval mode, so dx = dy (no 1 / (1 - p)).
+  Graph g;
+  ValueId x = g.input("x", {DType::f64, {8}});
+  ValueId dy = g.input("dy", {DType::f64, {8}});
+  auto out = g.apply("dropout", {x}, {{"p", 0.75}});
+  ValueId dx = grad_with_seed(g, out[0], dy, {x})[0];
+  Executor ex(g);
+  ex.set_training(false);
+  Tensor dyv = Tensor::from_doubles({8}, {1, -2, 3, -4, 5, -6, 7, -8}, DType::f64);
+  auto r = ex.run({{"x", ones(8, DType::f64)}, {"dy", dyv}}, {dx});
+  EXPECT_EQ(r[0].to_doubles(), dyv.to_doubles());
+}
+
 TEST(DropoutErrors, POutsideTheUnitIntervalAndNonFloatInput) {
   for (double p : {1.0, -0.1, 1.5})
     expect_error(
