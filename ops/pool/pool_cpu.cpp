@@ -121,7 +121,9 @@ void max_pool2d_backward(KernelContext& ctx) {
       // the CUDA gather visits them.
       for (int64_t o = 0; o < out_plane; ++o) {
         const int64_t i = pi[p * out_plane + o];
-        if (i >= 0 && i < plane) acc[i] += static_cast<M>(pdy[p * out_plane + o]);
+        if (pool::is_empty(pool::max_window(g, o / g.OW, o % g.OW)) || i < 0 || i >= plane)
+          continue;
+        acc[i] += static_cast<M>(pdy[p * out_plane + o]);
       }
       for (int64_t i = 0; i < plane; ++i) pdx[p * plane + i] = static_cast<T>(acc[i]);
     }

@@ -51,7 +51,8 @@ __global__ void max_pool_backward_kernel(const T* dy, const int64_t* indices, T*
     for (int64_t oh = oh0; oh <= oh1; ++oh)
       for (int64_t ow = ow0; ow <= ow1; ++ow) {
         const int64_t o = base + oh * g.OW + ow;
-        if (indices[o] == cell) acc += to_math(dy[o]);
+        if (indices[o] == cell && !pool::is_empty(pool::max_window(g, oh, ow)))
+          acc += to_math(dy[o]);
       }
     dx[i] = from_math<T>(acc);
   }

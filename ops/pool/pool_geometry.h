@@ -50,6 +50,13 @@ QG_POOL_HD Window max_window(const PoolGeom& g, int64_t oh, int64_t ow) {
   return w;
 }
 
+// A max window can hold no input cell when the dilation steps past the input (e.g. width 1,
+// kernel 2, dilation 2, padding 1): its output is -inf with PyTorch's index (the first cell
+// it would visit, outside the window) and it passes no gradient.
+QG_POOL_HD bool is_empty(const Window& w) {
+  return w.h0 >= w.h1 || w.w0 >= w.w1;
+}
+
 // The window of an average and its divisor (0 for a window with no input cell).
 QG_POOL_HD Window avg_window(const PoolGeom& g, int64_t oh, int64_t ow, int64_t& divisor) {
   Window w;

@@ -30,7 +30,10 @@ std::vector<PoolCase> max_cases() {
            {{"kernel", {3, 3}}, {"stride", {2, 2}}, {"padding", {1, 1}}, {"ceil_mode", true}}},
           {{2, 2, 12, 13},
            {{"kernel", {3, 2}}, {"stride", {1, 2}}, {"padding", {1, 1}}, {"dilation", {2, 3}}}},
-          {{1, 1, 33, 40}, {{"kernel", {5, 5}}, {"stride", {1, 1}}, {"padding", {2, 2}}}}};
+          {{1, 1, 33, 40}, {{"kernel", {5, 5}}, {"stride", {1, 1}}, {"padding", {2, 2}}}},
+          // Windows with no input cell (-inf, an index outside the window, no gradient).
+          {{1, 2, 5, 1},
+           {{"kernel", {1, 2}}, {"stride", {1, 1}}, {"padding", {0, 1}}, {"dilation", {1, 2}}}}};
 }
 
 std::vector<PoolCase> avg_cases() {

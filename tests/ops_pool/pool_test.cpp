@@ -86,6 +86,26 @@ TEST(MaxPool2d, DilationSkipsCells) {
   EXPECT_EQ(ints_of(out[1]), (std::vector<double>{2, 3, 4}));
 }
 
+TEST(MaxPool2d, WindowWithNoInputCellIsMinusInfinityWithoutGradient) {
+  // Width 1, kernel [1,2], dilation [1,2], padding [0,1]: each window visits columns -1 and
+  // 1, both outside the input. PyTorch's output is -inf with index h * W + 1 (the first cell
+  // it would visit); we return the same, and pass no gradient (PyTorch scatters it there).
+  Graph g;
+  ValueId xv = g.input("x", {DType::f64, {1, 1, 3, 1}});
+  ValueId dy = g.input("dy", {DType::f64, {1, 1, 3, 1}});
+  auto out =
+      g.apply("max_pool2d", {xv},
+              {{"kernel", {1, 2}}, {"stride", {1, 1}}, {"padding", {0, 1}}, {"dilation", {1, 2}}});
+  ValueId dx = grad_with_seed(g, out[0], dy, {xv})[0];
+  Executor ex(g);
+  auto got = ex.run({{"x", Tensor::from_doubles({1, 1, 3, 1}, {0, 1, 2}, DType::f64)},
+                     {"dy", Tensor::from_doubles({1, 1, 3, 1}, {1, 1, 1}, DType::f64)}},
+                    {out[0], out[1], dx});
+  EXPECT_EQ(got[0].to_doubles(), (std::vector<double>(3, -INFINITY)));
+  EXPECT_EQ(got[1].to_doubles(), (std::vector<double>{1, 2, 3}));
+  EXPECT_EQ(got[2].to_doubles(), (std::vector<double>{0, 0, 0}));
+}
+
 TEST(MaxPool2d, NaNPropagatesAndTheLastNaNIsTheIndex) {
   // PyTorch's rule: a NaN replaces the running maximum, so the window's last NaN wins.
   Tensor x = Tensor::from_doubles({1, 1, 2, 2}, {1, NAN, 3, NAN}, DType::f32);
