@@ -20,6 +20,8 @@ void define_int4_ops(OpRegistry&);
 void define_nf4_ops(OpRegistry&);
 void define_optim_ops(OpRegistry&);
 void define_fused_ops(OpRegistry&);
+void define_pool_ops(OpRegistry&);
+void define_dropout_ops(OpRegistry&);
 
 #ifdef QG_WITH_CUDA
 void add_cuda_kernels(OpRegistry&);  // runtime/cuda: registers every family's CUDA kernels
@@ -48,6 +50,8 @@ constexpr OpFamily kOpFamilies[] = {
     {"nf4", define_nf4_ops},
     {"optim", define_optim_ops},
     {"fused", define_fused_ops},
+    {"pool", define_pool_ops},
+    {"dropout", define_dropout_ops},
 };
 }  // namespace
 

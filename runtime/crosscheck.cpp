@@ -27,6 +27,12 @@ const Reduction kFloatReductions[] = {
     {"lsq_backward", 1},                     // dscale: a sum over the scope
     {"lsq_backward", 2},                     // dzero_point
     {"dequantize_backward", 1},              // dscale
+    // Not reductions: transcendental functions. libm's erf/tanh/exp on the CPU and CUDA's
+    // erff/tanhf/expf differ by a few ulps, so these compare to the same 1e-5 relative.
+    {"gelu", -1},
+    {"gelu_backward", -1},
+    {"silu", -1},
+    {"silu_backward", -1},
 };
 
 // Relative tolerance per dtype. f32/f64: SEMANTICS.md's 1e-5. f16/bf16: the result is an

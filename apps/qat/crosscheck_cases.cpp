@@ -4,6 +4,9 @@
 #include "apps/qat/crosscheck_cases.h"
 
 namespace qg::cli {
+
+void add_pool_activation_dropout_cases(std::vector<CrosscheckCase>& c);  // _pool.cpp
+
 namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -337,6 +340,7 @@ std::vector<CrosscheckCase> extra_crosscheck_cases() {
   add_percentile(c);
   add_float_ops(c);
   add_storage_quant(c);
+  add_pool_activation_dropout_cases(c);
   return c;
 }
 

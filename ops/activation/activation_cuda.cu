@@ -1,6 +1,9 @@
 // CUDA kernels for relu and relu_backward: the same element expressions as the CPU kernels
 // (NaN propagates through relu; the backward passes dy where x > 0), so bit-identical.
+// gelu and silu (and their backward ops) evaluate ops/activation/activation_math.h, the CPU
+// kernels' expressions, with CUDA's erff/tanhf/expf: within a few ulps of the CPU's libm.
 #include "core/graph.h"
+#include "ops/activation/activation_math.h"
 #include "ops/common/cuda_common.cuh"
 
 namespace qg {
@@ -18,6 +21,43 @@ struct ReluBackwardF {
   template <typename M>
   __device__ M operator()(M dy, M x) const {
     return x > 0 ? dy : M(0);
+  }
+};
+
+struct GeluErfF {
+  template <typename M>
+  __device__ M operator()(M x, M) const {
+    return act::gelu_erf(x);
+  }
+};
+struct GeluTanhF {
+  template <typename M>
+  __device__ M operator()(M x, M) const {
+    return act::gelu_tanh(x);
+  }
+};
+struct GeluErfBackwardF {
+  template <typename M>
+  __device__ M operator()(M dy, M x) const {
+    return dy * act::gelu_erf_grad(x);
+  }
+};
+struct GeluTanhBackwardF {
+  template <typename M>
+  __device__ M operator()(M dy, M x) const {
+    return dy * act::gelu_tanh_grad(x);
+  }
+};
+struct SiluF {
+  template <typename M>
+  __device__ M operator()(M x, M) const {
+    return act::silu(x);
+  }
+};
+struct SiluBackwardF {
+  template <typename M>
+  __device__ M operator()(M dy, M x) const {
+    return dy * act::silu_grad(x);
   }
 };
 
@@ -41,6 +81,26 @@ void add_activation_cuda_kernels(OpRegistry& r) {
   r.get_mutable("relu_backward")
       .kernels.push_back({DeviceType::cuda, kFloatTypes, [](KernelContext& c) {
                             map_cuda(c, c.inputs[0], c.inputs[1], ReluBackwardF{});
+                          }});
+  r.get_mutable("gelu").kernels.push_back({DeviceType::cuda, kFloatTypes, [](KernelContext& c) {
+                                             if (c.attrs.get_string("approximate") == "tanh")
+                                               map_cuda(c, c.inputs[0], c.inputs[0], GeluTanhF{});
+                                             else
+                                               map_cuda(c, c.inputs[0], c.inputs[0], GeluErfF{});
+                                           }});
+  r.get_mutable("gelu_backward")
+      .kernels.push_back({DeviceType::cuda, kFloatTypes, [](KernelContext& c) {
+                            if (c.attrs.get_string("approximate") == "tanh")
+                              map_cuda(c, c.inputs[0], c.inputs[1], GeluTanhBackwardF{});
+                            else
+                              map_cuda(c, c.inputs[0], c.inputs[1], GeluErfBackwardF{});
+                          }});
+  r.get_mutable("silu").kernels.push_back({DeviceType::cuda, kFloatTypes, [](KernelContext& c) {
+                                             map_cuda(c, c.inputs[0], c.inputs[0], SiluF{});
+                                           }});
+  r.get_mutable("silu_backward")
+      .kernels.push_back({DeviceType::cuda, kFloatTypes, [](KernelContext& c) {
+                            map_cuda(c, c.inputs[0], c.inputs[1], SiluBackwardF{});
                           }});
 }
 

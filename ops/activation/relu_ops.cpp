@@ -5,6 +5,10 @@
 #include "ops/common/schema_helpers.h"
 
 namespace qg {
+
+void define_gelu_ops(OpRegistry& r);  // gelu_ops.cpp
+void define_silu_ops(OpRegistry& r);  // silu_ops.cpp
+
 namespace {
 const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
 }
@@ -51,6 +55,9 @@ void define_activation_ops(OpRegistry& r) {
                                 "relu_backward", ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
                                 [](auto dy, auto x) { return x > 0 ? dy : decltype(dy)(0); });
                           }});
+
+  define_gelu_ops(r);
+  define_silu_ops(r);
 }
 
 }  // namespace qg
