@@ -20,6 +20,9 @@ void define_int4_ops(OpRegistry&);
 void define_nf4_ops(OpRegistry&);
 void define_optim_ops(OpRegistry&);
 void define_fused_ops(OpRegistry&);
+void define_softmax_ops(OpRegistry&);
+void define_embedding_ops(OpRegistry&);
+void define_shape_ops(OpRegistry&);
 
 #ifdef QG_WITH_CUDA
 void add_cuda_kernels(OpRegistry&);  // runtime/cuda: registers every family's CUDA kernels
@@ -48,6 +51,9 @@ constexpr OpFamily kOpFamilies[] = {
     {"nf4", define_nf4_ops},
     {"optim", define_optim_ops},
     {"fused", define_fused_ops},
+    {"softmax", define_softmax_ops},
+    {"embedding", define_embedding_ops},
+    {"shape", define_shape_ops},
 };
 }  // namespace
 
