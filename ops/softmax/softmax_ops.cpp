@@ -4,6 +4,7 @@
 // x - max is NaN and the whole column is NaN, as in PyTorch; a NaN anywhere in a column makes
 // the column NaN. The backward is its own op, dx = y * (dy - sum(dy * y)), because it needs
 // the per-column sum that no element-wise op provides.
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -17,49 +18,54 @@ namespace {
 
 const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
+// Each outer index is a slab [axis_len, inner] whose `inner` columns are reduced together,
+// walking the slab in memory order (rows of `inner` contiguous elements) with one
+// accumulator per column; every column still sees its elements in axis order.
 template <typename T>
 void softmax_cpu(const Tensor& x, Tensor& y, const SoftmaxColumns& c) {
   using M = math_t<T>;
-  const T* px = x.data<T>();
-  T* py = y.data<T>();
-  std::vector<M> e(static_cast<size_t>(c.axis_len));
+  const int64_t len = c.axis_len, inner = c.inner;
+  std::vector<M> e(static_cast<size_t>(len * inner)), mx(inner), sum(inner);
   for (int64_t o = 0; o < c.outer; ++o) {
-    for (int64_t i = 0; i < c.inner; ++i) {
-      const int64_t base = o * c.axis_len * c.inner + i;
-      M mx = -INFINITY;
-      for (int64_t a = 0; a < c.axis_len; ++a) {
-        M v = static_cast<M>(px[base + a * c.inner]);
-        mx = v > mx ? v : mx;
+    const T* px = x.data<T>() + o * len * inner;
+    T* py = y.data<T>() + o * len * inner;
+    std::fill(mx.begin(), mx.end(), static_cast<M>(-INFINITY));
+    std::fill(sum.begin(), sum.end(), M(0));
+    for (int64_t a = 0; a < len; ++a)
+      for (int64_t i = 0; i < inner; ++i) {
+        M v = static_cast<M>(px[a * inner + i]);
+        mx[i] = v > mx[i] ? v : mx[i];
       }
-      M sum = 0;
-      for (int64_t a = 0; a < c.axis_len; ++a) {
-        e[a] = std::exp(static_cast<M>(px[base + a * c.inner]) - mx);
-        sum += e[a];
+    for (int64_t a = 0; a < len; ++a)
+      for (int64_t i = 0; i < inner; ++i) {
+        M v = std::exp(static_cast<M>(px[a * inner + i]) - mx[i]);
+        e[a * inner + i] = v;
+        sum[i] += v;
       }
-      for (int64_t a = 0; a < c.axis_len; ++a) py[base + a * c.inner] = static_cast<T>(e[a] / sum);
-    }
+    for (int64_t a = 0; a < len; ++a)
+      for (int64_t i = 0; i < inner; ++i)
+        py[a * inner + i] = static_cast<T>(e[a * inner + i] / sum[i]);
   }
 }
 
 template <typename T>
 void softmax_backward_cpu(const Tensor& dy, const Tensor& y, Tensor& dx, const SoftmaxColumns& c) {
   using M = math_t<T>;
-  const T* pdy = dy.data<T>();
-  const T* py = y.data<T>();
-  T* pdx = dx.data<T>();
+  const int64_t len = c.axis_len, inner = c.inner;
+  std::vector<M> dot(inner);
   for (int64_t o = 0; o < c.outer; ++o) {
-    for (int64_t i = 0; i < c.inner; ++i) {
-      const int64_t base = o * c.axis_len * c.inner + i;
-      M dot = 0;
-      for (int64_t a = 0; a < c.axis_len; ++a) {
-        int64_t k = base + a * c.inner;
-        dot += static_cast<M>(pdy[k]) * static_cast<M>(py[k]);
+    const T* pdy = dy.data<T>() + o * len * inner;
+    const T* py = y.data<T>() + o * len * inner;
+    T* pdx = dx.data<T>() + o * len * inner;
+    std::fill(dot.begin(), dot.end(), M(0));
+    for (int64_t a = 0; a < len; ++a)
+      for (int64_t i = 0; i < inner; ++i)
+        dot[i] += static_cast<M>(pdy[a * inner + i]) * static_cast<M>(py[a * inner + i]);
+    for (int64_t a = 0; a < len; ++a)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t k = a * inner + i;
+        pdx[k] = static_cast<T>(static_cast<M>(py[k]) * (static_cast<M>(pdy[k]) - dot[i]));
       }
-      for (int64_t a = 0; a < c.axis_len; ++a) {
-        int64_t k = base + a * c.inner;
-        pdx[k] = static_cast<T>(static_cast<M>(py[k]) * (static_cast<M>(pdy[k]) - dot));
-      }
-    }
   }
 }
 
