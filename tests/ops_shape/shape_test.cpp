@@ -55,6 +55,10 @@ TEST(Permute, PlanMergesContiguousAxesAndDropsOnes) {
   PermutePlan p = make_permute_plan({2, 3, 4, 5}, {2, 3, 0, 1});
   EXPECT_EQ(p.sizes, (std::vector<int64_t>{20, 6}));
   EXPECT_EQ(p.src_strides, (std::vector<int64_t>{1, 20}));
+  // A batched last-two-axes swap: the batch axes merge into one (the tiled CUDA layout).
+  PermutePlan t = make_permute_plan({3, 2, 70, 20}, {0, 1, 3, 2});
+  EXPECT_EQ(t.sizes, (std::vector<int64_t>{6, 20, 70}));
+  EXPECT_EQ(t.src_strides, (std::vector<int64_t>{1400, 1, 20}));
   // Size-1 axes vanish; the identity is one run.
   EXPECT_EQ(make_permute_plan({1, 4, 1, 3}, {2, 1, 0, 3}).sizes, (std::vector<int64_t>{12}));
 }
@@ -112,8 +116,11 @@ TEST(ShapeGpu, BitExactForEveryElementSize) {
     Shape shape;
     Shape perm;
   };
+  // The first three are (batched) last-two-axes swaps, which take the tiled kernel.
   const std::vector<Case> cases = {
       {{33, 65}, {1, 0}},
+      {{4, 40, 50}, {0, 2, 1}},
+      {{3, 2, 70, 20}, {0, 1, 3, 2}},
       {{2, 3, 4, 5}, {2, 0, 3, 1}},
       {{3, 1, 4, 2, 5, 3}, {5, 4, 3, 2, 1, 0}},
       {{2, 3, 2, 3, 2, 3, 2}, {4, 5, 6, 0, 1, 2, 3}},  // rank 7, merges to 2
