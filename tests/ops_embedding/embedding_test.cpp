@@ -6,6 +6,9 @@
 #include <random>
 
 #include "tests/gpu/gpu_test_util.h"
+#ifdef QG_WITH_CUDA
+#include "runtime/cuda/device_error.h"
+#endif
 
 namespace qg {
 namespace {
@@ -164,6 +167,15 @@ TEST(EmbeddingGpu, ForwardAndBackwardBitExact) {
     }
   }
 }
+
+#ifdef QG_WITH_CUDA
+TEST(EmbeddingDeviceError, WordedAsOnTheCpu) {
+  // The record a kernel leaves for indices[1] = 7 with 5 rows (no GPU needed to format it).
+  cuda::DeviceErrorRecord r{cuda::kIndexOutOfRange, 0, 1, 7.0, 0.0, 5.0};
+  EXPECT_EQ(cuda::describe_device_error(r),
+            "indices[1] = 7 is outside [0, 5) (the weight has 5 rows)");
+}
+#endif
 
 TEST(EmbeddingGpu, IndexOutOfRangeIsAnError) {
   QG_REQUIRE_GPU();
