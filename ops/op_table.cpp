@@ -22,6 +22,9 @@ void define_optim_ops(OpRegistry&);
 void define_fused_ops(OpRegistry&);
 void define_pool_ops(OpRegistry&);
 void define_dropout_ops(OpRegistry&);
+void define_softmax_ops(OpRegistry&);
+void define_embedding_ops(OpRegistry&);
+void define_shape_ops(OpRegistry&);
 
 #ifdef QG_WITH_CUDA
 void add_cuda_kernels(OpRegistry&);  // runtime/cuda: registers every family's CUDA kernels
@@ -52,6 +55,9 @@ constexpr OpFamily kOpFamilies[] = {
     {"fused", define_fused_ops},
     {"pool", define_pool_ops},
     {"dropout", define_dropout_ops},
+    {"softmax", define_softmax_ops},
+    {"embedding", define_embedding_ops},
+    {"shape", define_shape_ops},
 };
 }  // namespace
 

@@ -33,6 +33,12 @@ const Reduction kFloatReductions[] = {
     {"gelu_backward", -1},
     {"silu", -1},
     {"silu_backward", -1},
+    // softmax: exp() of libm vs CUDA and the row sum (sequential on the CPU, a shuffle or
+    // block tree on the GPU); its backward: the row sum of dy * y.
+    {"softmax", -1},
+    {"softmax_backward", -1},
+    {"batched_matmul", -1},  // cuBLAS's GEMM summation order vs Eigen's
+    // embedding_backward needs no row: both backends sum each row in position order.
 };
 
 // Relative tolerance per dtype. f32/f64: SEMANTICS.md's 1e-5. f16/bf16: the result is an

@@ -111,11 +111,82 @@ void matmul_cuda(KernelContext& ctx) {
   }
 }
 
+// batched_matmul: the same transposed column-major call per batch, as one strided-batched
+// GEMM (batch strides are the slice sizes of the contiguous tensors; the handle's pedantic
+// math keeps TF32 out of f32).
+void batched_matmul_cuda(KernelContext& ctx) {
+  const Tensor& a = ctx.inputs[0];
+  const Tensor& b = ctx.inputs[1];
+  Tensor& y = ctx.outputs[0];
+  const int r = y.dim();
+  bool ta = ctx.attrs.get_bool("transpose_a"), tb = ctx.attrs.get_bool("transpose_b");
+  int64_t m = y.size(r - 2), n = y.size(r - 1), k = ta ? a.size(r - 2) : a.size(r - 1);
+  if (y.numel() == 0) return;
+  auto s = static_cast<cudaStream_t>(ctx.stream);
+  if (k == 0) {
+    dispatch_float(y.dtype(), ctx.op, [&](auto tag) {
+      using T = decltype(tag);
+      auto shape = elementwise_launch(y.numel());
+      zero_kernel<T><<<shape.blocks, shape.threads, 0, s>>>(out_ptr<T>(y), y.numel());
+      QG_CUDA_CHECK_LAUNCH(ctx.op);
+    });
+    return;
+  }
+  const int64_t batches = y.numel() / (m * n);
+  const int64_t limit = INT32_MAX;
+  QG_CHECK(m <= limit && n <= limit && k <= limit && batches <= limit && a.size(r - 1) <= limit &&
+               b.size(r - 1) <= limit,
+           ctx.op, "cuBLAS takes 32-bit dimensions and batch counts; got a ", a.str(), ", b ",
+           b.str());
+  cublasHandle_t h = handle();
+  QG_CUBLAS_CHECK(ctx.op, cublasSetStream(h, s));
+  cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int in = static_cast<int>(n), im = static_cast<int>(m), ik = static_cast<int>(k);
+  int ldb = static_cast<int>(b.size(r - 1)), lda = static_cast<int>(a.size(r - 1)), ldc = in;
+  long long sa = a.size(r - 2) * a.size(r - 1), sb = b.size(r - 2) * b.size(r - 1), sy = m * n;
+  int count = static_cast<int>(batches);
+  switch (y.dtype()) {
+    case DType::f64: {
+      const double one = 1.0, zero = 0.0;
+      QG_CUBLAS_CHECK(
+          ctx.op, cublasDgemmStridedBatched(h, op_b, op_a, in, im, ik, &one, in_ptr<double>(b), ldb,
+                                            sb, in_ptr<double>(a), lda, sa, &zero,
+                                            out_ptr<double>(y), ldc, sy, count));
+      break;
+    }
+    case DType::f32: {
+      const float one = 1.0f, zero = 0.0f;
+      QG_CUBLAS_CHECK(
+          ctx.op, cublasSgemmStridedBatched(h, op_b, op_a, in, im, ik, &one, in_ptr<float>(b), ldb,
+                                            sb, in_ptr<float>(a), lda, sa, &zero, out_ptr<float>(y),
+                                            ldc, sy, count));
+      break;
+    }
+    case DType::f16:
+    case DType::bf16: {
+      cudaDataType_t t = y.dtype() == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
+      const float one = 1.0f, zero = 0.0f;
+      QG_CUBLAS_CHECK(ctx.op, cublasGemmStridedBatchedEx(
+                                  h, op_b, op_a, in, im, ik, &one, b.raw_data(), t, ldb, sb,
+                                  a.raw_data(), t, lda, sa, &zero, y.raw_data(), t, ldc, sy, count,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      break;
+    }
+    default:
+      QG_FAIL(ctx.op, "the CUDA backend has no batched_matmul for dtype ", dtype_name(y.dtype()));
+  }
+}
+
 }  // namespace
 
 void add_linalg_cuda_kernels(OpRegistry& r) {
   r.get_mutable("matmul").kernels.push_back(
       {DeviceType::cuda, {DType::f32, DType::f64, DType::f16, DType::bf16}, matmul_cuda});
+  r.get_mutable("batched_matmul")
+      .kernels.push_back({DeviceType::cuda,
+                          {DType::f32, DType::f64, DType::f16, DType::bf16},
+                          batched_matmul_cuda});
 }
 
 }  // namespace qg

@@ -43,6 +43,8 @@ void matmul_cpu(const Tensor& a, const Tensor& b, Tensor& y, bool ta, bool tb) {
 
 }  // namespace
 
+void define_batched_matmul_op(OpRegistry& r);  // batched_matmul_op.cpp
+
 void define_linalg_ops(OpRegistry& r) {
   OpDef& op = r.define("matmul");
   op.doc = "y = op(a) @ op(b), 2-D, op = transpose when transpose_a/transpose_b is set.";
@@ -98,6 +100,7 @@ void define_linalg_ops(OpRegistry& r) {
         {"[4,3]^T@[5,4]^T", {{{4, 3}}, {{5, 4}}}, {{"transpose_a", true}, {"transpose_b", true}}});
     return s;
   };
+  define_batched_matmul_op(r);
 }
 
 }  // namespace qg

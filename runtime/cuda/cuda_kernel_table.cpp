@@ -31,6 +31,9 @@ void add_fused_cuda_kernels(OpRegistry&);
 void add_optim_cuda_kernels(OpRegistry&);
 void add_pool_cuda_kernels(OpRegistry&);
 void add_dropout_cuda_kernels(OpRegistry&);
+void add_softmax_cuda_kernels(OpRegistry&);
+void add_embedding_cuda_kernels(OpRegistry&);
+void add_shape_cuda_kernels(OpRegistry&);
 
 namespace {
 
@@ -110,6 +113,9 @@ void add_cuda_kernels(OpRegistry& r) {
   add_optim_cuda_kernels(r);
   add_pool_cuda_kernels(r);
   add_dropout_cuda_kernels(r);
+  add_softmax_cuda_kernels(r);
+  add_embedding_cuda_kernels(r);
+  add_shape_cuda_kernels(r);
   wrap_with_device_check(r);
 }
 

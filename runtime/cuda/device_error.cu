@@ -46,6 +46,10 @@ std::string describe_device_error(const DeviceErrorRecord& r) {
     case kLabelOutOfRange:
       os << "labels[" << r.index << "] = " << r.value << " is outside [0, " << r.hi << ")";
       break;
+    case kIndexOutOfRange:
+      os << "indices[" << r.index << "] = " << r.value << " is outside [0, " << r.hi
+         << ") (the weight has " << r.hi << " rows)";
+      break;
     case kBadGroupSize:
       os << "size " << r.value << " at " << r.index << " is outside [" << r.lo << ", " << r.hi
          << "]";

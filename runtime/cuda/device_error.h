@@ -26,6 +26,7 @@ enum DeviceErrorCode : int32_t {
   kNonFiniteZeroPoint = 6,  // value = zero_point[index]; a learnable zero point must be finite
   kAffineOverflow = 7,      // scope `index` has range [lo, hi] too wide for an f32 scale
   kBadAbsmax = 8,           // value = absmax[index]; must be finite and >= 0
+  kIndexOutOfRange = 9,     // value = indices[index]; must lie in [0, hi) (embedding rows)
 };
 
 struct DeviceErrorRecord {

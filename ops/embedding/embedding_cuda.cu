@@ -1,0 +1,163 @@
+// CUDA kernels for embedding and embedding_backward.
+// Forward: one thread per output element copies weight[indices[p], d] (bit-exact with the
+// CPU's row copy). An index outside [0, V) is recorded in the device error buffer (the first
+// failure wins) and raised as a qg::Error at the end of the run; its output row is zeros.
+// Backward, deterministic without atomics on floats: (1) the positions 0..N-1 are radix-sorted
+// by index (cub's LSD sort is stable, so equal indices keep ascending positions); (2) one
+// thread per dweight element (v, d) finds row v's run of positions by binary search and sums
+// dy[p, d] over it in ascending p, in the math type, as the CPU does: bit-identical results.
+#include <cub/device/device_radix_sort.cuh>
+
+#include "core/graph.h"
+#include "ops/common/cuda_common.cuh"
+
+namespace qg {
+namespace {
+
+using namespace cuda;
+
+template <typename T, typename I>
+__global__ void embedding_gather_kernel(const T* weight, const I* indices, T* y, int64_t n,
+                                        int64_t width, int64_t rows, DeviceErrorRecord* err,
+                                        int32_t node) {
+  for (int64_t k = global_thread(); k < n * width; k += global_stride()) {
+    const int64_t p = k / width, d = k % width;
+    const int64_t v = static_cast<int64_t>(indices[p]);
+    if (v < 0 || v >= rows) {
+      if (d == 0)
+        report_device_error(err, kIndexOutOfRange, node, p, static_cast<double>(v), 0,
+                            static_cast<double>(rows));
+      y[k] = T{};
+      continue;
+    }
+    y[k] = weight[v * width + d];
+  }
+}
+
+// Sort keys: the index, or `rows` (sorted past every valid row, so never summed) after
+// recording an out-of-range index.
+template <typename I>
+__global__ void embedding_keys_kernel(const I* indices, int64_t n, int64_t rows, uint32_t* keys,
+                                      int32_t* positions, DeviceErrorRecord* err, int32_t node) {
+  for (int64_t p = global_thread(); p < n; p += global_stride()) {
+    const int64_t v = static_cast<int64_t>(indices[p]);
+    const bool ok = v >= 0 && v < rows;
+    if (!ok)
+      report_device_error(err, kIndexOutOfRange, node, p, static_cast<double>(v), 0,
+                          static_cast<double>(rows));
+    keys[p] = static_cast<uint32_t>(ok ? v : rows);
+    positions[p] = static_cast<int32_t>(p);
+  }
+}
+
+__device__ __forceinline__ int64_t lower_bound(const uint32_t* keys, int64_t n, uint32_t key) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (keys[mid] < key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+template <typename T>
+__global__ void embedding_row_sums_kernel(const T* dy, const uint32_t* keys,
+                                          const int32_t* positions, int64_t n, int64_t rows,
+                                          int64_t width, T* dw) {
+  using M = math_of<T>;
+  for (int64_t k = global_thread(); k < rows * width; k += global_stride()) {
+    const int64_t v = k / width, d = k % width;
+    const int64_t begin = lower_bound(keys, n, static_cast<uint32_t>(v));
+    const int64_t end = lower_bound(keys, n, static_cast<uint32_t>(v + 1));
+    M acc = 0;
+    for (int64_t j = begin; j < end; ++j) acc += to_math(dy[positions[j] * width + d]);
+    dw[k] = from_math<T>(acc);
+  }
+}
+
+template <typename Fn>
+void dispatch_index(DType dtype, const std::string& op, Fn&& fn) {
+  if (dtype == DType::i32) return fn(int32_t{});
+  if (dtype == DType::i64) return fn(int64_t{});
+  QG_FAIL(op, "indices must be i64 or i32, got ", dtype_name(dtype));
+}
+
+void embedding_cuda(KernelContext& ctx) {
+  const Tensor& weight = ctx.inputs[0];
+  const Tensor& indices = ctx.inputs[1];
+  Tensor& y = ctx.outputs[0];
+  if (y.numel() == 0) return;
+  auto s = static_cast<cudaStream_t>(ctx.stream);
+  dispatch_float(weight.dtype(), ctx.op, [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_index(indices.dtype(), ctx.op, [&](auto itag) {
+      using I = decltype(itag);
+      auto shape = elementwise_launch(y.numel());
+      embedding_gather_kernel<T, I><<<shape.blocks, shape.threads, 0, s>>>(
+          in_ptr<T>(weight), in_ptr<I>(indices), out_ptr<T>(y), indices.numel(), weight.size(1),
+          weight.size(0), device_error_record(), ctx.node.id);
+      QG_CUDA_CHECK_LAUNCH(ctx.op);
+    });
+  });
+}
+
+void embedding_backward_cuda(KernelContext& ctx) {
+  const Tensor& dy = ctx.inputs[0];
+  const Tensor& indices = ctx.inputs[1];
+  Tensor& dw = ctx.outputs[0];
+  const int64_t n = indices.numel(), rows = dw.size(0), width = dw.size(1);
+  if (dw.numel() == 0 && n == 0) return;
+  QG_CHECK(n <= INT32_MAX && rows < static_cast<int64_t>(UINT32_MAX), ctx.op,
+           "the CUDA kernel takes at most 2^31 - 1 indices and 2^32 - 1 rows; got ", n,
+           " indices and ", rows, " rows");
+  auto s = static_cast<cudaStream_t>(ctx.stream);
+  const Device dev = dy.device();
+  Tensor keys = Tensor::empty({2 * n}, DType::i32, dev);
+  Tensor positions = Tensor::empty({2 * n}, DType::i32, dev);
+  auto* keys_in = static_cast<uint32_t*>(keys.raw_data());
+  auto* pos_in = out_ptr<int32_t>(positions);
+  uint32_t* keys_sorted = keys_in + n;
+  int32_t* pos_sorted = pos_in + n;
+  if (n > 0) {
+    dispatch_index(indices.dtype(), ctx.op, [&](auto itag) {
+      using I = decltype(itag);
+      auto shape = elementwise_launch(n);
+      embedding_keys_kernel<I><<<shape.blocks, shape.threads, 0, s>>>(
+          in_ptr<I>(indices), n, rows, keys_in, pos_in, device_error_record(), ctx.node.id);
+      QG_CUDA_CHECK_LAUNCH(ctx.op);
+    });
+    int end_bit = 1;
+    while (end_bit < 32 && (uint64_t{1} << end_bit) <= static_cast<uint64_t>(rows)) ++end_bit;
+    size_t temp_bytes = 0;
+    const int count = static_cast<int>(n);
+    QG_CUDA_CHECK(ctx.op,
+                  cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, keys_sorted, pos_in,
+                                                  pos_sorted, count, 0, end_bit, s));
+    Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes) + 1}, DType::u8, dev);
+    QG_CUDA_CHECK(ctx.op,
+                  cub::DeviceRadixSort::SortPairs(temp.raw_data(), temp_bytes, keys_in, keys_sorted,
+                                                  pos_in, pos_sorted, count, 0, end_bit, s));
+  }
+  if (dw.numel() == 0) return;
+  dispatch_float(dw.dtype(), ctx.op, [&](auto tag) {
+    using T = decltype(tag);
+    auto shape = elementwise_launch(dw.numel());
+    embedding_row_sums_kernel<T><<<shape.blocks, shape.threads, 0, s>>>(
+        in_ptr<T>(dy), keys_sorted, pos_sorted, n, rows, width, out_ptr<T>(dw));
+    QG_CUDA_CHECK_LAUNCH(ctx.op);
+  });
+}
+
+const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
+
+}  // namespace
+
+void add_embedding_cuda_kernels(OpRegistry& r) {
+  r.get_mutable("embedding").kernels.push_back({DeviceType::cuda, kFloatTypes, embedding_cuda});
+  r.get_mutable("embedding_backward")
+      .kernels.push_back({DeviceType::cuda, kFloatTypes, embedding_backward_cuda});
+}
+
+}  // namespace qg

@@ -1,0 +1,59 @@
+// The gather plan of a permute, shared by the CPU and CUDA kernels: output dimension i has
+// size in_shape[perm[i]] and reads the input with stride in_strides[perm[i]]. Size-1
+// dimensions are dropped and neighbours that stay contiguous in the input are merged, so a
+// rank-6 permute that only swaps two blocks of axes becomes a rank-2 transpose.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace qg {
+
+struct PermutePlan {
+  std::vector<int64_t> sizes;        // collapsed output dimensions (outermost first)
+  std::vector<int64_t> src_strides;  // input stride of each, in elements
+};
+
+// perm must already be a validated permutation of 0..rank-1.
+inline PermutePlan make_permute_plan(const Shape& in, const std::vector<int64_t>& perm) {
+  const int rank = static_cast<int>(in.size());
+  std::vector<int64_t> in_strides(rank, 1);
+  for (int d = rank - 2; d >= 0; --d) in_strides[d] = in_strides[d + 1] * in[d + 1];
+  PermutePlan p;
+  for (int i = 0; i < rank; ++i) {
+    int64_t size = in[perm[i]], stride = in_strides[perm[i]];
+    if (size == 1) continue;
+    if (!p.sizes.empty() && p.src_strides.back() == stride * size) {
+      p.sizes.back() *= size;
+      p.src_strides.back() = stride;
+      continue;
+    }
+    p.sizes.push_back(size);
+    p.src_strides.push_back(stride);
+  }
+  return p;
+}
+
+// Normalises a perm attribute (negative entries count from the end) and checks that it is a
+// permutation of 0..rank-1; throws naming the op, the attribute and its value.
+inline std::vector<int64_t> checked_perm(const std::string& op, const std::vector<int64_t>& perm,
+                                         int rank) {
+  QG_CHECK(static_cast<int>(perm.size()) == rank, op, "attribute 'perm' = ", shape_str(perm),
+           " has ", perm.size(), " entries for an input of rank ", rank);
+  std::vector<int64_t> out(perm.size());
+  std::vector<bool> seen(perm.size(), false);
+  for (size_t i = 0; i < perm.size(); ++i) {
+    int64_t a = perm[i] < 0 ? perm[i] + rank : perm[i];
+    QG_CHECK(a >= 0 && a < rank && !seen[a], op, "attribute 'perm' = ", shape_str(perm),
+             " is not a permutation of 0..", rank - 1);
+    seen[a] = true;
+    out[i] = a;
+  }
+  return out;
+}
+
+}  // namespace qg

@@ -1,0 +1,129 @@
+// permute and transpose: contiguous copies with reordered axes, for every dtype. transpose is
+// a permute that swaps two axes and runs the same kernel; each is its own op so that its
+// attributes (and its error messages) are the ones the user wrote. Backward: permute by the
+// inverse permutation, transpose by the same pair. (reshape lives in ops/arith.)
+#include <cstring>
+
+#include "core/error.h"
+#include "core/graph.h"
+#include "ops/common/schema_helpers.h"
+#include "ops/shape/permute_plan.h"
+
+namespace qg {
+namespace {
+
+std::vector<int64_t> transpose_perm(const std::string& op, const Attrs& attrs, int rank) {
+  int d0 = normalize_axis(op, "dim0", attrs.get_int("dim0"), rank);
+  int d1 = normalize_axis(op, "dim1", attrs.get_int("dim1"), rank);
+  std::vector<int64_t> perm(rank);
+  for (int i = 0; i < rank; ++i) perm[i] = i;
+  std::swap(perm[d0], perm[d1]);
+  return perm;
+}
+
+std::vector<int64_t> perm_of(const std::string& op, const Attrs& attrs, int rank) {
+  if (op == "transpose") return transpose_perm(op, attrs, rank);
+  return checked_perm(op, attrs.get_ints("perm"), rank);
+}
+
+template <typename E>
+void gather_cpu(const E* src, E* dst, const PermutePlan& p) {
+  const int rank = static_cast<int>(p.sizes.size());
+  if (rank == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  int64_t n = 1;
+  for (int64_t s : p.sizes) n *= s;
+  if (n == 0) return;
+  const int64_t inner = p.sizes.back(), inner_stride = p.src_strides.back();
+  std::vector<int64_t> idx(rank, 0);
+  for (int64_t base = 0; base < n; base += inner) {
+    int64_t off = 0;
+    for (int d = 0; d < rank - 1; ++d) off += idx[d] * p.src_strides[d];
+    for (int64_t j = 0; j < inner; ++j) dst[base + j] = src[off + j * inner_stride];
+    for (int d = rank - 2; d >= 0; --d) {
+      if (++idx[d] < p.sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+void permute_cpu(KernelContext& ctx) {
+  const Tensor& x = ctx.inputs[0];
+  Tensor& y = ctx.outputs[0];
+  if (y.numel() == 0) return;
+  PermutePlan plan = make_permute_plan(x.shape(), perm_of(ctx.op, ctx.attrs, x.dim()));
+  const void* src = x.raw_data();
+  void* dst = y.raw_data();
+  switch (dtype_size(x.dtype())) {
+    case 1:
+      return gather_cpu(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), plan);
+    case 2:
+      return gather_cpu(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), plan);
+    case 4:
+      return gather_cpu(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), plan);
+    case 8:
+      return gather_cpu(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), plan);
+    default:
+      QG_FAIL(ctx.op, "no permute for elements of ", dtype_size(x.dtype()), " bytes (",
+              dtype_name(x.dtype()), ")");
+  }
+}
+
+std::vector<TensorType> infer_permuted(const InferContext& ctx) {
+  const TensorType& x = ctx.inputs[0];
+  std::vector<int64_t> perm = perm_of(ctx.op, ctx.attrs, static_cast<int>(x.shape.size()));
+  Shape out(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) out[i] = x.shape[perm[i]];
+  return {TensorType{x.dtype, out}};
+}
+
+}  // namespace
+
+void define_shape_ops(OpRegistry& r) {
+  OpDef& permute = r.define("permute");
+  permute.doc = "y = x with axes reordered: y.shape[i] = x.shape[perm[i]] (contiguous copy).";
+  permute.inputs = {"x"};
+  permute.outputs = {"y"};
+  permute.attrs = {ints_attr("perm", std::nullopt,
+                             "a permutation of 0..rank-1 (negative entries count from the end)")};
+  permute.differentiable_inputs = {true};
+  permute.infer = infer_permuted;
+  permute.kernels.push_back({DeviceType::cpu, {}, permute_cpu});
+  permute.backward = [](BackwardContext& c) -> std::vector<ValueId> {
+    std::vector<int64_t> perm =
+        checked_perm("permute", c.node.attrs.get_ints("perm"),
+                     static_cast<int>(c.node.attrs.get_ints("perm").size()));
+    std::vector<int64_t> inverse(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+    return {c.graph.apply1("permute", {c.grad_or_zeros(0)}, {{"perm", inverse}})};
+  };
+  permute.gradcheck_samples = [] {
+    std::vector<GradcheckSample> s;
+    s.push_back({"[2,3,4,5] perm (2,0,3,1)", {{{2, 3, 4, 5}}}, {{"perm", Shape{2, 0, 3, 1}}}});
+    s.push_back({"[3,4] perm (-1,0)", {{{3, 4}}}, {{"perm", Shape{-1, 0}}}});
+    return s;
+  };
+
+  OpDef& transpose = r.define("transpose");
+  transpose.doc = "y = x with axes dim0 and dim1 swapped (contiguous copy).";
+  transpose.inputs = {"x"};
+  transpose.outputs = {"y"};
+  transpose.attrs = {int_attr("dim0", std::nullopt, "first axis (negative counts from the end)"),
+                     int_attr("dim1", std::nullopt, "second axis (negative counts from the end)")};
+  transpose.differentiable_inputs = {true};
+  transpose.infer = infer_permuted;
+  transpose.kernels.push_back({DeviceType::cpu, {}, permute_cpu});
+  transpose.backward = [](BackwardContext& c) -> std::vector<ValueId> {
+    return {c.graph.apply1("transpose", {c.grad_or_zeros(0)}, c.node.attrs)};
+  };
+  transpose.gradcheck_samples = [] {
+    std::vector<GradcheckSample> s;
+    s.push_back({"[3,4,5] dims (0,-1)", {{{3, 4, 5}}}, {{"dim0", 0}, {"dim1", -1}}});
+    s.push_back({"[2,3,4,5] dims (1,2)", {{{2, 3, 4, 5}}}, {{"dim0", 1}, {"dim1", 2}}});
+    return s;
+  };
+}
+
+}  // namespace qg
