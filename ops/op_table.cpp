@@ -20,6 +20,7 @@ void define_int4_ops(OpRegistry&);
 void define_nf4_ops(OpRegistry&);
 void define_optim_ops(OpRegistry&);
 void define_fused_ops(OpRegistry&);
+void define_conv_ops(OpRegistry&);
 
 #ifdef QG_WITH_CUDA
 void add_cuda_kernels(OpRegistry&);  // runtime/cuda: registers every family's CUDA kernels
@@ -48,6 +49,7 @@ constexpr OpFamily kOpFamilies[] = {
     {"nf4", define_nf4_ops},
     {"optim", define_optim_ops},
     {"fused", define_fused_ops},
+    {"conv", define_conv_ops},
 };
 }  // namespace
 

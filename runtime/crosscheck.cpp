@@ -27,6 +27,10 @@ const Reduction kFloatReductions[] = {
     {"lsq_backward", 1},                     // dscale: a sum over the scope
     {"lsq_backward", 2},                     // dzero_point
     {"dequantize_backward", 1},              // dscale
+    {"conv2d", -1},                          // GEMMs: Eigen's vs cuBLAS's summation order
+    {"conv2d_backward_input", -1},
+    {"conv2d_backward_weight", -1},
+    {"conv2d_backward_bias", -1},            // a sum over N, Ho, Wo
 };
 
 // Relative tolerance per dtype. f32/f64: SEMANTICS.md's 1e-5. f16/bf16: the result is an
