@@ -29,6 +29,7 @@ void add_percentile_observer_cuda_kernels(OpRegistry&);
 void add_histogram_observer_cuda_kernels(OpRegistry&);
 void add_fused_cuda_kernels(OpRegistry&);
 void add_optim_cuda_kernels(OpRegistry&);
+void add_conv_cuda_kernels(OpRegistry&);
 
 namespace {
 
@@ -106,6 +107,7 @@ void add_cuda_kernels(OpRegistry& r) {
   add_histogram_observer_cuda_kernels(r);
   add_fused_cuda_kernels(r);
   add_optim_cuda_kernels(r);
+  add_conv_cuda_kernels(r);
   wrap_with_device_check(r);
 }
 
