@@ -1,6 +1,7 @@
-// conv2d on the GPU: im2col into a workspace, then cuBLAS strided-batched GEMMs (batched
-// over the images of a chunk when groups == 1, else over the groups of one image); dx goes
+// conv2d on the GPU: im2col into a workspace, then cuBLAS strided-batched GEMMs; dx goes
 // through a gather-form col2im (one thread per input pixel, no atomics, deterministic).
+// forward and dx batch over the images of a chunk or over the groups, whichever needs fewer
+// calls; dw, which sums over the images, runs one call per image batched over the groups.
 // Tensors are row-major and cuBLAS is column-major, so each product is computed transposed
 // (the column-major view of a row-major [r, c] matrix is its [c, r] transpose):
 //   forward  y_g [Og, P] = W_g [Og, K] col [K, P]   ->  y^T = col^T W_g^T
@@ -79,6 +80,34 @@ void run_gemm(const std::string& op, cudaStream_t s, const Gemm& g, const T* a, 
     QG_CONV_CUBLAS_CHECK(
         op, cublasSgemmStridedBatched(h, g.ta, g.tb, m, n, k, &one, a, lda, g.stride_a, b, ldb,
                                       g.stride_b, &beta, c, ldc, g.stride_c, batch));
+  }
+}
+
+// An operand of gemm_images_groups: its base pointer and how far it moves per image and
+// per group.
+template <typename P>
+struct Operand {
+  P base;
+  int64_t per_image, per_group;
+};
+
+// Runs `gm` for every (image < images, group < groups) pair with beta 0: one strided-batched
+// call per group over the images, or one per image over the groups, whichever is fewer
+// calls (groups == 1: a single call for the whole chunk, the weight's image stride is 0).
+template <typename T>
+void gemm_images_groups(const std::string& op, cudaStream_t s, Gemm gm, int64_t images,
+                        int64_t groups, Operand<const T*> a, Operand<const T*> b, Operand<T*> c) {
+  const bool over_images = images >= groups;
+  gm.batch = over_images ? images : groups;
+  gm.stride_a = over_images ? a.per_image : a.per_group;
+  gm.stride_b = over_images ? b.per_image : b.per_group;
+  gm.stride_c = over_images ? c.per_image : c.per_group;
+  const int64_t calls = over_images ? groups : images;
+  for (int64_t i = 0; i < calls; ++i) {
+    const int64_t step_a = over_images ? a.per_group : a.per_image;
+    const int64_t step_b = over_images ? b.per_group : b.per_image;
+    const int64_t step_c = over_images ? c.per_group : c.per_image;
+    run_gemm<T>(op, s, gm, a.base + i * step_a, b.base + i * step_b, c.base + i * step_c, T(0));
   }
 }
 
@@ -204,14 +233,8 @@ void forward(KernelContext& ctx, const ConvGeometry& g) {
       col = in_ptr<T>(workspace);
     }
     Gemm gm{CUBLAS_OP_N, CUBLAS_OP_N, p, og, k, p, k, p};
-    if (g.groups == 1) {  // one call for the chunk; the weight is shared (stride 0)
-      gm.stride_a = image_cols, gm.stride_b = 0, gm.stride_c = image_y, gm.batch = nb;
-      run_gemm<T>(ctx.op, s, gm, col, w, y + n0 * image_y, T(0));
-    } else {  // per image, batched over the groups
-      gm.stride_a = k * p, gm.stride_b = og * k, gm.stride_c = og * p, gm.batch = g.groups;
-      for (int64_t i = 0; i < nb; ++i)
-        run_gemm<T>(ctx.op, s, gm, col + i * image_cols, w, y + (n0 + i) * image_y, T(0));
-    }
+    gemm_images_groups<T>(ctx.op, s, gm, nb, g.groups, {col, image_cols, k * p}, {w, 0, og * k},
+                          {y + n0 * image_y, image_y, og * p});
   }
   const int64_t total = ctx.outputs[0].numel();
   auto shape = elementwise_launch(total);
@@ -237,14 +260,8 @@ void backward_input(KernelContext& ctx, const ConvGeometry& g) {
     T* col = pointwise ? dx + n0 * image_x : out_ptr<T>(workspace);
     const T* dyc = in_ptr<T>(dy) + n0 * image_y;
     Gemm gm{CUBLAS_OP_N, CUBLAS_OP_T, p, k, og, p, k, p};
-    if (g.groups == 1) {
-      gm.stride_a = image_y, gm.stride_b = 0, gm.stride_c = image_cols, gm.batch = nb;
-      run_gemm<T>(ctx.op, s, gm, dyc, w, col, T(0));
-    } else {
-      gm.stride_a = og * p, gm.stride_b = og * k, gm.stride_c = k * p, gm.batch = g.groups;
-      for (int64_t i = 0; i < nb; ++i)
-        run_gemm<T>(ctx.op, s, gm, dyc + i * image_y, w, col + i * image_cols, T(0));
-    }
+    gemm_images_groups<T>(ctx.op, s, gm, nb, g.groups, {dyc, image_y, og * p}, {w, 0, og * k},
+                          {col, image_cols, k * p});
     if (pointwise) continue;
     const int64_t total = nb * image_x;
     auto shape = elementwise_launch(total);
