@@ -27,9 +27,9 @@ const Reduction kFloatReductions[] = {
     {"lsq_backward", 1},                     // dscale: a sum over the scope
     {"lsq_backward", 2},                     // dzero_point
     {"dequantize_backward", 1},              // dscale
-    {"conv2d", -1},                          // GEMMs: Eigen's vs cuBLAS's summation order
-    {"conv2d_backward_input", -1},
-    {"conv2d_backward_weight", -1},
+    {"conv2d", -1},                          // GEMM: Eigen's vs cuBLAS's summation order
+    {"conv2d_backward_input", -1},           // GEMM, then col2im's sums
+    {"conv2d_backward_weight", -1},          // GEMM summed over the images
     {"conv2d_backward_bias", -1},            // a sum over N, Ho, Wo
 };
 
