@@ -248,6 +248,11 @@ TEST(Conv2dErrors, BadIntAttributes) {
       {"conv2d", "'dilation' = [0, 0]", "positive"});
   expect_error(
       [] {
+        apply_conv(kX, kW, kB, {{"dilation", {1, -1}}});
+      },
+      {"conv2d", "'dilation' = [1, -1]", "positive"});
+  expect_error(
+      [] {
         apply_conv(kX, kW, kB, {{"stride", {1, 1, 1}}});
       },
       {"conv2d", "'stride' must have 2 values", "got 3", "[1, 1, 1]"});
