@@ -14,8 +14,8 @@
 namespace qg {
 namespace {
 
-// The four int attributes' specs; the list validators check length and range, and
-// conv_geometry repeats the checks for values that come from defaults or the kernel side.
+// One [h, w] attribute: two values, each >= lo. The attribute validators call it for given
+// values; conv_geometry calls it again (defaults, kernels handed attributes directly).
 void check_pair(const std::string& op, const std::string& name, const std::vector<int64_t>& v,
                 int64_t lo) {
   QG_CHECK(v.size() == 2, op, "attribute '", name, "' must have 2 values [", name, "_h, ", name,
