@@ -25,6 +25,7 @@ void define_dropout_ops(OpRegistry&);
 void define_softmax_ops(OpRegistry&);
 void define_embedding_ops(OpRegistry&);
 void define_shape_ops(OpRegistry&);
+void define_conv_ops(OpRegistry&);
 
 #ifdef QG_WITH_CUDA
 void add_cuda_kernels(OpRegistry&);  // runtime/cuda: registers every family's CUDA kernels
@@ -58,6 +59,7 @@ constexpr OpFamily kOpFamilies[] = {
     {"softmax", define_softmax_ops},
     {"embedding", define_embedding_ops},
     {"shape", define_shape_ops},
+    {"conv", define_conv_ops},
 };
 }  // namespace
 

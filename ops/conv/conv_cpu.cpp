@@ -1,0 +1,197 @@
+// CPU conv2d: for each image and group, im2col lays the receptive fields out as a
+// [C/groups * kH * kW, Ho * Wo] matrix (zeros where the window covers padding), so
+//   forward   y_g  = W_g [O/g, K] * col [K, P]           (+ bias)
+//   dx        col  = W_g^T * dy_g, then col2im adds each column entry back to its pixel
+//   dw        dW_g += dy_g [O/g, P] * col^T [P, K]
+// The GEMMs are Eigen products on row-major maps of the tensors' own memory.
+#include "ops/conv/conv_cpu.h"
+
+#include <Eigen/Core>
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+
+namespace qg {
+namespace {
+
+template <typename T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T>
+using MapMat = Eigen::Map<RowMat<T>>;
+template <typename T>
+using MapConstMat = Eigen::Map<const RowMat<T>>;
+
+// col[(c * kH + i) * kW + j][oh * Wo + ow] = x[c][oh*sH - pH + i*dH][ow*sW - pW + j*dW]
+// for the C/groups channels starting at `x` (one image, one group).
+template <typename T>
+void im2col(const ConvGeometry& g, const T* x, T* col) {
+  const int64_t cg = g.c_per_group();
+  for (int64_t c = 0; c < cg; ++c) {
+    const T* plane = x + c * g.h * g.w;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        T* row = col + ((c * g.kh + i) * g.kw + j) * g.ho * g.wo;
+        for (int64_t oh = 0; oh < g.ho; ++oh) {
+          const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+          T* out = row + oh * g.wo;
+          if (ih < 0 || ih >= g.h) {
+            for (int64_t ow = 0; ow < g.wo; ++ow) out[ow] = T(0);
+            continue;
+          }
+          const T* src = plane + ih * g.w;
+          for (int64_t ow = 0; ow < g.wo; ++ow) {
+            const int64_t iw = ow * g.sw - g.pw + j * g.dw;
+            out[ow] = (iw >= 0 && iw < g.w) ? src[iw] : T(0);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: adds every column entry to the pixel it was read from.
+template <typename T>
+void col2im_add(const ConvGeometry& g, const T* col, T* x) {
+  const int64_t cg = g.c_per_group();
+  for (int64_t c = 0; c < cg; ++c) {
+    T* plane = x + c * g.h * g.w;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const T* row = col + ((c * g.kh + i) * g.kw + j) * g.ho * g.wo;
+        for (int64_t oh = 0; oh < g.ho; ++oh) {
+          const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+          if (ih < 0 || ih >= g.h) continue;
+          const T* in = row + oh * g.wo;
+          T* dst = plane + ih * g.w;
+          for (int64_t ow = 0; ow < g.wo; ++ow) {
+            const int64_t iw = ow * g.sw - g.pw + j * g.dw;
+            if (iw >= 0 && iw < g.w) dst[iw] += in[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
+  const int64_t cg = g.c_per_group(), og = g.o_per_group(), k = g.col_rows(), p = g.col_cols();
+  std::vector<T> col(static_cast<size_t>(k * p));
+  const T* xp = x.data<T>();
+  const T* wp = w.data<T>();
+  const T* bp = b.data<T>();
+  T* yp = y.data<T>();
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      im2col(g, xp + (n * g.c + grp * cg) * g.h * g.w, col.data());
+      MapConstMat<T> wg(wp + grp * og * k, og, k);
+      MapConstMat<T> cm(col.data(), k, p);
+      MapMat<T> yg(yp + (n * g.o + grp * og) * p, og, p);
+      yg.noalias() = wg * cm;
+    }
+    for (int64_t oc = 0; oc < g.o; ++oc) {
+      T* row = yp + (n * g.o + oc) * p;
+      for (int64_t i = 0; i < p; ++i) row[i] += bp[oc];
+    }
+  }
+}
+
+template <typename T>
+void backward_input(const ConvGeometry& g, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  const int64_t cg = g.c_per_group(), og = g.o_per_group(), k = g.col_rows(), p = g.col_cols();
+  std::vector<T> col(static_cast<size_t>(k * p));
+  const T* dyp = dy.data<T>();
+  const T* wp = w.data<T>();
+  T* dxp = dx.data<T>();
+  std::fill(dxp, dxp + dx.numel(), T(0));
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      MapConstMat<T> wg(wp + grp * og * k, og, k);
+      MapConstMat<T> dyg(dyp + (n * g.o + grp * og) * p, og, p);
+      MapMat<T> cm(col.data(), k, p);
+      cm.noalias() = wg.transpose() * dyg;
+      col2im_add(g, col.data(), dxp + (n * g.c + grp * cg) * g.h * g.w);
+    }
+  }
+}
+
+template <typename T>
+void backward_weight(const ConvGeometry& g, const Tensor& dy, const Tensor& x, Tensor& dw) {
+  const int64_t cg = g.c_per_group(), og = g.o_per_group(), k = g.col_rows(), p = g.col_cols();
+  std::vector<T> col(static_cast<size_t>(k * p));
+  const T* dyp = dy.data<T>();
+  const T* xp = x.data<T>();
+  T* dwp = dw.data<T>();
+  std::fill(dwp, dwp + dw.numel(), T(0));
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      im2col(g, xp + (n * g.c + grp * cg) * g.h * g.w, col.data());
+      MapConstMat<T> cm(col.data(), k, p);
+      MapConstMat<T> dyg(dyp + (n * g.o + grp * og) * p, og, p);
+      MapMat<T> dwg(dwp + grp * og * k, og, k);
+      dwg.noalias() += dyg * cm.transpose();
+    }
+  }
+}
+
+// db[o] = sum over n, h, w of dy[n, o, h, w], accumulated in the element type per image
+// plane (f64 for f64) in plane order.
+template <typename T>
+void backward_bias(const Tensor& dy, Tensor& db) {
+  const int64_t n = dy.size(0), o = dy.size(1), p = dy.size(2) * dy.size(3);
+  const T* dyp = dy.data<T>();
+  T* dbp = db.data<T>();
+  for (int64_t oc = 0; oc < o; ++oc) {
+    T total = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const T* plane = dyp + (i * o + oc) * p;
+      T s = 0;
+      for (int64_t j = 0; j < p; ++j) s += plane[j];
+      total += s;
+    }
+    dbp[oc] = total;
+  }
+}
+
+template <typename Fn>
+void dispatch_f32_f64(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32:
+      return fn(float{});
+    case DType::f64:
+      return fn(double{});
+    default:
+      QG_FAIL(op, "the CPU kernel takes f32 or f64, got ", dtype_name(dtype));
+  }
+}
+
+}  // namespace
+
+void conv2d_forward_cpu(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                        Tensor& y) {
+  if (y.numel() == 0) return;
+  dispatch_f32_f64(x.dtype(), "conv2d", [&](auto tag) { forward<decltype(tag)>(g, x, w, b, y); });
+}
+
+void conv2d_backward_input_cpu(const ConvGeometry& g, const Tensor& dy, const Tensor& w,
+                               Tensor& dx) {
+  if (dx.numel() == 0) return;
+  dispatch_f32_f64(dy.dtype(), "conv2d_backward_input",
+                   [&](auto tag) { backward_input<decltype(tag)>(g, dy, w, dx); });
+}
+
+void conv2d_backward_weight_cpu(const ConvGeometry& g, const Tensor& dy, const Tensor& x,
+                                Tensor& dw) {
+  if (dw.numel() == 0) return;
+  dispatch_f32_f64(dy.dtype(), "conv2d_backward_weight",
+                   [&](auto tag) { backward_weight<decltype(tag)>(g, dy, x, dw); });
+}
+
+void conv2d_backward_bias_cpu(const Tensor& dy, Tensor& db) {
+  if (db.numel() == 0) return;
+  dispatch_f32_f64(dy.dtype(), "conv2d_backward_bias",
+                   [&](auto tag) { backward_bias<decltype(tag)>(dy, db); });
+}
+
+}  // namespace qg
