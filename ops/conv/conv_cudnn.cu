@@ -92,9 +92,9 @@ struct Descriptors {
                                                   to_int(op, g.c / g.groups), to_int(op, g.kh),
                                                   to_int(op, g.kw)));
     QG_CUDNN_CHECK(op, cudnnSetConvolution2dDescriptor(
-                           conv, to_int(op, g.pad_h), to_int(op, g.pad_w), to_int(op, g.stride_h),
-                           to_int(op, g.stride_w), to_int(op, g.dilation_h),
-                           to_int(op, g.dilation_w), CUDNN_CROSS_CORRELATION,
+                           conv, to_int(op, g.ph), to_int(op, g.pw), to_int(op, g.sh),
+                           to_int(op, g.sw), to_int(op, g.dh),
+                           to_int(op, g.dw), CUDNN_CROSS_CORRELATION,
                            compute_type(dtype)));
     QG_CUDNN_CHECK(op, cudnnSetConvolutionGroupCount(conv, to_int(op, g.groups)));
     // FMA math: no TF32 for f32 (PyTorch's allow_tf32 = False); tensor cores stay allowed
@@ -118,8 +118,8 @@ using Key = std::tuple<int, DType, int64_t, int64_t, int64_t, int64_t, int64_t, 
                        int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 Key key_of(int direction, const Geometry& g, DType d) {
   return {direction,  d,          g.n,        g.c,          g.h,          g.w,
-          g.o,        g.kh,       g.kw,       g.stride_h,   g.stride_w,   g.pad_h,
-          g.pad_w,    g.dilation_h, g.dilation_w, g.groups};
+          g.o,        g.kh,       g.kw,       g.sh,   g.sw,   g.ph,
+          g.pw,    g.dh, g.dw, g.groups};
 }
 
 struct Choice {

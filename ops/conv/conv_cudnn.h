@@ -7,20 +7,12 @@
 // result agrees with the CPU reference to float rounding; f16/bf16 compute in f32.
 #pragma once
 
-#include <cstdint>
-
 #include "core/tensor.h"
+#include "ops/conv/conv_geometry.h"
 
 namespace qg::cudnn_conv {
 
-// NCHW input [n, c, h, w], weight [o, c / groups, kh, kw], output [n, o, ho, wo].
-struct Geometry {
-  int64_t n = 0, c = 0, h = 0, w = 0;
-  int64_t o = 0, kh = 0, kw = 0;
-  int64_t ho = 0, wo = 0;
-  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
-  int64_t groups = 1;
-};
+using Geometry = ConvGeometry;
 
 // True when cuDNN is built in and not switched off by QG_CONV_BACKEND=im2col.
 bool enabled();
