@@ -31,6 +31,10 @@ for s in "${suites[@]}"; do
   echo "$s: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$s.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED  \] [A-Za-z]' "$out/$s.log" | head -10
 done
+if [ -d tests/ops_conv ]; then  # conv2d's other CUDA path (cuDNN is the default when built in)
+  QG_CONV_BACKEND=im2col timeout 300 "$build/tests/test_ops_conv" --gtest_brief=1 >"$out/conv_im2col.log" 2>&1
+  echo "test_ops_conv (QG_CONV_BACKEND=im2col): rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$out/conv_im2col.log" | tr '\n' ' ')"
+fi
 
 echo "==== qat crosscheck (every op on CPU and GPU)"
 timeout 400 "$build/apps/qat" crosscheck >"$out/crosscheck.log" 2>&1
