@@ -11,11 +11,13 @@
 namespace qg::cli {
 
 struct TrainOptions {
+  std::string model = "mlp";  // mlp, cnn, transformer
   int width = 128;
   int depth = 1;
   std::string weight_bits = "32";  // 32, 8, 4, nf4
   std::string act_bits = "32";     // 32, 8
   std::string scope = "channel";
+  int group_size = 32;
   std::string observer = "moving_average";
   std::string optimizer = "adam";
   double lr = 3e-3;
@@ -34,12 +36,14 @@ struct TrainOptions {
   int qat_epochs = 10;
   double qat_lr = 3e-4;
   int seeds = 5;
+  int64_t freeze_bn_after = -1;  // optimizer steps; < 0: never
 };
 
 // The result of one trained (or calibrated) model.
 struct Row {
   std::string name;
   double fake_quant_acc = 0, integer_acc = -1;  // integer_acc < 0: not quantized
+  double float_integer_acc = -1;  // float rows: accuracy of the converted graph (BN folded)
   int64_t bytes = 0;
   std::vector<nn::EpochMetrics> history;
 };
