@@ -83,14 +83,16 @@ class Builder {
   ValueId linear(ValueId x, int64_t out_features, const std::string& name, bool relu,
                  bool quantize_output);
   // conv2d with bias, weight quantizer, optional fused ReLU and output quantizer
-  // (nn/conv2d.cpp). x is [N, C, H, W].
-  ValueId conv2d(ValueId x, int64_t out_channels, int64_t kernel, const std::string& name,
-                 int64_t stride = 1, int64_t padding = 0, bool relu = false,
-                 bool quantize_output = true);
+  // (nn/conv2d.cpp). x is [N, C, H, W] and C must equal in_channels (as torch's
+  // Conv2d(in_channels, out_channels, kernel) declares it).
+  ValueId conv2d(ValueId x, int64_t in_channels, int64_t out_channels, int64_t kernel,
+                 const std::string& name, int64_t stride = 1, int64_t padding = 0,
+                 bool relu = false, bool quantize_output = true);
   // Conv2d + BatchNorm2d (+ ReLU) folded for QAT as torch.ao.nn.intrinsic.qat.ConvBn(ReLU)2d
   // (nn/conv_bn.cpp).
-  ValueId conv_bn(ValueId x, int64_t out_channels, int64_t kernel, const std::string& name,
-                  int64_t stride = 1, int64_t padding = 0, bool relu = true);
+  ValueId conv_bn(ValueId x, int64_t in_channels, int64_t out_channels, int64_t kernel,
+                  const std::string& name, int64_t stride = 1, int64_t padding = 0,
+                  bool relu = true);
   ValueId max_pool2d(ValueId x, int64_t kernel, const std::string& name);     // nn/pooling.cpp
   ValueId global_avg_pool(ValueId x, const std::string& name);                // [N,C,H,W] -> [N,C]
   ValueId layer_norm(ValueId x, const std::string& name, double eps = 1e-5);  // last axis
@@ -130,6 +132,10 @@ class Builder {
   std::vector<ValueId> params_;
   NodeId input_observer_ = -1;
 };
+
+// Throws unless x is [N, in_channels, H, W] (conv layers; `op` names the layer kind).
+void check_conv_input(const Graph& g, ValueId x, int64_t in_channels, const std::string& op,
+                      const std::string& layer);
 
 // The shape of a value (shorthand for layers).
 inline const Shape& shape_of_value(const Graph& g, ValueId v) {

@@ -9,18 +9,19 @@
 
 namespace qg::nn {
 
-namespace {
-int64_t conv_in_channels(const Graph& g, ValueId x, const std::string& layer) {
+void check_conv_input(const Graph& g, ValueId x, int64_t in_channels, const std::string& op,
+                      const std::string& layer) {
   const TensorType& t = g.value(x).type;
-  QG_CHECK(t.shape.size() == 4, "nn.conv2d", "layer '", layer,
-           "' needs an [N, C, H, W] input, got ", t.str());
-  return t.shape[1];
+  QG_CHECK(t.shape.size() == 4, op, "layer '", layer, "' needs an [N, C, H, W] input, got ",
+           t.str());
+  QG_CHECK(t.shape[1] == in_channels, op, "layer '", layer, "' expects ", in_channels,
+           " input channels, but its input ", t.str(), " has ", t.shape[1]);
 }
-}  // namespace
 
-ValueId Builder::conv2d(ValueId x, int64_t out_channels, int64_t kernel, const std::string& name,
-                        int64_t stride, int64_t padding, bool relu, bool quantize_output) {
-  const int64_t in_channels = conv_in_channels(g_, x, name);
+ValueId Builder::conv2d(ValueId x, int64_t in_channels, int64_t out_channels, int64_t kernel,
+                        const std::string& name, int64_t stride, int64_t padding, bool relu,
+                        bool quantize_output) {
+  check_conv_input(g_, x, in_channels, "nn.conv2d", name);
   QG_CHECK(out_channels > 0 && kernel > 0 && stride > 0 && padding >= 0, "nn.conv2d", "layer '",
            name, "': out_channels ", out_channels, ", kernel ", kernel, ", stride ", stride,
            ", padding ", padding, " must be positive (padding >= 0)");

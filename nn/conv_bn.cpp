@@ -18,15 +18,12 @@
 
 namespace qg::nn {
 
-ValueId Builder::conv_bn(ValueId x, int64_t out_channels, int64_t kernel, const std::string& name,
-                         int64_t stride, int64_t padding, bool relu) {
-  const TensorType& xt = g_.value(x).type;
-  QG_CHECK(xt.shape.size() == 4, "nn.conv_bn", "layer '", name,
-           "' needs an [N, C, H, W] input, got ", xt.str());
+ValueId Builder::conv_bn(ValueId x, int64_t in_channels, int64_t out_channels, int64_t kernel,
+                         const std::string& name, int64_t stride, int64_t padding, bool relu) {
+  check_conv_input(g_, x, in_channels, "nn.conv_bn", name);
   QG_CHECK(out_channels > 0 && kernel > 0 && stride > 0 && padding >= 0, "nn.conv_bn", "layer '",
            name, "': out_channels ", out_channels, ", kernel ", kernel, ", stride ", stride,
            ", padding ", padding, " must be positive (padding >= 0)");
-  const int64_t in_channels = xt.shape[1];
   const double eps = 1e-5;
   double bound = 1.0 / std::sqrt(static_cast<double>(in_channels * kernel * kernel));
   ConvBnLayer rec;
