@@ -86,9 +86,13 @@ TEST(MlpRecipes, ConvertedGraphHoldsIntegerCodesNotFloatWeights) {
     if (!needed[id]) continue;
     const Node& n = inst.graph->node(id);
     // Activation fake-quants stay (frozen); no weight fake-quant remains.
-    if (n.op->name == "fake_quantize") EXPECT_EQ(n.name.find(".weight"), std::string::npos);
+    if (n.op->name == "fake_quantize") {
+      EXPECT_EQ(n.name.find(".weight"), std::string::npos) << n.name;
+    }
     if (n.op->name == "int4_unpack_dequantize") ++unpack;
-    if (n.op->name == "parameter") EXPECT_EQ(n.name.find(".weight"), std::string::npos) << n.name;
+    if (n.op->name == "parameter") {
+      EXPECT_EQ(n.name.find(".weight"), std::string::npos) << n.name;
+    }
   }
   EXPECT_EQ(unpack, 2);
 }
