@@ -70,7 +70,8 @@ void run_compare(const TrainOptions& o) {
   };
   std::vector<Recipe> recipes = {{"W8A8", nn::WeightQuant::int8, nn::ActQuant::uint8},
                                  {"W4A8", nn::WeightQuant::int4, nn::ActQuant::uint8},
-                                 {"W4A4", nn::WeightQuant::int4, nn::ActQuant::uint4}};
+                                 {"W4A4", nn::WeightQuant::int4, nn::ActQuant::uint4},
+                                 {"W2A8", nn::WeightQuant::int2, nn::ActQuant::uint8}};
   if (o.model == "transformer")
     recipes.push_back({"8da4w", nn::WeightQuant::int4, nn::ActQuant::int8_dynamic_token, true});
   auto recipe_qconfig = [&](const Recipe& r, nn::ObserverKind obs) {
