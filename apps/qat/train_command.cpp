@@ -118,7 +118,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--seeds", o->seeds, "--compare: seeds to average over")->capture_default_str();
   cmd->add_option("--time-steps", o->time_steps,
                   "Only time N training steps on one batch and print the mean step time");
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
+    apply_model_defaults(*o, [cmd](const char* option) { return cmd->count(option) > 0; });
     if (o->time_steps > 0)
       run_timing(*o);
     else if (o->compare)

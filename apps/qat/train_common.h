@@ -2,6 +2,7 @@
 // loop with checkpoints, and the metrics writers (JSON, CSV, PNG).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,9 @@ struct Row {
 };
 
 nn::QConfig qconfig_from(const TrainOptions& o);
+// Checks --model and fills the per-kind defaults (epochs, learning rates) of the options the
+// user did not give (`given("--epochs")`).
+void apply_model_defaults(TrainOptions& o, const std::function<bool(const char*)>& given);
 // Accuracy of the fake-quant graph and of the converted integer-weight model, and its size.
 Row evaluate_row(const std::string& name, nn::Trainer& t, const nn::Dataset& test);
 std::string pct(double a);
