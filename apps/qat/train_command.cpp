@@ -81,6 +81,12 @@ void add_train_command(CLI::App& app) {
       app.add_subcommand("train", "Train a QAT MLP, CNN or transformer on the UCI digits data");
   auto o = std::make_shared<TrainOptions>();
   cmd->add_option("--model", o->model, "Model: mlp, cnn or transformer")->capture_default_str();
+  cmd->add_option("--channels", o->channels, "cnn: channels of its three conv-bn layers")
+      ->capture_default_str()
+      ->expected(3);
+  cmd->add_option("--d-model", o->d_model, "transformer: model width")->capture_default_str();
+  cmd->add_option("--heads", o->heads, "transformer: attention heads")->capture_default_str();
+  cmd->add_option("--blocks", o->blocks, "transformer: blocks")->capture_default_str();
   cmd->add_option("--freeze-bn-after", o->freeze_bn_after,
                   "Freeze batch-norm statistics after N optimizer steps (-1: never; --compare "
                   "QAT: half the fine-tuning)")

@@ -26,6 +26,11 @@ nn::TrainConfig make_config(const TrainOptions& o, const nn::QConfig& qc) {
            o.model, "' is not one of mlp, cnn, transformer");
   nn::TrainConfig c;
   c.model = o.model;
+  c.cnn.channels = o.channels;
+  c.transformer.d_model = o.d_model;
+  c.transformer.heads = o.heads;
+  c.transformer.layers = o.blocks;
+  c.transformer.mlp_hidden = 2 * o.d_model;
   c.freeze_bn_after = o.freeze_bn_after;
   c.mlp.hidden.assign(static_cast<size_t>(o.depth), o.width);
   c.mlp.batch = o.batch;

@@ -37,7 +37,9 @@ struct TrainOptions {
   int qat_epochs = 10;
   double qat_lr = 3e-4;
   int seeds = 5;
-  int64_t freeze_bn_after = -1;  // optimizer steps; < 0: never
+  int64_t freeze_bn_after = -1;                  // optimizer steps; < 0: never
+  std::vector<int64_t> channels = {16, 32, 32};  // cnn
+  int64_t d_model = 32, heads = 4, blocks = 1;   // transformer
 };
 
 // The result of one trained (or calibrated) model.
