@@ -1,69 +1,23 @@
-// A small model-building API on top of core::Graph: linear layers whose parameters are graph
-// parameters initialised from a seeded RNG, activations, a loss, and QConfig-driven
-// observer -> fake_quantize chains as graph nodes (the QAT layout PyTorch's prepare_qat
-// produces: a QuantStub on the input, weight fake-quant inside each Linear, activation
-// fake-quant on each layer's output after its fused ReLU).
-//
-//   Graph g;
-//   nn::Builder b(g, nn::QConfig::w8a8(), /*seed=*/1);
-//   ValueId x = g.input("x", {DType::f32, {64, 64}});
-//   ValueId h = b.relu(b.linear(b.quant_input(x), 128, "fc1"), /*quantize=*/true);
-//   ValueId logits = b.linear(h, 10, "fc2", /*quantize_output=*/true);
+// Models built from the layer library (nn/builder.h) for the digits data: every model takes
+// the graph input "x" [batch, 64] (8x8 pixels in [0, 1]) and "labels" [batch], and produces
+// "logits" [batch, classes] and "loss". The batch is fixed at build time; building the same
+// spec, QConfig and seed at another batch gives a graph whose stateful nodes have the same
+// names, so trained state moves between them by name (nn/convert.h: copy_states).
+//   mlp:         64 -> hidden... (LinearReLU) -> classes
+//   cnn:         [N,1,8,8] -> conv_bn_relu(c1, 3x3, pad 1) -> conv_bn_relu(c2) -> max_pool 2
+//                -> conv_bn_relu(c3) -> global_avg_pool -> linear(classes)
+//   transformer: 8 tokens of 8 pixels -> linear embedding to d + positional table ->
+//                `layers` pre-norm blocks -> final LN -> mean over tokens -> linear(classes)
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "core/graph.h"
-#include "nn/qconfig.h"
-#include "nn/rng.h"
+#include "nn/builder.h"
 
 namespace qg::nn {
 
-// What conversion to integer weights and checkpoints need to know about one Linear.
-struct LinearLayer {
-  std::string name;
-  int64_t in_features = 0, out_features = 0;
-  ValueId weight = kNoValue, bias = kNoValue;  // parameters: [out, in] and [out]
-  NodeId weight_observer = -1;                 // -1 for float or NF4 weights
-  NodeId output_observer = -1;                 // activation observer after this layer
-  bool relu = false;
-};
-
-class Builder {
- public:
-  Builder(Graph& graph, QConfig qconfig, uint64_t seed);
-
-  // Activation fake-quant of a graph input (PyTorch's QuantStub under QAT).
-  ValueId quant_input(ValueId x, const std::string& name = "input");
-  // y = x W^T + b with W fake-quantized per the QConfig. With `relu` the ReLU is fused
-  // (LinearReLU) before the output activation fake-quant; with `quantize_output` the
-  // output gets an activation fake-quant.
-  ValueId linear(ValueId x, int64_t out_features, const std::string& name, bool relu,
-                 bool quantize_output);
-  ValueId cross_entropy(ValueId logits, ValueId labels);
-
-  // Observer -> fake_quantize on x (activation or weight per `weight`); returns the
-  // fake-quantized value and, through `observer`, the observer node.
-  ValueId fake_quant_activation(ValueId x, const std::string& name, NodeId* observer);
-  ValueId fake_quant_weight(ValueId w, const std::string& name, NodeId* observer);
-
-  Graph& graph() { return g_; }
-  const QConfig& qconfig() const { return qc_; }
-  const std::vector<LinearLayer>& layers() const { return layers_; }
-  std::vector<ValueId> parameters() const;
-  NodeId input_observer() const { return input_observer_; }
-
- private:
-  Graph& g_;
-  QConfig qc_;
-  Rng rng_;
-  std::vector<LinearLayer> layers_;
-  NodeId input_observer_ = -1;
-};
-
-// The digits MLP: in -> hidden... (LinearReLU) -> classes, batch fixed at build time.
 struct MlpSpec {
   int64_t in_features = 64;
   std::vector<int64_t> hidden = {128, 128};
@@ -71,13 +25,41 @@ struct MlpSpec {
   int64_t batch = 64;
 };
 
-struct Mlp {
-  ValueId x = kNoValue, labels = kNoValue, logits = kNoValue, loss = kNoValue;
-  std::vector<LinearLayer> layers;
-  NodeId input_observer = -1;
-  std::vector<ValueId> parameters;
+struct CnnSpec {
+  int64_t image = 8;  // square images of in_features = image * image pixels, one channel
+  std::vector<int64_t> channels = {16, 32, 32};
 };
 
+struct TransformerSpec {
+  int64_t tokens = 8;  // in_features = tokens * token_features
+  int64_t d_model = 32, heads = 4, layers = 1, mlp_hidden = 64;
+  int64_t max_positions = 8;
+};
+
+// Which model and its sizes; in_features, classes and batch come from `mlp`.
+struct ModelSpec {
+  std::string kind = "mlp";  // mlp, cnn, transformer
+  MlpSpec mlp;
+  CnnSpec cnn;
+  TransformerSpec transformer;
+  std::string str() const;  // e.g. "cnn 1x8x8-16-32-pool-32-gap-10"
+};
+
+struct Model {
+  ValueId x = kNoValue, labels = kNoValue, logits = kNoValue, loss = kNoValue;
+  int64_t batch = 0, classes = 0;
+  std::vector<LinearLayer> layers;  // every Linear (QuantizedMlp reads the MLP's)
+  std::vector<WeightQuantizer> weights;
+  std::vector<ConvBnLayer> conv_bns;
+  NodeId input_observer = -1;
+  std::vector<ValueId> parameters;  // trainable; buffers excluded
+};
+using Mlp = Model;
+
+// Throws qg::Error (op "nn.model") for an unknown kind.
+Model build_model(Graph& graph, const ModelSpec& spec, const QConfig& qconfig, uint64_t seed);
 Mlp build_mlp(Graph& graph, const MlpSpec& spec, const QConfig& qconfig, uint64_t seed);
+// The model kinds build_model knows.
+const std::vector<std::string>& model_kinds();
 
 }  // namespace qg::nn

@@ -1,39 +1,63 @@
-// QConfig: which fake-quantizers a model gets, following torch.ao.quantization conventions.
-//   weights:     per-channel (axis 0 of a [out, in] weight) symmetric signed int8
-//                (-128..127, PyTorch's default_per_channel_weight_fake_quant) or int4
-//                (-8..7), or NF4 codes per group of `nf4_group_size` weights;
-//   activations: per-tensor affine quint8 (0..255) with a moving-average (or min/max)
-//                observer, as PyTorch's default QAT activation fake-quant.
+// QConfig: which fake-quantizers a model gets, following torch.ao.quantization (and torchao)
+// conventions. Layers ask the Builder for "the weight quantizer" and "the activation
+// quantizer"; only the QConfig knows what those are.
+//   weights:     symmetric signed codes (-2^(b-1)..2^(b-1)-1, zero point 0) for b = 8, 4 or
+//                2, per output channel (axis 0 of the [out, in] weight, PyTorch's
+//                default_per_channel_weight_fake_quant), per tensor, or per group of
+//                `weight_group_size` inputs along each row (torchao's group-wise int4);
+//                or NF4 codes per group of `nf4_group_size` weights;
+//   activations: static per-tensor affine uint8 (0..255) or uint4 (0..15) with a
+//                moving-average (or min/max) observer on each layer's output (PyTorch's
+//                default QAT activation fake-quant), or dynamic per-token asymmetric int8
+//                (-128..127, qparams from each token's own min/max every step) on the input
+//                of each GEMM (torchao's Int8DynActInt4Weight).
 #pragma once
 
 #include <string>
 
 namespace qg::nn {
 
-enum class WeightQuant { none, int8, int4, nf4 };
-enum class ActQuant { none, uint8 };
+enum class WeightQuant { none, int8, int4, int2, nf4 };
+enum class ActQuant { none, uint8, uint4, int8_dynamic_token };
 enum class ObserverKind { minmax, moving_average };
 
 struct QConfig {
   WeightQuant weight = WeightQuant::none;
   ActQuant activation = ActQuant::none;
   ObserverKind observer = ObserverKind::moving_average;
-  std::string weight_scope = "channel";  // "channel" (per output row) or "tensor"
-  double averaging_constant = 0.01;      // moving-average observers (PyTorch default)
-  int nf4_group_size = 64;               // NF4: weights per absmax block
+  std::string weight_scope = "channel";  // "channel" (per output row), "tensor" or "group"
+  int weight_group_size = 32;            // scope "group": inputs per qparam along each row
+  double averaging_constant = 0.01;      // moving-average activation observers (PyTorch)
+  // Moving-average weight observers. 0.01 is PyTorch's default; 1.0 makes the qparams
+  // follow the current weights every step (torchao's QAT fake-quant of weights).
+  double weight_averaging_constant = 0.01;
+  int nf4_group_size = 64;  // NF4: weights per absmax block
 
   static QConfig float32() { return {}; }
   static QConfig w8a8() { return {WeightQuant::int8, ActQuant::uint8}; }
   static QConfig w4a8() { return {WeightQuant::int4, ActQuant::uint8}; }
   static QConfig nf4a8() { return {WeightQuant::nf4, ActQuant::uint8}; }
+  // The low-bit settings where post-training quantization visibly fails.
+  static QConfig w4a4() { return {WeightQuant::int4, ActQuant::uint4}; }
+  static QConfig w2a8() { return {WeightQuant::int2, ActQuant::uint8}; }
+  // Group-wise int4 weights (group_size inputs per scale), static uint8 activations.
+  static QConfig w4a8_group(int group_size = 32);
+  // torchao Int8DynActInt4Weight: per-token dynamic asymmetric int8 activations on GEMM
+  // inputs, group-wise symmetric int4 weights whose qparams follow the current weights.
+  static QConfig int8_dyn_act_int4_weight(int group_size = 32);
 
   bool quantized() const { return weight != WeightQuant::none || activation != ActQuant::none; }
-  int weight_bits() const;  // 32 for float weights
-  std::string str() const;  // "W8A8 (channel, moving_average)"
+  bool static_activations() const {
+    return activation == ActQuant::uint8 || activation == ActQuant::uint4;
+  }
+  bool dynamic_activations() const { return activation == ActQuant::int8_dynamic_token; }
+  int weight_bits() const;      // 32 for float weights
+  int activation_bits() const;  // 32 for float activations
+  std::string str() const;      // "W8A8 (weights per channel, moving_average observers)"
 };
 
-WeightQuant parse_weight_quant(const std::string& s);  // "32", "8", "4", "nf4"
-ActQuant parse_act_quant(const std::string& s);        // "32", "8"
+WeightQuant parse_weight_quant(const std::string& s);  // "32", "8", "4", "2", "nf4"
+ActQuant parse_act_quant(const std::string& s);        // "32", "8", "4", "dyn8"
 ObserverKind parse_observer(const std::string& s);     // "minmax", "moving_average"
 std::string weight_quant_name(WeightQuant w);
 

@@ -175,6 +175,14 @@ std::pair<std::vector<float>, std::vector<int32_t>> observer_qparams(Executor& e
 
 QuantizedMlp convert_to_quantized(Executor& ex, const std::vector<LinearLayer>& layers,
                                   NodeId input_observer, const QConfig& qconfig) {
+  QG_CHECK((qconfig.weight == WeightQuant::none || qconfig.weight == WeightQuant::int8 ||
+            qconfig.weight == WeightQuant::int4 || qconfig.weight == WeightQuant::nf4) &&
+               qconfig.weight_scope != "group" &&
+               (qconfig.activation == ActQuant::none || qconfig.activation == ActQuant::uint8),
+           "quantize",
+           "QuantizedMlp handles int8/int4/nf4 weights per channel or tensor and uint8 "
+           "activations, not ",
+           qconfig.str(), "; use nn/convert.h for other recipes");
   QuantizedMlp m;
   if (input_observer >= 0) {
     auto [s, z] = observer_qparams(ex, input_observer);

@@ -55,8 +55,8 @@ Trainer::Trainer(const TrainConfig& config, const Dataset& train, const Dataset&
            config.mlp.in_features);
   QG_CHECK(train.size() >= config.mlp.batch, "trainer", "training set of ", train.size(),
            " rows is smaller than one batch (", config.mlp.batch, ")");
-  mlp_ = build_mlp(graph_, config.mlp, config.qconfig, config.seed);
-  steps_ = add_optimizer(graph_, mlp_.loss, mlp_.parameters, config.optimizer);
+  model_ = build_model(graph_, config.spec(), config.qconfig, config.seed);
+  steps_ = add_optimizer(graph_, model_.loss, model_.parameters, config.optimizer);
   exec_ = std::make_unique<Executor>(graph_, config.device);
 }
 
@@ -71,7 +71,7 @@ void Trainer::fill_batch(const Dataset& data, const std::vector<int64_t>& order,
       int64_t i = order[k];
       std::memcpy(px + r * f, data.x.data() + i * f, sizeof(float) * f);
       py[r] = data.labels[i];
-    } else {  // padding rows of the last evaluation batch; their outputs are ignored
+    } else {  // rows past the data (callers only ask for whole batches)
       std::memset(px + r * f, 0, sizeof(float) * f);
       py[r] = 0;
     }
@@ -93,13 +93,14 @@ EpochMetrics Trainer::train_epoch(const std::function<void(const StepInfo&)>& on
   info.steps_per_epoch = steps;
   for (int64_t s = 0; s < steps; ++s) {
     fill_batch(train_, order, s * b, x, labels);
-    auto out = exec_->run({{"x", x}, {"labels", labels}}, {mlp_.loss, mlp_.logits}, steps_);
+    auto out = exec_->run({{"x", x}, {"labels", labels}}, {model_.loss, model_.logits}, steps_);
     Tensor loss = out[0].to(Device::cpu()), logits = out[1].to(Device::cpu());
     loss_sum += loss.at(0);
     const float* pl = logits.data<float>();
     for (int64_t r = 0; r < b; ++r)
       correct += argmax_row(pl + r * classes, classes) == labels.data<int64_t>()[r] ? 1 : 0;
     ++step_;
+    if (config_.freeze_bn_after >= 0 && step_ == config_.freeze_bn_after) freeze_batch_norms();
     if (on_step) {
       info.step_in_epoch = s + 1;
       info.loss = loss_sum / static_cast<double>(s + 1);
@@ -128,7 +129,7 @@ double Trainer::time_steps(int warmup, int steps) {
   Tensor labels = Tensor::empty({b}, DType::i64);
   fill_batch(train_, order, 0, x, labels);
   Executor::Feeds feeds{{"x", x.to(exec_->device())}, {"labels", labels.to(exec_->device())}};
-  auto sync = [&] { exec_->run(feeds, {mlp_.loss})[0].to(Device::cpu()); };
+  auto sync = [&] { exec_->run(feeds, {model_.loss})[0].to(Device::cpu()); };
   for (int i = 0; i < warmup; ++i) exec_->run(feeds, {}, steps_);
   sync();
   auto t0 = std::chrono::steady_clock::now();
@@ -139,30 +140,39 @@ double Trainer::time_steps(int warmup, int steps) {
 }
 
 std::vector<float> Trainer::predict(const Dataset& data) {
-  exec_->set_training(false);
   const int64_t b = config_.mlp.batch, classes = config_.mlp.classes;
-  std::vector<int64_t> order(static_cast<size_t>(data.size()));
-  for (int64_t i = 0; i < data.size(); ++i) order[i] = i;
-  Tensor x = Tensor::empty({b, data.features}, DType::f32);
-  Tensor labels = Tensor::empty({b}, DType::i64);
-  std::vector<float> out(static_cast<size_t>(data.size() * classes));
-  for (int64_t start = 0; start < data.size(); start += b) {
-    fill_batch(data, order, start, x, labels);
-    Tensor logits = exec_->run({{"x", x}}, {mlp_.logits})[0].to(Device::cpu());
-    int64_t rows = std::min(b, data.size() - start);
-    std::memcpy(out.data() + start * classes, logits.data<float>(), sizeof(float) * rows * classes);
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(data.size() * classes));
+  const int64_t full = data.size() / b * b;
+  for (int64_t start = 0; start < full; start += b) {
+    std::vector<float> l = run_logits(*exec_, model_, data, start);
+    out.insert(out.end(), l.begin(), l.end());
   }
-  exec_->set_training(true);
+  if (full < data.size()) {
+    const int64_t rest = data.size() - full;
+    if (!tail_.exec || tail_.model.batch != rest)
+      tail_ = build_instance(config_.spec(), rest, config_.qconfig, exec_->device());
+    copy_states(*exec_, *tail_.exec);
+    std::vector<float> l = run_logits(*tail_.exec, tail_.model, data, full);
+    out.insert(out.end(), l.begin(), l.end());
+  }
   return out;
 }
 
+double Trainer::integer_accuracy(const Dataset& data, int64_t* bytes) {
+  return nn::integer_accuracy(*exec_, config_.spec(), config_.qconfig, data, bytes);
+}
+
+void Trainer::freeze_batch_norms() {
+  for (const ConvBnLayer& c : model_.conv_bns) {
+    Tensor& f = exec_->state(c.bn_node, "frozen");
+    std::vector<double> ones(static_cast<size_t>(f.numel()), 1.0);
+    f = Tensor::from_doubles(f.shape(), ones, f.dtype()).to(exec_->device());
+  }
+}
+
 double Trainer::evaluate(const Dataset& data) {
-  std::vector<float> logits = predict(data);
-  const int64_t classes = config_.mlp.classes;
-  int64_t correct = 0;
-  for (int64_t i = 0; i < data.size(); ++i)
-    correct += argmax_row(logits.data() + i * classes, classes) == data.labels[i] ? 1 : 0;
-  return static_cast<double>(correct) / static_cast<double>(data.size());
+  return accuracy_of(predict(data), data, config_.mlp.classes);
 }
 
 void Trainer::calibrate(const Dataset& data, int batches) {
@@ -174,13 +184,15 @@ void Trainer::calibrate(const Dataset& data, int batches) {
   Tensor labels = Tensor::empty({b}, DType::i64);
   for (int k = 0; k < batches && (k + 1) * b <= data.size(); ++k) {
     fill_batch(data, order, k * b, x, labels);
-    exec_->run({{"x", x}}, {mlp_.logits});  // no optimizer targets: observers only
+    exec_->run({{"x", x}}, {model_.logits});  // no optimizer targets: observers only
   }
 }
 
 void Trainer::copy_parameters_from(Trainer& other) {
-  for (ValueId p : mlp_.parameters) {
-    const std::string& name = graph_.value(p).name;
+  // Every graph parameter: the trainable ones and buffers such as batch-norm statistics.
+  for (NodeId id : graph_.parameters()) {
+    if (graph_.node(id).dead) continue;
+    const std::string& name = graph_.value(graph_.node(id).outputs[0]).name;
     Tensor src = other.executor().parameter(name).to(exec_->device());
     Tensor& dst = exec_->parameter(name);
     QG_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(), "trainer", "parameter '",
@@ -192,9 +204,14 @@ void Trainer::copy_parameters_from(Trainer& other) {
 // What must match for a checkpoint to be loadable into this trainer.
 std::string Trainer::config_key() const {
   std::ostringstream os;
-  os << "mlp=" << config_.mlp.in_features;
-  for (int64_t h : config_.mlp.hidden) os << ',' << h;
-  os << ',' << config_.mlp.classes << " batch=" << config_.mlp.batch
+  if (config_.model == "mlp") {
+    os << "mlp=" << config_.mlp.in_features;
+    for (int64_t h : config_.mlp.hidden) os << ',' << h;
+    os << ',' << config_.mlp.classes;
+  } else {
+    os << config_.spec().str();
+  }
+  os << " freeze_bn_after=" << config_.freeze_bn_after << " batch=" << config_.mlp.batch
      << " qconfig=" << config_.qconfig.str() << " optimizer=" << config_.optimizer.kind;
   return os.str();
 }

@@ -1,4 +1,5 @@
-// Training, evaluation, calibration and checkpointing of an nn::Mlp on a dataset. One
+// Training, evaluation, calibration and checkpointing of any model build_model makes (MLP,
+// CNN, transformer; TrainConfig::model picks it) on a dataset. One
 // Executor::run per step runs forward, backward and the optimizer nodes. The epoch's sample
 // order comes from the trainer's seeded Rng, whose state is part of every checkpoint, so a
 // resumed run replays the uninterrupted one bit for bit on the CPU.
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/convert.h"
 #include "nn/digits.h"
 #include "nn/model.h"
 #include "nn/optimizer.h"
@@ -17,11 +19,19 @@
 namespace qg::nn {
 
 struct TrainConfig {
-  MlpSpec mlp;
+  std::string model = "mlp";  // mlp, cnn, transformer
+  MlpSpec mlp;                // in_features, classes and batch for every kind; hidden for mlp
+  CnnSpec cnn;
+  TransformerSpec transformer;
+  // Freeze the batch norms' running statistics after this many optimizer steps (PyTorch's
+  // freeze_bn_stats); < 0: never.
+  int64_t freeze_bn_after = -1;
   QConfig qconfig;
   OptimizerConfig optimizer;
   uint64_t seed = 1;
   Device device = Device::cpu();
+
+  ModelSpec spec() const { return {model, mlp, cnn, transformer}; }
 };
 
 struct EpochMetrics {
@@ -44,15 +54,16 @@ class Trainer {
   // One pass over the training data in a fresh seeded order (the last partial batch is
   // dropped, as DataLoader(drop_last=True)); test accuracy is measured after it.
   EpochMetrics train_epoch(const std::function<void(const StepInfo&)>& on_step = {});
-  // Accuracy in eval mode (observers frozen); the last batch is padded and the padding
-  // ignored, so every sample counts once.
+  // Accuracy in eval mode (observers frozen). Full batches run on the training graph; the
+  // last partial batch runs on a second instance of the model built at its size, holding
+  // the same states, so every sample counts once and nothing is padded.
   double evaluate(const Dataset& data);
   // Logits for every row of `data` (eval mode), [n, classes] row-major.
   std::vector<float> predict(const Dataset& data);
   // Runs `batches` forward passes in training mode without optimizer steps, so observers
   // record the data's ranges (post-training quantization).
   void calibrate(const Dataset& data, int batches);
-  // Copies every parameter value from `other` (same architecture).
+  // Copies every parameter value (buffers included) from `other` (same architecture).
   void copy_parameters_from(Trainer& other);
 
   // Mean wall time of one training step (forward, backward, optimizer) on a fixed batch,
@@ -68,7 +79,12 @@ class Trainer {
 
   Graph& graph() { return graph_; }
   Executor& executor() { return *exec_; }
-  const Mlp& model() const { return mlp_; }
+  const Model& model() const { return model_; }
+  // Accuracy of the model converted to integer weights (nn/convert.h); `bytes` receives
+  // its size.
+  double integer_accuracy(const Dataset& data, int64_t* bytes);
+  // Sets every batch norm's `frozen` state (running statistics stop updating).
+  void freeze_batch_norms();
   const TrainConfig& config() const { return config_; }
   const std::vector<EpochMetrics>& history() const { return history_; }
   int epoch() const { return epoch_; }
@@ -83,7 +99,8 @@ class Trainer {
   const Dataset& train_;
   const Dataset& test_;
   Graph graph_;
-  Mlp mlp_;
+  Model model_;
+  ModelInstance tail_;  // the model at the last partial batch's size (built on demand)
   std::vector<NodeId> steps_;
   std::unique_ptr<Executor> exec_;
   Rng rng_;

@@ -11,5 +11,6 @@ void add_crosscheck_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_memplan_command(CLI::App& app);
+void add_layer_command(CLI::App& app);
 
 }  // namespace qg::cli

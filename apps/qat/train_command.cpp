@@ -22,9 +22,9 @@ void run_timing(const TrainOptions& o) {
   auto t = make_trainer(o, qc, train, test);
   double secs = t->time_steps(20, o.time_steps);
   std::printf(
-      "one training step (forward + backward + %s), %s, MLP 64-%dx%d-10, batch %d, %s: "
+      "one training step (forward + backward + %s), %s, %s, batch %d, %s: "
       "%.1f us (mean of %d steps after 20 warm-up)\n",
-      o.optimizer.c_str(), qc.str().c_str(), o.width, o.depth, o.batch,
+      o.optimizer.c_str(), qc.str().c_str(), t->config().spec().str().c_str(), o.batch,
       t->executor().device().str().c_str(), 1e6 * secs, o.time_steps);
 }
 
@@ -39,8 +39,8 @@ void run_single(const TrainOptions& o) {
     std::printf("resumed from %s at epoch %d (step %lld)\n", o.resume.c_str(), t->epoch(),
                 static_cast<long long>(t->step()));
   }
-  std::printf("qat train: %s, MLP 64-%dx%d-10, %s lr %g, batch %d, %d epochs, seed %llu, %s\n",
-              qc.str().c_str(), o.width, o.depth, o.optimizer.c_str(), o.lr, o.batch, o.epochs,
+  std::printf("qat train: %s, %s, %s lr %g, batch %d, %d epochs, seed %llu, %s\n", qc.str().c_str(),
+              t->config().spec().str().c_str(), o.optimizer.c_str(), o.lr, o.batch, o.epochs,
               static_cast<unsigned long long>(o.seed), t->executor().device().str().c_str());
   std::printf("data: %lld train / %lld test rows\n", static_cast<long long>(train.size()),
               static_cast<long long>(test.size()));
@@ -77,14 +77,31 @@ void run_single(const TrainOptions& o) {
 }  // namespace
 
 void add_train_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "Train a QAT MLP on the UCI digits data");
+  auto* cmd =
+      app.add_subcommand("train", "Train a QAT MLP, CNN or transformer on the UCI digits data");
   auto o = std::make_shared<TrainOptions>();
+  cmd->add_option("--model", o->model, "Model: mlp, cnn or transformer")->capture_default_str();
+  cmd->add_option("--channels", o->channels, "cnn: channels of its three conv-bn layers")
+      ->capture_default_str()
+      ->expected(3);
+  cmd->add_option("--d-model", o->d_model, "transformer: model width")->capture_default_str();
+  cmd->add_option("--heads", o->heads, "transformer: attention heads")->capture_default_str();
+  cmd->add_option("--blocks", o->blocks, "transformer: blocks")->capture_default_str();
+  cmd->add_option("--freeze-bn-after", o->freeze_bn_after,
+                  "Freeze batch-norm statistics after N optimizer steps (-1: never; --compare "
+                  "QAT: half the fine-tuning)")
+      ->capture_default_str();
   cmd->add_option("--width", o->width, "Hidden layer width")->capture_default_str();
   cmd->add_option("--depth", o->depth, "Number of hidden layers")->capture_default_str();
-  cmd->add_option("--weight-bits", o->weight_bits, "Weights: 32, 8, 4 or nf4")
+  cmd->add_option("--weight-bits", o->weight_bits, "Weights: 32, 8, 4, 2 or nf4")
       ->capture_default_str();
-  cmd->add_option("--act-bits", o->act_bits, "Activations: 32 or 8")->capture_default_str();
-  cmd->add_option("--scope", o->scope, "Weight qparams: channel or tensor")->capture_default_str();
+  cmd->add_option("--act-bits", o->act_bits,
+                  "Activations: 32, 8, 4 (static per tensor) or dyn8 (per-token dynamic int8)")
+      ->capture_default_str();
+  cmd->add_option("--scope", o->scope, "Weight qparams: channel, tensor or group (of --group-size)")
+      ->capture_default_str();
+  cmd->add_option("--group-size", o->group_size, "Weights per qparam for --scope group")
+      ->capture_default_str();
   cmd->add_option("--observer", o->observer, "moving_average or minmax")->capture_default_str();
   cmd->add_option("--optimizer", o->optimizer, "adam or sgd")->capture_default_str();
   cmd->add_option("--lr", o->lr, "Learning rate")->capture_default_str();
@@ -107,7 +124,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--seeds", o->seeds, "--compare: seeds to average over")->capture_default_str();
   cmd->add_option("--time-steps", o->time_steps,
                   "Only time N training steps on one batch and print the mean step time");
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
+    apply_model_defaults(*o, [cmd](const char* option) { return cmd->count(option) > 0; });
     if (o->time_steps > 0)
       run_timing(*o);
     else if (o->compare)

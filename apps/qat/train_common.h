@@ -2,6 +2,7 @@
 // loop with checkpoints, and the metrics writers (JSON, CSV, PNG).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,11 +12,13 @@
 namespace qg::cli {
 
 struct TrainOptions {
+  std::string model = "mlp";  // mlp, cnn, transformer
   int width = 128;
   int depth = 1;
   std::string weight_bits = "32";  // 32, 8, 4, nf4
   std::string act_bits = "32";     // 32, 8
   std::string scope = "channel";
+  int group_size = 32;
   std::string observer = "moving_average";
   std::string optimizer = "adam";
   double lr = 3e-3;
@@ -34,17 +37,24 @@ struct TrainOptions {
   int qat_epochs = 10;
   double qat_lr = 3e-4;
   int seeds = 5;
+  int64_t freeze_bn_after = -1;                  // optimizer steps; < 0: never
+  std::vector<int64_t> channels = {16, 32, 32};  // cnn
+  int64_t d_model = 32, heads = 4, blocks = 1;   // transformer
 };
 
 // The result of one trained (or calibrated) model.
 struct Row {
   std::string name;
   double fake_quant_acc = 0, integer_acc = -1;  // integer_acc < 0: not quantized
+  double float_integer_acc = -1;  // float rows: accuracy of the converted graph (BN folded)
   int64_t bytes = 0;
   std::vector<nn::EpochMetrics> history;
 };
 
 nn::QConfig qconfig_from(const TrainOptions& o);
+// Checks --model and fills the per-kind defaults (epochs, learning rates) of the options the
+// user did not give (`given("--epochs")`).
+void apply_model_defaults(TrainOptions& o, const std::function<bool(const char*)>& given);
 // Accuracy of the fake-quant graph and of the converted integer-weight model, and its size.
 Row evaluate_row(const std::string& name, nn::Trainer& t, const nn::Dataset& test);
 std::string pct(double a);

@@ -1,10 +1,12 @@
-// `qat train --compare`: one table of float32, PTQ and QAT variants of the digits MLP.
-// Recipe per seed:
+// `qat train --compare`: one table of float32, PTQ and QAT variants of one model kind
+// (--model mlp|cnn|transformer). Recipe per seed:
 //   1. float32: train `epochs` epochs at `lr` from the seeded init;
-//   2. PTQ W8A8 / W4A8: the float weights, min/max observers calibrated on the whole
-//      training set, then evaluated with fake quantization and as integer weights;
-//   3. QAT W8A8 / W4A8 / NF4: the float weights fine-tuned with fake quantization for
-//      `qat_epochs` epochs at `qat_lr` (PyTorch's usual prepare_qat-after-pretraining flow).
+//   2. PTQ W8A8 / W4A8 / W4A4 (and torchao's 8da4w for transformers): the float weights
+//      (batch norms frozen), min/max observers calibrated on the whole training set, then
+//      evaluated with fake quantization and as integer weights;
+//   3. QAT of the same recipes (plus NF4 for the MLP): the float weights fine-tuned with fake
+//      quantization for `qat_epochs` epochs at `qat_lr` (PyTorch's usual
+//      prepare_qat-after-pretraining flow), batch norms frozen after half of it.
 // The table reports each row's mean (and spread) over `seeds` seeds: one 359-row test set
 // moves in steps of 0.28 points, so single runs cannot resolve the 0.5-point targets.
 #include <chrono>
@@ -53,17 +55,37 @@ void run_compare(const TrainOptions& o) {
   ensure_dir(o.out);
   nn::QConfig base = qconfig_from(o);
   base.activation = nn::ActQuant::uint8;
-  auto with = [&](nn::WeightQuant w, nn::ObserverKind obs) {
+  auto with = [&](nn::WeightQuant w, nn::ActQuant a, nn::ObserverKind obs) {
     nn::QConfig q = base;
     q.weight = w;
+    q.activation = a;
     q.observer = obs;
     return q;
   };
+  struct Recipe {
+    std::string name;
+    nn::WeightQuant w;
+    nn::ActQuant a;
+    bool dyn_int4 = false;  // torchao Int8DynActInt4Weight (group-wise int4, per-token int8)
+  };
+  std::vector<Recipe> recipes = {{"W8A8", nn::WeightQuant::int8, nn::ActQuant::uint8},
+                                 {"W4A8", nn::WeightQuant::int4, nn::ActQuant::uint8},
+                                 {"W4A4", nn::WeightQuant::int4, nn::ActQuant::uint4},
+                                 {"W2A8", nn::WeightQuant::int2, nn::ActQuant::uint8}};
+  if (o.model == "transformer")
+    recipes.push_back({"8da4w", nn::WeightQuant::int4, nn::ActQuant::int8_dynamic_token, true});
+  auto recipe_qconfig = [&](const Recipe& r, nn::ObserverKind obs) {
+    if (!r.dyn_int4) return with(r.w, r.a, obs);
+    nn::QConfig q = nn::QConfig::int8_dyn_act_int4_weight(32);
+    q.observer = obs;
+    return q;
+  };
+  const nn::TrainConfig probe = make_config(o, nn::QConfig::float32());
   std::printf(
-      "qat train --compare: MLP 64-%dx%d-10, batch %d, float %d epochs (%s lr %g), "
-      "QAT fine-tune %d epochs (lr %g), %d seeds, %lld train / %lld test rows\n",
-      o.width, o.depth, o.batch, o.epochs, o.optimizer.c_str(), o.lr, o.qat_epochs, o.qat_lr,
-      o.seeds, static_cast<long long>(train.size()), static_cast<long long>(test.size()));
+      "qat train --compare: %s, batch %d, float %d epochs (%s lr %g), QAT fine-tune %d epochs "
+      "(lr %g), %d seeds, %lld train / %lld test rows\n",
+      probe.spec().str().c_str(), o.batch, o.epochs, o.optimizer.c_str(), o.lr, o.qat_epochs,
+      o.qat_lr, o.seeds, static_cast<long long>(train.size()), static_cast<long long>(test.size()));
 
   std::vector<std::string> order;
   std::map<std::string, Stats> stats;
@@ -75,15 +97,16 @@ void run_compare(const TrainOptions& o) {
     if (!stats.count(r.name)) order.push_back(r.name);
     Stats& s = stats[r.name];
     s.fq.push_back(r.fake_quant_acc);
-    if (r.integer_acc >= 0) s.integer.push_back(r.integer_acc);
+    // Float rows: the converted graph (batch norms folded into the conv biases).
+    const double integer = r.integer_acc >= 0 ? r.integer_acc : r.float_integer_acc;
+    if (integer >= 0) s.integer.push_back(integer);
     s.bytes = r.bytes;
     if (seed == o.seed) curves.push_back(r);
     csv << seed << ',' << r.name << ',' << r.fake_quant_acc << ','
-        << (r.integer_acc >= 0 ? std::to_string(r.integer_acc) : "") << ',' << r.bytes << '\n';
-    std::printf(
-        "  seed %llu  %-9s test %s%s\n", static_cast<unsigned long long>(seed), r.name.c_str(),
-        pct(r.fake_quant_acc).c_str(),
-        r.integer_acc >= 0 ? ("  (integer weights " + pct(r.integer_acc) + ")").c_str() : "");
+        << (integer >= 0 ? std::to_string(integer) : "") << ',' << r.bytes << '\n';
+    std::printf("  seed %llu  %-9s test %s%s\n", static_cast<unsigned long long>(seed),
+                r.name.c_str(), pct(r.fake_quant_acc).c_str(),
+                integer >= 0 ? ("  (converted " + pct(integer) + ")").c_str() : "");
     std::fflush(stdout);
   };
 
@@ -95,26 +118,30 @@ void run_compare(const TrainOptions& o) {
     auto ft = make_trainer(so, nn::QConfig::float32(), train, test);
     run_training(*ft, so.epochs, "float32", "", 0, false);
     record(so.seed, evaluate_row("float32", *ft, test));
-    // 2. PTQ with min/max calibration over the training set.
-    for (auto w : {nn::WeightQuant::int8, nn::WeightQuant::int4}) {
-      auto pt = make_trainer(so, with(w, nn::ObserverKind::minmax), train, test);
+    // 2. PTQ with min/max calibration over the training set (batch norms frozen, so the
+    //    calibration passes leave the float model's running statistics alone).
+    for (const Recipe& rc : recipes) {
+      auto pt = make_trainer(so, recipe_qconfig(rc, nn::ObserverKind::minmax), train, test);
       pt->copy_parameters_from(*ft);
+      pt->freeze_batch_norms();
       pt->calibrate(train, static_cast<int>(train.size() / so.batch));
-      record(so.seed,
-             evaluate_row(w == nn::WeightQuant::int8 ? "PTQ W8A8" : "PTQ W4A8", *pt, test));
+      record(so.seed, evaluate_row("PTQ " + rc.name, *pt, test));
     }
-    // 3. QAT fine-tuning of the float weights.
+    // 3. QAT fine-tuning of the float weights; batch norms frozen after half of it.
     TrainOptions qo = so;
     qo.lr = o.qat_lr;
-    const std::pair<const char*, nn::WeightQuant> qat[] = {{"QAT W8A8", nn::WeightQuant::int8},
-                                                           {"QAT W4A8", nn::WeightQuant::int4},
-                                                           {"QAT NF4", nn::WeightQuant::nf4}};
-    for (const auto& [name, w] : qat) {
+    if (qo.freeze_bn_after < 0) qo.freeze_bn_after = train.size() / so.batch * o.qat_epochs / 2;
+    std::vector<std::pair<std::string, nn::QConfig>> qat;
+    for (const Recipe& rc : recipes)
+      qat.emplace_back("QAT " + rc.name, recipe_qconfig(rc, base.observer));
+    if (o.model == "mlp")
+      qat.emplace_back("QAT NF4", with(nn::WeightQuant::nf4, nn::ActQuant::uint8, base.observer));
+    for (const auto& [name, qc] : qat) {
       std::unique_ptr<nn::Trainer> qt;
       try {
-        qt = make_trainer(qo, with(w, base.observer), train, test);
+        qt = make_trainer(qo, qc, train, test);
       } catch (const Error& e) {  // a build without an op this row needs
-        if (k == 0) skipped += std::string(name) + " skipped: " + e.message() + "\n";
+        if (k == 0) skipped += name + " skipped: " + e.message() + "\n";
         continue;
       }
       qt->copy_parameters_from(*ft);
@@ -125,7 +152,7 @@ void run_compare(const TrainOptions& o) {
 
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("\n%s%-10s %22s %24s %10s\n", skipped.c_str(), "model", "test acc (fake-quant)",
-              "test acc (int weights)", "size (B)");
+              "converted (int weights)", "size (B)");
   std::ostringstream json;
   json.precision(9);
   json << "  \"seeds\": " << o.seeds << ",\n  \"compare\": [\n";

@@ -1,4 +1,4 @@
-// CUDA kernels for add/sub/mul (NumPy broadcasting), neg, broadcast_to and sum_to. Each
+// CUDA kernels for add/sub/mul/div (NumPy broadcasting), neg, sqrt, broadcast_to and sum_to. Each
 // element is computed in the math type and rounded once, as cpu::binary_float does, so the
 // results are bit-identical to the CPU. Same-shape operands take 16-byte vector loads when
 // every pointer is aligned, with a scalar tail.
@@ -26,6 +26,18 @@ struct MulF {
   template <typename M>
   __device__ M operator()(M a, M b) const {
     return a * b;
+  }
+};
+struct DivF {
+  template <typename M>
+  __device__ M operator()(M a, M b) const {
+    return a / b;  // IEEE division (no fast-math): bit-identical to the CPU
+  }
+};
+struct SqrtF {
+  template <typename M>
+  __device__ M operator()(M a, M) const {
+    return sqrt(a);  // correctly rounded (no fast-math), as std::sqrt on the CPU
   }
 };
 struct NegF {
@@ -112,7 +124,9 @@ void add_arith_cuda_kernels(OpRegistry& r) {
   add("add", [](KernelContext& c) { binary_cuda(c, c.inputs[0], c.inputs[1], AddF{}); });
   add("sub", [](KernelContext& c) { binary_cuda(c, c.inputs[0], c.inputs[1], SubF{}); });
   add("mul", [](KernelContext& c) { binary_cuda(c, c.inputs[0], c.inputs[1], MulF{}); });
+  add("div", [](KernelContext& c) { binary_cuda(c, c.inputs[0], c.inputs[1], DivF{}); });
   add("neg", [](KernelContext& c) { binary_cuda(c, c.inputs[0], c.inputs[0], NegF{}); });
+  add("sqrt", [](KernelContext& c) { binary_cuda(c, c.inputs[0], c.inputs[0], SqrtF{}); });
   add("broadcast_to", broadcast_to_cuda);
   add("sum_to", sum_to_cuda);
 }

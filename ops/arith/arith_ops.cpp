@@ -1,5 +1,6 @@
-// Element-wise arithmetic with NumPy broadcasting (add, sub, mul, neg) and the shape ops
-// their gradients need (sum_to, broadcast_to, reshape).
+// Element-wise arithmetic with NumPy broadcasting (add, sub, mul, div, neg, sqrt) and the
+// shape ops their gradients need (sum_to, broadcast_to, reshape).
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -70,6 +71,56 @@ std::vector<ValueId> mul_backward(BackwardContext& c) {
     db = sum_to_shape(c.graph, c.graph.apply1("mul", {dy, n.inputs[0]}),
                       shape_of(c.graph, n.inputs[1]));
   return {da, db};
+}
+
+// y = a / b: da = dy / b, db = -dy * a / b^2 = -(dy / b) * y.
+std::vector<ValueId> div_backward(BackwardContext& c) {
+  ValueId dy = c.grad_or_zeros(0);
+  const Node& n = c.node;
+  ValueId dy_over_b = c.graph.apply1("div", {dy, n.inputs[1]});
+  ValueId da = kNoValue, db = kNoValue;
+  if (c.needs_input_grad[0]) da = sum_to_shape(c.graph, dy_over_b, shape_of(c.graph, n.inputs[0]));
+  if (c.needs_input_grad[1])
+    db = sum_to_shape(c.graph,
+                      c.graph.apply1("neg", {c.graph.apply1("mul", {dy_over_b, n.outputs[0]})}),
+                      shape_of(c.graph, n.inputs[1]));
+  return {da, db};
+}
+
+// Divisors kept away from 0 so central differences stay well conditioned.
+std::vector<GradcheckSample> div_samples() {
+  GradcheckSample same{"same shape", {{{3, 4}}, {{3, 4}, DType::f64, 0.5, 2.0}}, {}};
+  GradcheckSample bcast{"broadcast [2,3,4]/[4]", {{{2, 3, 4}}, {{4}, DType::f64, -2.0, -0.5}}, {}};
+  GradcheckSample col{"broadcast [3,1]/[1,5]", {{{3, 1}}, {{1, 5}, DType::f64, 0.5, 2.0}}, {}};
+  return {same, bcast, col};
+}
+
+// y = sqrt(x), IEEE correctly rounded in the math type (CUDA's sqrt is too, without
+// fast-math), so CPU and GPU agree bit for bit. dx = dy / (2 y) = (dy / y) * 0.5.
+void define_sqrt(OpRegistry& r) {
+  OpDef& op = r.define("sqrt");
+  op.doc = "y = sqrt(x) (NaN for x < 0)";
+  op.inputs = {"x"};
+  op.outputs = {"y"};
+  op.differentiable_inputs = {true};
+  op.infer = [](const InferContext& ctx) {
+    expect_float(ctx, 0);
+    return same_as_input(ctx);
+  };
+  op.kernels.push_back({DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+                          cpu::unary_float("sqrt", ctx.inputs[0], ctx.outputs[0],
+                                           [](auto v) { return std::sqrt(v); });
+                        }});
+  op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
+    Graph& g = c.graph;
+    ValueId y = c.node.outputs[0];
+    ValueId half = g.constant(Tensor::scalar(0.5, g.value(y).type.dtype));
+    return {g.apply1("mul", {g.apply1("div", {c.grad_or_zeros(0), y}), half})};
+  };
+  op.gradcheck_samples = [] {
+    return std::vector<GradcheckSample>{
+        {"[2,5] in [0.2, 3]", {{{2, 5}, DType::f64, 0.2, 3.0}}, {}}};
+  };
 }
 
 void define_neg(OpRegistry& r) {
@@ -207,7 +258,12 @@ void define_arith_ops(OpRegistry& r) {
       r, "sub", "y = a - b (broadcasting)", [](auto a, auto b) { return a - b; }, sub_backward);
   define_binary(
       r, "mul", "y = a * b (broadcasting)", [](auto a, auto b) { return a * b; }, mul_backward);
+  define_binary(
+      r, "div", "y = a / b (broadcasting; IEEE division)", [](auto a, auto b) { return a / b; },
+      div_backward);
+  r.get_mutable("div").gradcheck_samples = div_samples;
   define_neg(r);
+  define_sqrt(r);
   define_sum_to(r);
   define_broadcast_to(r);
   define_reshape(r);

@@ -1,0 +1,165 @@
+// The Builder's quantizers: which fake-quant chain sits where is decided here from the
+// QConfig, so the layer files never look at bit widths.
+#include "nn/builder.h"
+
+#include "core/error.h"
+#include "core/op_registry.h"
+
+namespace qg::nn {
+namespace {
+
+// The observer op for a QConfig. The moving-average observer is used when the registry has
+// it; builds without it fall back to the running min/max observer.
+std::string observer_op(const QConfig& qc, double averaging_constant, Attrs& attrs) {
+  if (qc.observer == ObserverKind::moving_average &&
+      OpRegistry::instance().find("moving_average_observer") != nullptr) {
+    attrs.set("averaging_constant", averaging_constant);
+    return "moving_average_observer";
+  }
+  return "minmax_observer";
+}
+
+}  // namespace
+
+Builder::Builder(Graph& graph, QConfig qconfig, uint64_t seed)
+    : g_(graph), qc_(std::move(qconfig)), rng_(seed) {
+  QG_CHECK(
+      qc_.weight_scope == "channel" || qc_.weight_scope == "tensor" || qc_.weight_scope == "group",
+      "nn", "weight scope '", qc_.weight_scope, "' is not one of channel, tensor, group");
+  QG_CHECK(qc_.weight_group_size > 0 && qc_.nf4_group_size > 0, "nn", "group sizes ",
+           qc_.weight_group_size, " (weights) and ", qc_.nf4_group_size, " (NF4) must be positive");
+}
+
+ValueId Builder::uniform_parameter(const std::string& name, const Shape& shape, double bound) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(rng_.uniform(-bound, bound));
+  ValueId v = g_.parameter(name, t);
+  params_.push_back(v);
+  return v;
+}
+
+ValueId Builder::filled_parameter(const std::string& name, const Shape& shape, double value,
+                                  bool trainable) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(value);
+  ValueId v = g_.parameter(name, t);
+  if (trainable) params_.push_back(v);
+  return v;
+}
+
+ValueId Builder::act(ValueId x, const std::string& name, NodeId* observer) {
+  if (!qc_.static_activations()) return x;
+  // Unsigned per-tensor affine (quint8 0..255, or 0..15 for 4-bit activations): PyTorch's
+  // default QAT activation fake-quant.
+  const int64_t bits = qc_.activation_bits();
+  Attrs obs_attrs{{"bits", bits}, {"signed", false}, {"qscheme", "affine"}};
+  std::string op = observer_op(qc_, qc_.averaging_constant, obs_attrs);
+  auto qp = g_.apply(op, {x}, obs_attrs, name + ".observer");
+  if (observer != nullptr) *observer = g_.value(qp[0]).producer;
+  return g_.apply("fake_quantize", {x, qp[0], qp[1]}, {{"bits", bits}, {"signed", false}},
+                  name + ".fq")[0];
+}
+
+ValueId Builder::fake_quant_activation(ValueId x, const std::string& name, NodeId* observer) {
+  return act(x, name, observer);
+}
+
+ValueId Builder::quant_input(ValueId x, const std::string& name) {
+  return act(x, name, &input_observer_);
+}
+
+// torchao's per-token dynamic asymmetric int8 fake-quant: qparams from each token's own
+// min/max (the last axis is the feature axis), then a straight-through estimator built from
+// existing ops: y = stop_gradient(yq) + (x - stop_gradient(x)). x - x is exactly 0 for
+// finite x, so y == yq bit for bit while dy/dx = 1. 4-D (conv) inputs use one dynamic range
+// per sample-free tensor instead (torchao has no conv recipe).
+ValueId Builder::dynamic_token_quant(ValueId x, const std::string& name) {
+  const std::string scope = shape_of_value(g_, x).size() == 4 ? "tensor" : "token";
+  Attrs a{
+      {"bits", 8}, {"signed", true}, {"narrow_range", false}, {"mode", "affine"}, {"scope", scope}};
+  auto q = g_.apply("dynamic_range_quantize", {x}, a, name + ".dynq");
+  ValueId xq =
+      g_.apply1("dequantize", {q[0], q[1], q[2]}, {{"scope", scope}}, name + ".dequantize");
+  ValueId zero = g_.apply1("sub", {x, g_.apply1("stop_gradient", {x})}, {}, name + ".ste_zero");
+  return g_.apply1("add", {g_.apply1("stop_gradient", {xq}), zero}, {}, name + ".ste");
+}
+
+ValueId Builder::gemm_input(ValueId x, const std::string& name) {
+  if (!qc_.dynamic_activations()) return x;
+  return dynamic_token_quant(x, name);
+}
+
+ValueId Builder::weight(ValueId w, const std::string& layer) {
+  if (qc_.weight == WeightQuant::none) return w;
+  const Shape shape = shape_of_value(g_, w);
+  QG_CHECK(shape.size() >= 2, "nn", "layer '", layer, "': a weight needs rank >= 2, got ",
+           shape_str(shape));
+  const int64_t out = shape[0], in = shape_numel(shape) / shape[0];
+  const std::string name = layer + ".weight";
+  WeightQuantizer rec;
+  rec.layer = layer;
+  // Quantizers see the weight as [out, in]: per-channel qparams on axis 0, groups along
+  // the inputs (for a conv weight: in_channels * kh * kw, PyTorch's flattening order).
+  rec.source = shape.size() == 2
+                   ? w
+                   : g_.apply1("reshape", {w}, {{"shape", Shape{out, in}}}, name + ".as_matrix");
+  if (qc_.weight == WeightQuant::nf4) {
+    QG_CHECK(OpRegistry::instance().find("nf4_quantize_pack") != nullptr, "nn",
+             "NF4 weights need the op 'nf4_quantize_pack', which this build does not register");
+    // NF4 round trip per group of nf4_group_size weights along each row, with the same
+    // straight-through estimator as dynamic_token_quant.
+    Attrs layout{{"group_size", static_cast<int64_t>(qc_.nf4_group_size)}, {"axis", -1}};
+    auto packed = g_.apply("nf4_quantize_pack", {rec.source}, layout, name + ".nf4_pack");
+    rec.nf4_pack = g_.value(packed[0]).producer;
+    Attrs unpack = layout;
+    unpack.set("shape", Shape{out, in});
+    ValueId wq = g_.apply1("nf4_unpack_dequantize", {packed[0], packed[1]}, unpack, name + ".fq");
+    ValueId zero = g_.apply1("sub", {rec.source, g_.apply1("stop_gradient", {rec.source})}, {},
+                             name + ".ste_zero");
+    rec.quantized = g_.apply1("add", {g_.apply1("stop_gradient", {wq}), zero}, {}, name + ".ste");
+  } else {
+    // Symmetric signed, full range (-128..127, -8..7, -2..1), zero point 0: PyTorch's
+    // default_per_channel_weight_fake_quant for int8; torchao's group-wise int4 for "group".
+    Attrs range{{"bits", static_cast<int64_t>(qc_.weight_bits())}, {"signed", true}};
+    Attrs scope{{"scope", qc_.weight_scope}};
+    if (qc_.weight_scope == "channel") scope.set("axis", 0);
+    if (qc_.weight_scope == "group") {
+      scope.set("axis", 1);
+      scope.set("group_size", static_cast<int64_t>(qc_.weight_group_size));
+    }
+    Attrs obs_attrs = range;
+    obs_attrs.set("qscheme", "symmetric");
+    for (const auto& [k, v] : scope.items()) obs_attrs.set(k, v);
+    std::string op = observer_op(qc_, qc_.weight_averaging_constant, obs_attrs);
+    auto qp = g_.apply(op, {rec.source}, obs_attrs, name + ".observer");
+    rec.observer = g_.value(qp[0]).producer;
+    Attrs fq_attrs = range;
+    for (const auto& [k, v] : scope.items()) fq_attrs.set(k, v);
+    rec.quantized =
+        g_.apply("fake_quantize", {rec.source, qp[0], qp[1]}, fq_attrs, name + ".fq")[0];
+  }
+  weights_.push_back(rec);
+  if (shape.size() == 2) return rec.quantized;
+  return g_.apply1("reshape", {rec.quantized}, {{"shape", shape}}, name + ".as_kernel");
+}
+
+ValueId Builder::fake_quant_weight(ValueId w, const std::string& name, NodeId* observer) {
+  // `name` is "<layer>.weight" in the pre-refactor API.
+  const std::string suffix = ".weight";
+  std::string layer = name;
+  if (layer.size() > suffix.size() &&
+      layer.compare(layer.size() - suffix.size(), suffix.size(), suffix) == 0)
+    layer.resize(layer.size() - suffix.size());
+  ValueId y = weight(w, layer);
+  if (observer != nullptr)
+    *observer = qc_.weight == WeightQuant::none ? -1 : weights_.back().observer;
+  return y;
+}
+
+ValueId Builder::cross_entropy(ValueId logits, ValueId labels) {
+  return g_.apply1("softmax_cross_entropy", {logits, labels}, {{"reduction", "mean"}}, "loss");
+}
+
+}  // namespace qg::nn

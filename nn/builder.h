@@ -1,0 +1,145 @@
+// The layer-building context on top of core::Graph. A Builder holds the graph, the QConfig
+// and the seeded init stream; each layer kind lives in its own file (nn/linear.cpp,
+// nn/conv2d.cpp, nn/conv_bn.cpp, nn/layer_norm.cpp, nn/attention.cpp,
+// nn/transformer_block.cpp, nn/embedding.cpp, nn/pooling.cpp) as a Builder method that
+// creates its parameters and buffers under "<layer name>.<tensor>" (for example
+// "block0.attn.q.weight"), appends its part of the graph, and records what conversion to
+// integer weights needs. Layers never branch on bit widths: they ask for
+//   weight(w)       the QConfig's weight quantizer on a [out, in] (or [out, in, kh, kw]) weight,
+//   act(x)          the static activation quantizer of a layer's output,
+//   gemm_input(x)   the dynamic activation quantizer of a GEMM's input,
+// and each is the identity when the QConfig has no such quantizer.
+//
+//   Graph g;
+//   nn::Builder b(g, nn::QConfig::w8a8(), /*seed=*/1);
+//   ValueId x = g.input("x", {DType::f32, {64, 64}});
+//   ValueId h = b.linear(b.quant_input(x), 128, "fc1", /*relu=*/true, /*quantize_output=*/true);
+//   ValueId logits = b.linear(h, 10, "fc2", false, true);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "nn/qconfig.h"
+#include "nn/rng.h"
+
+namespace qg::nn {
+
+// What the integer-weight conversion (nn/convert.h) and QuantizedMlp need about one Linear.
+struct LinearLayer {
+  std::string name;
+  int64_t in_features = 0, out_features = 0;
+  ValueId weight = kNoValue, bias = kNoValue;  // parameters: [out, in] and [out]
+  NodeId weight_observer = -1;                 // -1 for float, NF4 or per-token weights
+  NodeId output_observer = -1;                 // activation observer after this layer
+  bool relu = false;
+};
+
+// One weight quantizer: the float [out, in] matrix it reads (a parameter, or a folded
+// conv-bn weight), its fake-quantized output, and where its qparams come from.
+struct WeightQuantizer {
+  std::string layer;
+  ValueId source = kNoValue;     // f32 [out, in]
+  ValueId quantized = kNoValue;  // f32 [out, in]: what the layer computes with
+  NodeId observer = -1;          // int8/int4/int2: the observer producing (scale, zero_point)
+  NodeId nf4_pack = -1;          // NF4: the nf4_quantize_pack node (packed codes, absmax)
+};
+
+// A conv + batch-norm pair folded for QAT (nn/conv_bn.cpp). Conversion replaces the batch
+// norm by a per-channel bias: y = conv(x, W_fold) + beta - running_mean * gamma / std.
+struct ConvBnLayer {
+  std::string name;
+  ValueId conv = kNoValue;    // conv2d(x, fq(W_fold)) before dividing by the scale factor
+  ValueId bn_out = kNoValue;  // batch_norm's y
+  NodeId bn_node = -1;
+  ValueId gamma = kNoValue, beta = kNoValue, running_mean = kNoValue, running_var = kNoValue;
+  double eps = 1e-5;
+};
+
+class Builder {
+ public:
+  Builder(Graph& graph, QConfig qconfig, uint64_t seed);
+
+  // --- quantizers (nn/builder.cpp) ---
+  // Static activation fake-quant of a graph input (PyTorch's QuantStub under QAT).
+  ValueId quant_input(ValueId x, const std::string& name = "input");
+  // The static activation quantizer (observer -> fake_quantize) of a layer output; identity
+  // without static activation quantization. `observer` (optional) receives the observer.
+  ValueId act(ValueId x, const std::string& name, NodeId* observer = nullptr);
+  // The dynamic per-token activation quantizer of a GEMM input; identity otherwise.
+  ValueId gemm_input(ValueId x, const std::string& name);
+  // The weight quantizer on w ([out, in...]; inputs beyond axis 0 are flattened for the
+  // qparams); records a WeightQuantizer for conversion.
+  ValueId weight(ValueId w, const std::string& layer);
+  // Pre-refactor names, kept for callers.
+  ValueId fake_quant_activation(ValueId x, const std::string& name, NodeId* observer);
+  ValueId fake_quant_weight(ValueId w, const std::string& name, NodeId* observer);
+
+  // --- layers (one file each) ---
+  // y = x W^T + b over the last axis of x (nn/linear.cpp). With `relu` the ReLU is fused
+  // before the output activation quantizer; `quantize_output` adds that quantizer.
+  ValueId linear(ValueId x, int64_t out_features, const std::string& name, bool relu,
+                 bool quantize_output);
+  // conv2d with bias, weight quantizer, optional fused ReLU and output quantizer
+  // (nn/conv2d.cpp). x is [N, C, H, W] and C must equal in_channels (as torch's
+  // Conv2d(in_channels, out_channels, kernel) declares it).
+  ValueId conv2d(ValueId x, int64_t in_channels, int64_t out_channels, int64_t kernel,
+                 const std::string& name, int64_t stride = 1, int64_t padding = 0,
+                 bool relu = false, bool quantize_output = true);
+  // Conv2d + BatchNorm2d (+ ReLU) folded for QAT as torch.ao.nn.intrinsic.qat.ConvBn(ReLU)2d
+  // (nn/conv_bn.cpp).
+  ValueId conv_bn(ValueId x, int64_t in_channels, int64_t out_channels, int64_t kernel,
+                  const std::string& name, int64_t stride = 1, int64_t padding = 0,
+                  bool relu = true);
+  ValueId max_pool2d(ValueId x, int64_t kernel, const std::string& name);     // nn/pooling.cpp
+  ValueId global_avg_pool(ValueId x, const std::string& name);                // [N,C,H,W] -> [N,C]
+  ValueId layer_norm(ValueId x, const std::string& name, double eps = 1e-5);  // last axis
+  // Multi-head self-attention over x [N, T, D] (nn/attention.cpp).
+  ValueId attention(ValueId x, int64_t heads, const std::string& name);
+  // Pre-norm block: x + MHSA(LN(x)), then x + MLP(LN(x)) with GELU (nn/transformer_block.cpp).
+  ValueId transformer_block(ValueId x, int64_t heads, int64_t mlp_hidden, const std::string& name);
+  // Tokens [N, T, F] -> linear embedding to D plus a learned positional table of
+  // `max_positions` rows (nn/embedding.cpp).
+  ValueId token_embedding(ValueId x, int64_t d_model, int64_t max_positions,
+                          const std::string& name);
+  ValueId cross_entropy(ValueId logits, ValueId labels);
+
+  // A parameter initialised from the builder's stream: U(-bound, bound), or a constant fill.
+  ValueId uniform_parameter(const std::string& name, const Shape& shape, double bound);
+  ValueId filled_parameter(const std::string& name, const Shape& shape, double value,
+                           bool trainable = true);
+
+  Graph& graph() { return g_; }
+  const QConfig& qconfig() const { return qc_; }
+  const std::vector<LinearLayer>& layers() const { return layers_; }
+  const std::vector<WeightQuantizer>& weight_quantizers() const { return weights_; }
+  const std::vector<ConvBnLayer>& conv_bn_layers() const { return conv_bns_; }
+  // Trainable parameters, in creation order (buffers such as BN running stats excluded).
+  std::vector<ValueId> parameters() const { return params_; }
+  NodeId input_observer() const { return input_observer_; }
+
+ private:
+  ValueId dynamic_token_quant(ValueId x, const std::string& name);
+
+  Graph& g_;
+  QConfig qc_;
+  Rng rng_;
+  std::vector<LinearLayer> layers_;
+  std::vector<WeightQuantizer> weights_;
+  std::vector<ConvBnLayer> conv_bns_;
+  std::vector<ValueId> params_;
+  NodeId input_observer_ = -1;
+};
+
+// Throws unless x is [N, in_channels, H, W] (conv layers; `op` names the layer kind).
+void check_conv_input(const Graph& g, ValueId x, int64_t in_channels, const std::string& op,
+                      const std::string& layer);
+
+// The shape of a value (shorthand for layers).
+inline const Shape& shape_of_value(const Graph& g, ValueId v) {
+  return g.value(v).type.shape;
+}
+
+}  // namespace qg::nn

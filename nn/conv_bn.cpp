@@ -1,0 +1,65 @@
+// Conv2d + BatchNorm2d (+ ReLU) folded for QAT exactly as torch.ao.nn.intrinsic.qat.ConvBn2d
+// / ConvBnReLU2d (torch 1.13) compute it:
+//   running_std  = sqrt(running_var + eps)
+//   scale_factor = gamma / running_std
+//   conv         = conv2d(x, weight_quant(W * scale_factor[:, None, None, None]), 0)
+//   conv         = conv / scale_factor[None, :, None, None]
+//   y            = batch_norm(conv)   (batch statistics in training, updating the running
+//                                      ones; running statistics in eval or once frozen)
+//   y            = relu(y), then the output activation quantizer.
+// The conv has no bias of its own (the batch norm's beta plays that part). Parameters:
+// "<name>.weight" [O, C, k, k], "<name>.bn.weight" (gamma), "<name>.bn.bias" (beta);
+// buffers "<name>.bn.running_mean", "<name>.bn.running_var" (graph parameters the optimizer
+// never sees; the batch_norm node "<name>.bn" updates them and holds the `frozen` state).
+#include <cmath>
+
+#include "core/error.h"
+#include "nn/builder.h"
+
+namespace qg::nn {
+
+ValueId Builder::conv_bn(ValueId x, int64_t in_channels, int64_t out_channels, int64_t kernel,
+                         const std::string& name, int64_t stride, int64_t padding, bool relu) {
+  check_conv_input(g_, x, in_channels, "nn.conv_bn", name);
+  QG_CHECK(out_channels > 0 && kernel > 0 && stride > 0 && padding >= 0, "nn.conv_bn", "layer '",
+           name, "': out_channels ", out_channels, ", kernel ", kernel, ", stride ", stride,
+           ", padding ", padding, " must be positive (padding >= 0)");
+  const double eps = 1e-5;
+  double bound = 1.0 / std::sqrt(static_cast<double>(in_channels * kernel * kernel));
+  ConvBnLayer rec;
+  rec.name = name;
+  rec.eps = eps;
+  ValueId w =
+      uniform_parameter(name + ".weight", {out_channels, in_channels, kernel, kernel}, bound);
+  rec.gamma = filled_parameter(name + ".bn.weight", {out_channels}, 1.0);
+  rec.beta = filled_parameter(name + ".bn.bias", {out_channels}, 0.0);
+  rec.running_mean = filled_parameter(name + ".bn.running_mean", {out_channels}, 0.0, false);
+  rec.running_var = filled_parameter(name + ".bn.running_var", {out_channels}, 1.0, false);
+
+  ValueId eps_c = g_.constant(Tensor::scalar(eps, DType::f32), name + ".bn.eps");
+  ValueId running_std =
+      g_.apply1("sqrt", {g_.apply1("add", {rec.running_var, eps_c}, {}, name + ".var_eps")}, {},
+                name + ".running_std");
+  ValueId scale_factor = g_.apply1("div", {rec.gamma, running_std}, {}, name + ".scale_factor");
+  ValueId sf_w = g_.apply1("reshape", {scale_factor}, {{"shape", Shape{out_channels, 1, 1, 1}}},
+                           name + ".sf_w");
+  ValueId w_fold = g_.apply1("mul", {w, sf_w}, {}, name + ".weight_fold");
+  ValueId zero_bias = g_.constant(Tensor::zeros({out_channels}, DType::f32), name + ".zero_bias");
+  ValueId xin = gemm_input(x, name + ".in");
+  rec.conv = g_.apply1("conv2d", {xin, weight(w_fold, name), zero_bias},
+                       {{"stride", Shape{stride, stride}}, {"padding", Shape{padding, padding}}},
+                       name + ".conv");
+  ValueId sf_y = g_.apply1("reshape", {scale_factor}, {{"shape", Shape{1, out_channels, 1, 1}}},
+                           name + ".sf_y");
+  ValueId conv = g_.apply1("div", {rec.conv, sf_y}, {}, name + ".unscale");
+  auto bn = g_.apply("batch_norm", {conv, rec.gamma, rec.beta, rec.running_mean, rec.running_var},
+                     {{"momentum", 0.1}, {"eps", eps}}, name + ".bn");
+  rec.bn_out = bn[0];
+  rec.bn_node = g_.value(bn[0]).producer;
+  conv_bns_.push_back(rec);
+  ValueId y = rec.bn_out;
+  if (relu) y = g_.apply1("relu", {y}, {}, name + ".relu");
+  return act(y, name + ".out");
+}
+
+}  // namespace qg::nn

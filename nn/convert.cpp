@@ -1,0 +1,245 @@
+#include "nn/convert.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "ops/common/quant_math.h"
+
+namespace qg::nn {
+namespace {
+
+bool stateful(const Node& n) {
+  return !n.dead && !n.states.empty() && n.op->name != "constant";
+}
+
+Executor::Feeds zero_feeds(const Graph& g) {
+  Executor::Feeds feeds;
+  for (ValueId in : g.inputs()) {
+    const Value& v = g.value(in);
+    feeds[v.name] = Tensor::zeros(v.type.shape, v.type.dtype);
+  }
+  return feeds;
+}
+
+void rewire(Graph& g, ValueId from, ValueId to) {
+  for (NodeId c : g.consumers(from)) {
+    const Node& n = g.node(c);
+    if (n.dead) continue;
+    for (size_t slot = 0; slot < n.inputs.size(); ++slot)
+      if (n.inputs[slot] == from) g.replace_input(c, static_cast<int>(slot), to);
+  }
+}
+
+std::vector<float> floats(const Tensor& t) {
+  Tensor c = t.to(Device::cpu());
+  return std::vector<float>(c.data<float>(), c.data<float>() + c.numel());
+}
+
+// The integer codes of one weight quantizer, and the nodes that dequantize them.
+ValueId integer_weight(Graph& g, const WeightQuantizer& w, const QConfig& qc,
+                       const std::vector<Tensor>& fetched) {
+  const Shape shape = g.value(w.quantized).type.shape;  // [out, in]
+  const int64_t out = shape[0], in = shape[1];
+  const std::string name = w.layer + ".weight.int";
+  if (w.nf4_pack >= 0) {
+    const Node& pack = g.node(w.nf4_pack);
+    Attrs a = pack.attrs;
+    a.set("shape", shape);
+    ValueId codes = g.constant(fetched[0].to(Device::cpu()), name + ".codes");
+    ValueId absmax = g.constant(fetched[1].to(Device::cpu()), name + ".absmax");
+    return g.apply1("nf4_unpack_dequantize", {codes, absmax}, a, name + ".dequantize");
+  }
+  const std::vector<float> src = floats(fetched[0]);
+  Tensor scale_t = fetched[1].to(Device::cpu()), zp_t = fetched[2].to(Device::cpu());
+  const std::vector<float> scale = floats(scale_t);
+  const int32_t* zp = zp_t.data<int32_t>();
+  for (int64_t i = 0; i < zp_t.numel(); ++i)
+    QG_CHECK(zp[i] == 0, "convert", "layer '", w.layer, "': weight zero point ", zp[i],
+             " should be 0 for a symmetric signed weight quantizer");
+  const int bits = qc.weight_bits();
+  const float qmin = -static_cast<float>(1 << (bits - 1)),
+              qmax = static_cast<float>((1 << (bits - 1)) - 1);
+  const bool group = qc.weight_scope == "group", tensor = qc.weight_scope == "tensor";
+  const int64_t gs = group ? qc.weight_group_size : in;
+  const int64_t groups = (in + gs - 1) / gs;
+  auto qparam = [&](int64_t o, int64_t k) -> int64_t {
+    return tensor ? 0 : group ? o * groups + k / gs : o;
+  };
+  std::vector<int32_t> codes(static_cast<size_t>(out * in));
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t k = 0; k < in; ++k) {
+      const float s = scale[static_cast<size_t>(qparam(o, k))];
+      codes[o * in + k] = qmath::quantize_code<float>(src[o * in + k], 1.0f / s, 0.0f, qmin, qmax);
+    }
+  if (bits == 4) {
+    // Packed INT4, two codes per byte in flat C order (stored code + 8), one (scale, zero
+    // point 8) per row group; channel and tensor scopes are one group per row.
+    std::vector<uint8_t> packed(static_cast<size_t>((out * in + 1) / 2), 0);
+    for (int64_t i = 0; i < out * in; ++i) {
+      uint8_t v = static_cast<uint8_t>(codes[i] + 8);
+      packed[i / 2] |= (i % 2 == 0) ? v : static_cast<uint8_t>(v << 4);
+    }
+    std::vector<float> row_scale(static_cast<size_t>(out * groups));
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t gi = 0; gi < groups; ++gi)
+        row_scale[o * groups + gi] = scale[qparam(o, gi * gs)];
+    Shape qshape{out, groups};
+    ValueId p =
+        g.constant(Tensor::from_vector<uint8_t>({static_cast<int64_t>(packed.size())}, packed),
+                   name + ".codes");
+    ValueId s = g.constant(Tensor::from_vector<float>(qshape, row_scale), name + ".scale");
+    ValueId z =
+        g.constant(Tensor::from_vector<uint8_t>(qshape, std::vector<uint8_t>(row_scale.size(), 8)),
+                   name + ".zero_point");
+    return g.apply1("int4_unpack_dequantize", {p, s, z},
+                    {{"group_size", gs}, {"axis", -1}, {"shape", shape}}, name + ".dequantize");
+  }
+  std::vector<int8_t> c8(codes.begin(), codes.end());
+  ValueId c = g.constant(Tensor::from_vector<int8_t>(shape, c8), name + ".codes");
+  ValueId s = g.constant(scale_t, name + ".scale");
+  ValueId z = g.constant(zp_t, name + ".zero_point");
+  Attrs a{{"scope", qc.weight_scope}};
+  if (qc.weight_scope == "channel") a.set("axis", 0);
+  if (group) {
+    a.set("axis", 1);
+    a.set("group_size", gs);
+  }
+  return g.apply1("dequantize", {c, s, z}, a, name + ".dequantize");
+}
+
+}  // namespace
+
+void copy_states(Executor& from, Executor& to) {
+  const Graph& src = from.graph();
+  std::map<std::string, NodeId> by_name;
+  for (NodeId id = 0; id < src.num_nodes(); ++id)
+    if (stateful(src.node(id))) by_name[src.node(id).name] = id;
+  const Graph& dst = to.graph();
+  for (NodeId id = 0; id < dst.num_nodes(); ++id) {
+    const Node& n = dst.node(id);
+    if (!stateful(n)) continue;
+    auto it = by_name.find(n.name);
+    QG_CHECK(it != by_name.end(), "copy_states", "node '", n.name,
+             "' has no stateful counterpart in the source graph");
+    const std::vector<Tensor>& s = from.states(it->second);
+    for (size_t i = 0; i < n.states.size(); ++i) {
+      Tensor& d = to.state(id, n.states[i].name);
+      QG_CHECK(i < s.size() && s[i].dtype() == d.dtype() && s[i].shape() == d.shape(),
+               "copy_states", "state '", n.name, "/", n.states[i].name, "' is ", d.str(),
+               " here but differs in the source graph");
+      d = s[i].to(to.device());
+    }
+  }
+}
+
+ModelInstance build_instance(ModelSpec spec, int64_t batch, const QConfig& qconfig, Device device) {
+  spec.mlp.batch = batch;
+  ModelInstance inst;
+  inst.graph = std::make_unique<Graph>();
+  inst.model = build_model(*inst.graph, spec, qconfig, 0);
+  inst.exec = std::make_unique<Executor>(*inst.graph, device);
+  inst.exec->set_training(false);
+  return inst;
+}
+
+std::vector<float> run_logits(Executor& ex, const Model& m, const Dataset& data, int64_t start) {
+  const int64_t rows = m.batch, f = data.features;
+  QG_CHECK(start >= 0 && start + rows <= data.size(), "evaluate", "rows [", start, ", ",
+           start + rows, ") outside a dataset of ", data.size());
+  Tensor x = Tensor::empty({rows, f}, DType::f32);
+  std::memcpy(x.data<float>(), data.x.data() + start * f, sizeof(float) * rows * f);
+  bool was = ex.training();
+  ex.set_training(false);
+  Tensor logits = ex.run({{"x", x.to(ex.device())}}, {m.logits})[0].to(Device::cpu());
+  ex.set_training(was);
+  return std::vector<float>(logits.data<float>(), logits.data<float>() + logits.numel());
+}
+
+int64_t convert_to_integer(ModelInstance& inst, const QConfig& qc) {
+  Graph& g = *inst.graph;
+  Executor& ex = *inst.exec;
+  const Model& m = inst.model;
+  // 1. Everything the pass reads, in eval mode (observers and batch norms frozen).
+  std::vector<ValueId> fetch;
+  for (const WeightQuantizer& w : m.weights) {
+    if (w.nf4_pack >= 0) {
+      fetch.push_back(g.node(w.nf4_pack).outputs[0]);
+      fetch.push_back(g.node(w.nf4_pack).outputs[1]);
+    } else {
+      fetch.push_back(w.source);
+      fetch.push_back(g.node(w.observer).outputs[0]);
+      fetch.push_back(g.node(w.observer).outputs[1]);
+    }
+  }
+  for (const ConvBnLayer& c : m.conv_bns)
+    for (ValueId v : {c.gamma, c.beta, c.running_mean, c.running_var}) fetch.push_back(v);
+  ex.set_training(false);
+  std::vector<Tensor> got = ex.run(zero_feeds(g), fetch);
+  for (Tensor& t : got) t = t.to(Device::cpu());
+  // 2. Rewrite the graph.
+  size_t k = 0;
+  for (const WeightQuantizer& w : m.weights) {
+    const size_t n = w.nf4_pack >= 0 ? 2 : 3;
+    std::vector<Tensor> mine(got.begin() + k, got.begin() + k + n);
+    k += n;
+    rewire(g, w.quantized, integer_weight(g, w, qc, mine));
+  }
+  for (const ConvBnLayer& c : m.conv_bns) {
+    std::vector<float> gamma = floats(got[k]), beta = floats(got[k + 1]), mean = floats(got[k + 2]),
+                       var = floats(got[k + 3]);
+    k += 4;
+    const int64_t ch = static_cast<int64_t>(gamma.size());
+    std::vector<float> bias(gamma.size());
+    for (size_t i = 0; i < gamma.size(); ++i) {
+      // The same f32 steps as the graph: std = sqrt(var + eps), sf = gamma / std.
+      const float sf = gamma[i] / std::sqrt(var[i] + static_cast<float>(c.eps));
+      bias[i] = beta[i] - mean[i] * sf;
+    }
+    ValueId b = g.constant(Tensor::from_vector<float>({1, ch, 1, 1}, bias), c.name + ".fold_bias");
+    rewire(g, c.bn_out, g.apply1("add", {c.conv, b}, {}, c.name + ".add_fold_bias"));
+  }
+  // 3. A fresh executor over the rewritten graph, holding the same states.
+  auto fresh = std::make_unique<Executor>(g, ex.device());
+  copy_states(ex, *fresh);
+  fresh->set_training(false);
+  inst.exec = std::move(fresh);
+  // 4. Bytes of what the logits still need.
+  int64_t bytes = 0;
+  std::vector<bool> needed = g.needed_nodes({m.logits});
+  for (NodeId id = 0; id < g.num_nodes(); ++id) {
+    if (!needed[id]) continue;
+    const Node& n = g.node(id);
+    if (n.op->name == "parameter" || n.op->name == "constant") {
+      const TensorType& t = g.value(n.outputs[0]).type;
+      bytes += shape_numel(t.shape) * static_cast<int64_t>(dtype_size(t.dtype));
+    } else if (n.op->name.find("observer") != std::string::npos) {
+      bytes += 8 * shape_numel(g.value(n.outputs[0]).type.shape);
+    }
+  }
+  return bytes;
+}
+
+double accuracy_of(const std::vector<float>& logits, const Dataset& data, int64_t classes) {
+  int64_t correct = 0;
+  for (int64_t i = 0; i < data.size(); ++i) {
+    const float* row = logits.data() + i * classes;
+    int64_t best = 0;
+    for (int64_t c = 1; c < classes; ++c) best = row[c] > row[best] ? c : best;
+    correct += best == data.labels[i] ? 1 : 0;
+  }
+  return data.size() == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(data.size());
+}
+
+double integer_accuracy(Executor& trained, const ModelSpec& spec, const QConfig& qconfig,
+                        const Dataset& data, int64_t* bytes) {
+  ModelInstance inst = build_instance(spec, data.size(), qconfig, trained.device());
+  copy_states(trained, *inst.exec);
+  int64_t b = convert_to_integer(inst, qconfig);
+  if (bytes != nullptr) *bytes = b;
+  return accuracy_of(run_logits(*inst.exec, inst.model, data, 0), data, inst.model.classes);
+}
+
+}  // namespace qg::nn

@@ -1,0 +1,54 @@
+// Moving a trained model's state between graphs, and conversion to integer weights as a
+// pass over a model's forward graph (torch.ao's convert):
+//   * each weight quantizer's fake-quant chain is replaced by constant integer codes and the
+//     storage format's dequantize op: int8/int2 codes (i8) + dequantize, packed INT4 +
+//     int4_unpack_dequantize, packed NF4 + nf4_unpack_dequantize. The codes come from the
+//     weight and qparams the fake-quant graph computes in eval mode, so the converted graph
+//     reads exactly the fake-quantized weights;
+//   * each folded conv-bn's batch norm becomes a per-channel bias (eval-mode folding: the
+//     weight codes already hold gamma / sqrt(running_var + eps); the bias is
+//     beta - running_mean * gamma / sqrt(running_var + eps));
+//   * activation quantizers stay, with their observers frozen (eval mode), and dynamic
+//     per-token quantizers stay dynamic.
+// Model bytes are read from the converted graph: every parameter and constant the logits
+// need, plus each live observer's qparams (f32 scale + i32 zero point).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "nn/digits.h"
+#include "nn/model.h"
+#include "runtime/executor.h"
+
+namespace qg::nn {
+
+// Copies every node state of `to`'s graph (parameters, buffers, observer statistics, flags;
+// constants excluded) from the node of the same name in `from`'s graph. Throws when one is
+// missing there or differs in dtype/shape.
+void copy_states(Executor& from, Executor& to);
+
+// One forward-only instance of a model at a given batch, with its own executor.
+struct ModelInstance {
+  std::unique_ptr<Graph> graph;
+  Model model;
+  std::unique_ptr<Executor> exec;
+};
+// Builds `spec` at `batch` rows (seed irrelevant once states are copied in) on `device`.
+ModelInstance build_instance(ModelSpec spec, int64_t batch, const QConfig& qconfig, Device device);
+
+// Logits [rows, classes] of data rows [start, start + rows) through a graph whose batch is
+// `rows` (eval mode; training mode is restored).
+std::vector<float> run_logits(Executor& ex, const Model& m, const Dataset& data, int64_t start);
+
+// The conversion pass on an instance whose states hold a trained model (modifies its graph
+// and rebuilds its executor). Returns the model bytes.
+int64_t convert_to_integer(ModelInstance& inst, const QConfig& qconfig);
+// Converts a trained model (its executor `trained`) at batch data.size() and returns its
+// accuracy on `data`; `bytes` receives the model size.
+double integer_accuracy(Executor& trained, const ModelSpec& spec, const QConfig& qconfig,
+                        const Dataset& data, int64_t* bytes);
+
+double accuracy_of(const std::vector<float>& logits, const Dataset& data, int64_t classes);
+
+}  // namespace qg::nn
