@@ -12,5 +12,6 @@ void add_train_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_memplan_command(CLI::App& app);
 void add_layer_command(CLI::App& app);
+void add_steps_command(CLI::App& app);
 
 }  // namespace qg::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   qg::cli::add_bench_command(app);
   qg::cli::add_memplan_command(app);
   qg::cli::add_layer_command(app);
+  qg::cli::add_steps_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,156 @@
+// `qat steps`: whole training steps of the PERF.md models (issue 12), float and QAT, each
+// forward + backward + SGD replayed as one CUDA graph (StaticRun), median of `reps`:
+//   cnn:          4 conv(3x3, pad 1)-bn-relu blocks, 64 channels, 3x32x32 input, batch 256,
+//                 global average pool, linear 64 -> 10, cross-entropy;
+//   transformer:  one pre-norm block (d=768, 12 heads, MLP 3072 with GELU), sequence 512,
+//                 batch 8, a linear 768 -> 10 head on every token, cross-entropy.
+// QAT is W8A8 (per-channel int8 weights, per-tensor uint8 activations with moving-average
+// observers), the recipe torch.ao's default QAT qconfig applies; conv-bn pairs are folded as
+// ConvBnReLU2d. bench/torch_model_steps.py times the same steps in PyTorch; --json rows use
+// its case labels so bench/compare_steps.py can join them. `--small` shrinks every shape
+// (a CPU smoke run for CI).
+#include <cstdio>
+#include <fstream>
+
+#include "apps/qat/commands.h"
+#include "bench/harness/device_timer.h"
+#include "nn/builder.h"
+#include "nn/optimizer.h"
+#include "nn/rng.h"
+#include "runtime/backend.h"
+#include "runtime/passes/pass.h"
+#include "runtime/static_run.h"
+
+namespace qg::cli {
+namespace {
+
+struct StepsOptions {
+  std::string device = "auto", model = "all", json;
+  int reps = 20;
+  bool small = false;
+};
+
+struct StepGraph {
+  Graph graph;
+  ValueId loss = kNoValue;
+  std::vector<NodeId> updates;
+  Executor::Feeds feeds;
+};
+
+Tensor random_tensor(const Shape& shape, uint64_t seed) {
+  nn::Rng rng(seed);
+  Tensor t = Tensor::empty(shape, DType::f32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(rng.uniform(-1.0, 1.0));
+  return t;
+}
+
+Tensor random_labels(int64_t n, int64_t classes, uint64_t seed) {
+  nn::Rng rng(seed);
+  Tensor t = Tensor::empty({n}, DType::i64);
+  for (int64_t i = 0; i < n; ++i) t.data<int64_t>()[i] = static_cast<int64_t>(rng.below(classes));
+  return t;
+}
+
+void build_cnn(StepGraph& s, const nn::QConfig& qc, bool small) {
+  const int64_t batch = small ? 4 : 256, image = small ? 8 : 32, channels = small ? 8 : 64;
+  nn::Builder b(s.graph, qc, 1);
+  ValueId x = s.graph.input("x", {DType::f32, {batch, 3, image, image}});
+  ValueId labels = s.graph.input("labels", {DType::i64, {batch}});
+  ValueId h = b.quant_input(x);
+  for (int i = 0; i < 4; ++i)
+    h = b.conv_bn(h, i == 0 ? 3 : channels, channels, 3, "block" + std::to_string(i), 1, 1,
+                  /*relu=*/true);
+  ValueId logits = b.linear(b.global_avg_pool(h, "gap"), 10, "head", false, true);
+  s.loss = b.cross_entropy(logits, labels);
+  s.updates = nn::add_optimizer(s.graph, s.loss, b.parameters(), {"sgd", 0.01, 0.0});
+  s.feeds = {{"x", random_tensor({batch, 3, image, image}, 2)},
+             {"labels", random_labels(batch, 10, 3)}};
+}
+
+void build_transformer(StepGraph& s, const nn::QConfig& qc, bool small) {
+  const int64_t batch = small ? 2 : 8, seq = small ? 8 : 512, d = small ? 32 : 768;
+  const int64_t heads = small ? 4 : 12, mlp = 4 * d;
+  nn::Builder b(s.graph, qc, 1);
+  ValueId x = s.graph.input("x", {DType::f32, {batch, seq, d}});
+  ValueId labels = s.graph.input("labels", {DType::i64, {batch * seq}});
+  ValueId h = b.transformer_block(b.quant_input(x), heads, mlp, "block");
+  ValueId logits = b.linear(h, 10, "head", false, true);
+  logits = s.graph.apply1("reshape", {logits}, {{"shape", Shape{batch * seq, 10}}}, "tokens");
+  s.loss = b.cross_entropy(logits, labels);
+  s.updates = nn::add_optimizer(s.graph, s.loss, b.parameters(), {"sgd", 0.01, 0.0});
+  s.feeds = {{"x", random_tensor({batch, seq, d}, 2)},
+             {"labels", random_labels(batch * seq, 10, 3)}};
+}
+
+// Median microseconds of one step: a CUDA-graph replay on CUDA, a StaticRun launch on the CPU.
+double time_step(StepGraph& s, Device device, int reps, int* kernels) {
+  optimize(s.graph);  // QG_DISABLE_PASSES applies, as everywhere
+  Executor::Feeds feeds;
+  for (auto& [name, t] : s.feeds) feeds[name] = t.to(device);
+  Executor exec(s.graph, device);
+  StaticRun run(exec, feeds, {s.loss}, s.updates);
+  *kernels = run.kernels_per_launch();
+  run.launch();
+  double us;
+  if (device.is_cpu()) {
+    us = bench::median_us(
+        device, [&](int) { run.launch(); }, reps, 1);
+  } else {
+    run.capture();
+    us = bench::median_us(
+        device, [&](int) { run.replay(); }, reps);
+  }
+  run.synchronize();
+  return us;
+}
+
+}  // namespace
+
+void add_steps_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "steps", "Time whole training steps (CNN, transformer block), float and QAT W8A8");
+  auto o = std::make_shared<StepsOptions>();
+  cmd->add_option("--device", o->device, "cpu, cuda or auto (cuda when present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option("--model", o->model, "cnn, transformer or all")
+      ->check(CLI::IsMember({"cnn", "transformer", "all"}));
+  cmd->add_option("--reps", o->reps, "Timed steps (median reported)")->check(CLI::Range(1, 10000));
+  cmd->add_flag("--small", o->small, "Tiny shapes (a smoke run)");
+  cmd->add_option("--json", o->json, "Write the rows as JSON");
+  cmd->callback([o] {
+    Device device = Device::cpu();
+    if (o->device == "cuda" || (o->device == "auto" && cuda_available())) device = Device::cuda();
+    auto backend = make_backend(device);
+    std::printf("qat steps on %s (%s shapes), median of %d steps (f32, no TF32)\n",
+                device.str().c_str(), o->small ? "small" : "PERF.md", o->reps);
+    std::printf("%-32s %8s %12s\n", "case", "kernels", "ms");
+    std::string rows;
+    for (const char* kind : {"cnn", "transformer"}) {
+      if (o->model != "all" && o->model != kind) continue;
+      for (bool qat : {false, true}) {
+        StepGraph s;
+        nn::QConfig qc = qat ? nn::QConfig::w8a8() : nn::QConfig::float32();
+        if (std::string(kind) == "cnn")
+          build_cnn(s, qc, o->small);
+        else
+          build_transformer(s, qc, o->small);
+        int kernels = 0;
+        double us = time_step(s, device, o->reps, &kernels);
+        std::string label = std::string("step ") + kind + (qat ? " qat" : " float") + " fp32";
+        std::printf("%-32s %8d %12.3f\n", label.c_str(), kernels, us / 1000.0);
+        std::fflush(stdout);
+        rows += std::string(rows.empty() ? "" : ",\n") + "  {\"case\": \"" + label +
+                "\", \"ours_us\": " + std::to_string(us) +
+                ", \"kernels\": " + std::to_string(kernels) + "}";
+      }
+    }
+    if (!o->json.empty()) {
+      std::ofstream f(o->json);
+      f << "[\n" << rows << "\n]\n";
+      QG_CHECK(f.good(), "steps", "could not write ", o->json);
+    }
+  });
+}
+
+}  // namespace qg::cli
