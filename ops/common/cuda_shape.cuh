@@ -25,9 +25,13 @@ inline std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out)
   return s;
 }
 
-// out index -> offsets into a and b.
+// out index -> offsets into a and b. Dimensions of size 1 are dropped and neighbours that
+// both operands read the same way are merged on the host ([256, 64, 32, 32] against
+// [1, 64, 1, 1] becomes [256, 64, 1024]), and `narrow` selects 32-bit index arithmetic when
+// every index fits: the per-element divisions are what these kernels spend their time on.
 struct BroadcastMap {
   int rank = 0;
+  bool narrow = false;
   int64_t shape[kMaxRank] = {};
   int64_t sa[kMaxRank] = {};
   int64_t sb[kMaxRank] = {};
@@ -37,13 +41,23 @@ inline BroadcastMap broadcast_map(const std::string& op, const Shape& out, const
                                   const Shape& b) {
   check_rank(op, out);
   BroadcastMap m;
-  m.rank = static_cast<int>(out.size());
   std::vector<int64_t> sa = broadcast_strides(a, out), sb = broadcast_strides(b, out);
-  for (int d = 0; d < m.rank; ++d) {
-    m.shape[d] = out[d];
-    m.sa[d] = sa[d];
-    m.sb[d] = sb[d];
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1) continue;
+    const int p = m.rank - 1;
+    if (p >= 0 && m.sa[p] == sa[d] * out[d] && m.sb[p] == sb[d] * out[d]) {
+      m.shape[p] *= out[d];
+      m.sa[p] = sa[d];
+      m.sb[p] = sb[d];
+      continue;
+    }
+    m.shape[m.rank] = out[d];
+    m.sa[m.rank] = sa[d];
+    m.sb[m.rank] = sb[d];
+    ++m.rank;
   }
+  m.narrow = shape_numel(out) < (int64_t{1} << 31) && shape_numel(a) < (int64_t{1} << 31) &&
+             shape_numel(b) < (int64_t{1} << 31);
   return m;
 }
 
@@ -51,6 +65,18 @@ __device__ __forceinline__ void broadcast_offsets(const BroadcastMap& m, int64_t
                                                   int64_t& ib) {
   ia = 0;
   ib = 0;
+  if (m.narrow) {
+    uint32_t j = static_cast<uint32_t>(i), oa = 0, ob = 0;
+    for (int d = m.rank - 1; d >= 0; --d) {
+      uint32_t n = static_cast<uint32_t>(m.shape[d]), c = j % n;
+      j /= n;
+      oa += c * static_cast<uint32_t>(m.sa[d]);
+      ob += c * static_cast<uint32_t>(m.sb[d]);
+    }
+    ia = oa;
+    ib = ob;
+    return;
+  }
   for (int d = m.rank - 1; d >= 0; --d) {
     int64_t c = i % m.shape[d];
     i /= m.shape[d];
