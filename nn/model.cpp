@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/op_registry.h"
 
 namespace qg::nn {
 namespace {
@@ -23,10 +24,16 @@ ValueId cnn_body(Builder& b, ValueId x, const ModelSpec& spec) {
   Graph& g = b.graph();
   ValueId h =
       g.apply1("reshape", {x}, {{"shape", Shape{spec.mlp.batch, 1, c.image, c.image}}}, "image");
-  h = b.conv_bn(h, 1, c.channels[0], 3, "conv1", 1, 1);
-  h = b.conv_bn(h, c.channels[0], c.channels[1], 3, "conv2", 1, 1);
+  // ConvBnReLU2d blocks; a build without the batch_norm op gets ConvReLU2d blocks instead
+  // (the spec's str() says which).
+  auto block = [&](ValueId in, int64_t cin, int64_t cout, const std::string& name) {
+    return cnn_has_batch_norm() ? b.conv_bn(in, cin, cout, 3, name, 1, 1)
+                                : b.conv2d(in, cin, cout, 3, name, 1, 1, true);
+  };
+  h = block(h, 1, c.channels[0], "conv1");
+  h = block(h, c.channels[0], c.channels[1], "conv2");
   h = b.max_pool2d(h, 2, "pool");
-  h = b.conv_bn(h, c.channels[1], c.channels[2], 3, "conv3", 1, 1);
+  h = block(h, c.channels[1], c.channels[2], "conv3");
   h = b.global_avg_pool(h, "gap");
   return b.linear(h, spec.mlp.classes, "fc", false, b.qconfig().static_activations());
 }
@@ -50,6 +57,10 @@ ValueId transformer_body(Builder& b, ValueId x, const ModelSpec& spec) {
 
 }  // namespace
 
+bool cnn_has_batch_norm() {
+  return OpRegistry::instance().find("batch_norm") != nullptr;
+}
+
 const std::vector<std::string>& model_kinds() {
   static const std::vector<std::string> kinds = {"mlp", "cnn", "transformer"};
   return kinds;
@@ -62,7 +73,9 @@ std::string ModelSpec::str() const {
     os << "1x" << cnn.image << 'x' << cnn.image;
     for (size_t i = 0; i < cnn.channels.size(); ++i)
       os << '-' << cnn.channels[i] << (i == 1 ? "-pool" : "");
-    os << "-gap-" << mlp.classes;
+    os << "-gap-" << mlp.classes
+       << (cnn_has_batch_norm() ? " (conv-bn-relu)"
+                                : " (conv-relu: no batch_norm op in this build)");
   } else if (kind == "transformer") {
     os << transformer.tokens << "x" << mlp.in_features / std::max<int64_t>(1, transformer.tokens)
        << " tokens, d " << transformer.d_model << ", " << transformer.heads << " heads, "
