@@ -20,6 +20,7 @@ void define_int4_ops(OpRegistry&);
 void define_nf4_ops(OpRegistry&);
 void define_optim_ops(OpRegistry&);
 void define_fused_ops(OpRegistry&);
+void define_norm_ops(OpRegistry&);
 void define_pool_ops(OpRegistry&);
 void define_dropout_ops(OpRegistry&);
 void define_softmax_ops(OpRegistry&);
@@ -54,6 +55,7 @@ constexpr OpFamily kOpFamilies[] = {
     {"nf4", define_nf4_ops},
     {"optim", define_optim_ops},
     {"fused", define_fused_ops},
+    {"norm", define_norm_ops},
     {"pool", define_pool_ops},
     {"dropout", define_dropout_ops},
     {"softmax", define_softmax_ops},

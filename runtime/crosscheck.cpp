@@ -27,6 +27,12 @@ const Reduction kFloatReductions[] = {
     {"lsq_backward", 1},                     // dscale: a sum over the scope
     {"lsq_backward", 2},                     // dzero_point
     {"dequantize_backward", 1},              // dscale
+    // batch_norm / layer_norm: statistics are f64 sums in another order on the GPU (block
+    // trees over stretches) than on the CPU (sequential); every output depends on them.
+    {"batch_norm", -1},
+    {"batch_norm_backward", -1},
+    {"layer_norm", -1},
+    {"layer_norm_backward", -1},
     // Not reductions: transcendental functions. libm's erf/tanh/exp on the CPU and CUDA's
     // erff/tanhf/expf differ by a few ulps, so these compare to the same 1e-5 relative.
     {"gelu", -1},
