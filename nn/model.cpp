@@ -3,7 +3,6 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/op_registry.h"
 
 namespace qg::nn {
 namespace {
@@ -24,11 +23,8 @@ ValueId cnn_body(Builder& b, ValueId x, const ModelSpec& spec) {
   Graph& g = b.graph();
   ValueId h =
       g.apply1("reshape", {x}, {{"shape", Shape{spec.mlp.batch, 1, c.image, c.image}}}, "image");
-  // ConvBnReLU2d blocks; a build without the batch_norm op gets ConvReLU2d blocks instead
-  // (the spec's str() says which).
   auto block = [&](ValueId in, int64_t cin, int64_t cout, const std::string& name) {
-    return cnn_has_batch_norm() ? b.conv_bn(in, cin, cout, 3, name, 1, 1)
-                                : b.conv2d(in, cin, cout, 3, name, 1, 1, true);
+    return b.conv_bn(in, cin, cout, 3, name, 1, 1);  // ConvBnReLU2d, folded for QAT
   };
   h = block(h, 1, c.channels[0], "conv1");
   h = block(h, c.channels[0], c.channels[1], "conv2");
@@ -57,10 +53,6 @@ ValueId transformer_body(Builder& b, ValueId x, const ModelSpec& spec) {
 
 }  // namespace
 
-bool cnn_has_batch_norm() {
-  return OpRegistry::instance().find("batch_norm") != nullptr;
-}
-
 const std::vector<std::string>& model_kinds() {
   static const std::vector<std::string> kinds = {"mlp", "cnn", "transformer"};
   return kinds;
@@ -73,9 +65,7 @@ std::string ModelSpec::str() const {
     os << "1x" << cnn.image << 'x' << cnn.image;
     for (size_t i = 0; i < cnn.channels.size(); ++i)
       os << '-' << cnn.channels[i] << (i == 1 ? "-pool" : "");
-    os << "-gap-" << mlp.classes
-       << (cnn_has_batch_norm() ? " (conv-bn-relu)"
-                                : " (conv-relu: no batch_norm op in this build)");
+    os << "-gap-" << mlp.classes;
   } else if (kind == "transformer") {
     os << transformer.tokens << "x" << mlp.in_features / std::max<int64_t>(1, transformer.tokens)
        << " tokens, d " << transformer.d_model << ", " << transformer.heads << " heads, "

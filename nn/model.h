@@ -5,8 +5,7 @@
 // names, so trained state moves between them by name (nn/convert.h: copy_states).
 //   mlp:         64 -> hidden... (LinearReLU) -> classes
 //   cnn:         [N,1,8,8] -> conv_bn_relu(c1, 3x3, pad 1) -> conv_bn_relu(c2) -> max_pool 2
-//                -> conv_bn_relu(c3) -> global_avg_pool -> linear(classes); conv_relu
-//                blocks in a build without the batch_norm op
+//                -> conv_bn_relu(c3) -> global_avg_pool -> linear(classes)
 //   transformer: 8 tokens of 8 pixels -> linear embedding to d + positional table ->
 //                `layers` pre-norm blocks -> final LN -> mean over tokens -> linear(classes)
 #pragma once
@@ -60,8 +59,6 @@ using Mlp = Model;
 // Throws qg::Error (op "nn.model") for an unknown kind.
 Model build_model(Graph& graph, const ModelSpec& spec, const QConfig& qconfig, uint64_t seed);
 Mlp build_mlp(Graph& graph, const MlpSpec& spec, const QConfig& qconfig, uint64_t seed);
-// Whether the CNN's blocks are conv-bn-relu (the build registers batch_norm) or conv-relu.
-bool cnn_has_batch_norm();
 // The model kinds build_model knows.
 const std::vector<std::string>& model_kinds();
 

@@ -29,9 +29,8 @@ std::string missing_op(const std::vector<std::string>& ops) {
     if (!m.empty()) GTEST_SKIP() << "this build has no op '" << m << "' yet"; \
   } while (0)
 #define REQUIRE_CNN_OPS() REQUIRE_OPS("conv2d", "batch_norm", "max_pool2d", "global_avg_pool2d")
-// layer_norm falls back to primitive ops when the op is absent (nn/layer_norm.cpp).
 #define REQUIRE_TRANSFORMER_OPS() \
-  REQUIRE_OPS("batched_matmul", "softmax", "permute", "gelu", "embedding")
+  REQUIRE_OPS("layer_norm", "batched_matmul", "softmax", "permute", "gelu", "embedding")
 
 // Trains `epochs` epochs and checks the loss falls and conversion keeps the accuracy.
 void train_and_convert(const std::string& kind, const nn::QConfig& qc, int epochs, double max_gap) {
@@ -53,9 +52,8 @@ void train_and_convert(const std::string& kind, const nn::QConfig& qc, int epoch
 // (conv / sf - mean) * sf vs conv - mean * sf, which may flip one near-tie argmax.
 constexpr double kOneSample = 1.0 / 359.0 + 1e-12;
 
-// Conv-bn-relu blocks when the build has batch_norm, conv-relu blocks otherwise.
 TEST(CnnModel, TrainsAndConvertsForEveryWeightKind) {
-  REQUIRE_OPS("conv2d", "max_pool2d", "global_avg_pool2d");
+  REQUIRE_CNN_OPS();
   train_and_convert("cnn", nn::QConfig::float32(), 3, kOneSample);
   for (nn::QConfig qc : {nn::QConfig::w8a8(), nn::QConfig::w4a8(), nn::QConfig::w4a8_group(8),
                          nn::QConfig::nf4a8(), nn::QConfig::w4a4()})
