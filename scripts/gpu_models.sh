@@ -10,6 +10,10 @@ out=${OUT:-out}
 mkdir -p "$out"
 build=${BUILD_DIR:-build-gpu}
 export NCCL_NVLS_ENABLE=0
+# The nn tests train on the digits data: scikit-learn's copy where Debian's is absent.
+if [ -z "${QG_DIGITS_CSV:-}" ] && [ ! -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ]; then
+  QG_DIGITS_CSV=$(python3 -c "import os, sklearn; print(os.path.join(os.path.dirname(sklearn.__file__), 'datasets', 'data', 'digits.csv.gz'))" 2>/dev/null) && export QG_DIGITS_CSV
+fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
 
 suites=()
@@ -51,7 +55,7 @@ for s in "${suites[@]}"; do
 done
 
 echo "==== whole training steps"
-"$build/apps/qat" steps --device cuda --reps "${REPS:-20}" --json "$out/steps_cudnn.json" 2>&1 | tail -6
+"$build/apps/qat" steps --device cuda --reps "${REPS:-20}" --json "$out/steps_cudnn.json" ${PROFILE:+--profile} 2>&1 | tail -60
 QG_CONV_BACKEND=im2col "$build/apps/qat" steps --device cuda --model cnn --reps "${REPS:-20}" \
   --json "$out/steps_im2col.json" 2>&1 | tail -3
 python3 bench/torch_model_steps.py --reps "${REPS:-20}" --tf32 --json "$out/steps_torch.json" \

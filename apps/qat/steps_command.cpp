@@ -9,8 +9,10 @@
 // ConvBnReLU2d. bench/torch_model_steps.py times the same steps in PyTorch; --json rows use
 // its case labels so bench/compare_steps.py can join them. `--small` shrinks every shape
 // (a CPU smoke run for CI).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 
 #include "apps/qat/commands.h"
 #include "bench/harness/device_timer.h"
@@ -21,13 +23,19 @@
 #include "runtime/passes/pass.h"
 #include "runtime/static_run.h"
 
+#ifdef QG_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "runtime/cuda/cuda_check.h"
+#endif
+
 namespace qg::cli {
 namespace {
 
 struct StepsOptions {
   std::string device = "auto", model = "all", json;
   int reps = 20;
-  bool small = false;
+  bool small = false, profile = false;
 };
 
 struct StepGraph {
@@ -105,6 +113,51 @@ double time_step(StepGraph& s, Device device, int reps, int* kernels) {
   return us;
 }
 
+// Where one step's GPU time goes, per op: a CUDA event after every node of `runs` executor
+// runs (the executor enqueues ahead of the GPU, so the gaps between events are kernel time),
+// summed per op and printed largest first.
+void profile_step(StepGraph& s, Device device, int runs) {
+#ifdef QG_WITH_CUDA
+  if (device.is_cpu()) return;
+  Executor::Feeds feeds;
+  for (auto& [name, t] : s.feeds) feeds[name] = t.to(device);
+  Executor exec(s.graph, device);
+  exec.run(feeds, {s.loss}, s.updates);  // warm-up: allocator, library handles
+  auto stream = static_cast<cudaStream_t>(exec.stream());
+  std::vector<std::pair<std::string, cudaEvent_t>> marks;
+  exec.on_node = [&](const Node& n, const std::vector<Tensor>&) {
+    cudaEvent_t e;
+    QG_CUDA_CHECK("steps", cudaEventCreate(&e));
+    QG_CUDA_CHECK("steps", cudaEventRecord(e, stream));
+    marks.push_back({n.op->name, e});
+  };
+  for (int r = 0; r < runs; ++r) exec.run(feeds, {s.loss}, s.updates);
+  QG_CUDA_CHECK("steps", cudaStreamSynchronize(stream));
+  std::map<std::string, std::pair<double, int>> per_op;
+  double total = 0;
+  for (size_t i = 1; i < marks.size(); ++i) {
+    float ms = 0;
+    QG_CUDA_CHECK("steps", cudaEventElapsedTime(&ms, marks[i - 1].second, marks[i].second));
+    auto& [t, count] = per_op[marks[i].first];
+    t += ms / runs;
+    count += 1;
+    total += ms / runs;
+  }
+  for (auto& m : marks) cudaEventDestroy(m.second);
+  std::vector<std::pair<std::string, std::pair<double, int>>> rows(per_op.begin(), per_op.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::printf("  profile (executor runs, %.3f ms per step between the first and last node):\n",
+              total);
+  for (size_t i = 0; i < rows.size() && i < 12; ++i)
+    std::printf("    %-32s %8.3f ms %5.1f%%  (%d nodes)\n", rows[i].first.c_str(),
+                rows[i].second.first, 100 * rows[i].second.first / total,
+                rows[i].second.second / runs);
+#else
+  (void)s, (void)device, (void)runs;
+#endif
+}
+
 }  // namespace
 
 void add_steps_command(CLI::App& app) {
@@ -118,6 +171,7 @@ void add_steps_command(CLI::App& app) {
   cmd->add_option("--reps", o->reps, "Timed steps (median reported)")->check(CLI::Range(1, 10000));
   cmd->add_flag("--small", o->small, "Tiny shapes (a smoke run)");
   cmd->add_option("--json", o->json, "Write the rows as JSON");
+  cmd->add_flag("--profile", o->profile, "Also print each step's GPU time per op");
   cmd->callback([o] {
     Device device = Device::cpu();
     if (o->device == "cuda" || (o->device == "auto" && cuda_available())) device = Device::cuda();
@@ -140,6 +194,7 @@ void add_steps_command(CLI::App& app) {
         std::string label = std::string("step ") + kind + (qat ? " qat" : " float") + " fp32";
         std::printf("%-32s %8d %12.3f\n", label.c_str(), kernels, us / 1000.0);
         std::fflush(stdout);
+        if (o->profile) profile_step(s, device, 5);
         rows += std::string(rows.empty() ? "" : ",\n") + "  {\"case\": \"" + label +
                 "\", \"ours_us\": " + std::to_string(us) +
                 ", \"kernels\": " + std::to_string(kernels) + "}";

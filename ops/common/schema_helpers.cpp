@@ -73,6 +73,13 @@ void expect_float(const InferContext& ctx, int i) {
            " must be floating point (f32, f64, f16, bf16), got ", ctx.inputs[i].str());
 }
 
+void expect_f32_or_f64(const InferContext& ctx, int i) {
+  DType d = ctx.inputs[i].dtype;
+  QG_CHECK(d == DType::f32 || d == DType::f64, ctx.op, "input ", i,
+           " must be f32 or f64 (this op has no f16/bf16 kernels; cast first), got ",
+           ctx.inputs[i].str());
+}
+
 void expect_integral(const InferContext& ctx, int i) {
   QG_CHECK(is_integral(ctx.inputs[i].dtype), ctx.op, "input ", i,
            " must be an integer tensor, got ", ctx.inputs[i].str());

@@ -19,6 +19,8 @@ AttrSpec ints_attr(const std::string& name, std::optional<std::vector<int64_t>> 
                    const std::string& doc);
 
 void expect_float(const InferContext& ctx, int input);
+// For ops whose kernels exist in f32 and f64 only (conv2d, the norms).
+void expect_f32_or_f64(const InferContext& ctx, int input);
 void expect_integral(const InferContext& ctx, int input);
 void expect_same_dtype(const InferContext& ctx, int a, int b);
 void expect_rank(const InferContext& ctx, int input, int rank);

@@ -60,7 +60,7 @@ Attrs conv_attrs_of(const Attrs& attrs) {
 }
 
 void expect_same_float(const InferContext& ctx, const std::vector<std::string>& names) {
-  expect_float(ctx, 0);
+  expect_f32_or_f64(ctx, 0);
   bool same = true;
   for (const TensorType& t : ctx.inputs) same = same && t.dtype == ctx.inputs[0].dtype;
   if (same) return;
@@ -229,7 +229,7 @@ void define_conv_ops(OpRegistry& r) {
     op.inputs = {"dy"};
     op.outputs = {"db"};
     op.infer = [](const InferContext& ctx) {
-      expect_float(ctx, 0);
+      expect_f32_or_f64(ctx, 0);
       const Shape& dy = ctx.inputs[0].shape;
       QG_CHECK(dy.size() == 4, ctx.op,
                "input dy must have rank 4 in NCHW layout [N, O, Ho, Wo], "

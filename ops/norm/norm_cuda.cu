@@ -38,27 +38,47 @@ ChannelDims channel_dims(const Shape& x) {
   return d;
 }
 
-// Element k of channel ch (k over the channel's N * S values, image-major).
-__device__ __forceinline__ int64_t channel_offset(const ChannelDims& d, int64_t ch, int64_t k) {
-  return ((k / d.s) * d.c + ch) * d.s + k % d.s;
-}
-
-// Per (stretch, channel): sum of f(k) over the stretch, two components, into partial.
+// Per (stretch, channel): the sum of f(offset) over the stretch's elements, two components,
+// into partial. A stretch is a range of the channel's N * S values (image-major); it is
+// walked one image plane at a time, so the threads read contiguous elements and the index
+// arithmetic costs one division per plane, not per element.
 template <typename F>
 __device__ void stretch_sums(const ChannelDims& d, double2* partial, F f) {
   const int64_t ch = blockIdx.y, begin = blockIdx.x * d.per_split;
   const int64_t end = begin + d.per_split < d.m ? begin + d.per_split : d.m;
   double2 acc = make_double2(0, 0);
-  for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) acc = add2(acc, f(ch, k));
+  for (int64_t k = begin; k < end;) {
+    const int64_t image = k / d.s, plane_end = (image + 1) * d.s < end ? (image + 1) * d.s : end;
+    const int64_t shift = (image * d.c + ch) * d.s - image * d.s;  // x offset of value k
+    for (int64_t kk = k + threadIdx.x; kk < plane_end; kk += blockDim.x)
+      acc = add2(acc, f(ch, shift + kk));
+    k = plane_end;
+  }
   acc = block_reduce(acc, add2);
   if (threadIdx.x == 0) partial[ch * d.splits + blockIdx.x] = acc;
+}
+
+// Calls f(i, ch) for every element i of x (channel ch): per image plane when planes are
+// long enough to occupy a block, else flat over the elements.
+constexpr int64_t kPlaneMin = 128;
+template <typename F>
+__device__ void for_each_channel_element(const ChannelDims& d, F f) {
+  if (d.s >= kPlaneMin) {
+    for (int64_t plane = blockIdx.x; plane < d.n * d.c; plane += gridDim.x) {
+      const int64_t ch = plane % d.c, base = plane * d.s;
+      for (int64_t i = threadIdx.x; i < d.s; i += blockDim.x) f(base + i, ch);
+    }
+  } else {
+    for (int64_t i = global_thread(); i < d.n * d.c * d.s; i += global_stride())
+      f(i, (i / d.s) % d.c);
+  }
 }
 
 template <typename T>
 __global__ void bn_stats_kernel(const T* x, const float* frozen, ChannelDims d, double2* partial) {
   if (*frozen != 0.0f) return;  // running statistics: nothing to reduce
-  stretch_sums(d, partial, [&](int64_t ch, int64_t k) {
-    double v = static_cast<double>(to_math(x[channel_offset(d, ch, k)]));
+  stretch_sums(d, partial, [&](int64_t, int64_t i) {
+    double v = static_cast<double>(x[i]);
     return make_double2(v, v * v);
   });
 }
@@ -93,18 +113,16 @@ __global__ void bn_finalize_kernel(const double2* partial, const float* frozen, 
 
 template <typename T>
 __global__ void bn_apply_kernel(const T* x, const T* gamma, const T* beta, const T* mean,
-                                const T* invstd, ChannelDims d, T* y, int64_t total) {
-  for (int64_t i = global_thread(); i < total; i += global_stride()) {
-    const int64_t ch = (i / d.s) % d.c;
+                                const T* invstd, ChannelDims d, T* y) {
+  for_each_channel_element(d, [&](int64_t i, int64_t ch) {
     y[i] = (x[i] - mean[ch]) * invstd[ch] * gamma[ch] + beta[ch];
-  }
+  });
 }
 
 template <typename T>
 __global__ void bn_grad_stats_kernel(const T* dy, const T* x, const T* mean, const T* invstd,
                                      ChannelDims d, double2* partial) {
-  stretch_sums(d, partial, [&](int64_t ch, int64_t k) {
-    int64_t i = channel_offset(d, ch, k);
+  stretch_sums(d, partial, [&](int64_t ch, int64_t i) {
     double g = static_cast<double>(dy[i]);
     return make_double2(g, g * static_cast<double>((x[i] - mean[ch]) * invstd[ch]));
   });
@@ -130,12 +148,11 @@ __global__ void bn_grad_finalize_kernel(const double2* partial, const T* gamma, 
 
 template <typename T>
 __global__ void bn_dx_kernel(const T* dy, const T* x, const T* mean, const T* invstd, const T* coef,
-                             ChannelDims d, T* dx, int64_t total) {
-  for (int64_t i = global_thread(); i < total; i += global_stride()) {
-    const int64_t ch = (i / d.s) % d.c;
+                             ChannelDims d, T* dx) {
+  for_each_channel_element(d, [&](int64_t i, int64_t ch) {
     T xhat = (x[i] - mean[ch]) * invstd[ch];
     dx[i] = coef[3 * ch] * (dy[i] - coef[3 * ch + 1] - xhat * coef[3 * ch + 2]);
-  }
+  });
 }
 
 template <typename T>
@@ -168,7 +185,7 @@ void batch_norm_cuda(KernelContext& ctx) {
   auto app = elementwise_launch(total);
   bn_apply_kernel<T><<<app.blocks, app.threads, 0, s>>>(
       in_ptr<T>(x), in_ptr<T>(ctx.inputs[1]), in_ptr<T>(ctx.inputs[2]), in_ptr<T>(ctx.outputs[1]),
-      in_ptr<T>(ctx.outputs[2]), d, out_ptr<T>(ctx.outputs[0]), total);
+      in_ptr<T>(ctx.outputs[2]), d, out_ptr<T>(ctx.outputs[0]));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
@@ -199,7 +216,7 @@ void batch_norm_backward_cuda(KernelContext& ctx) {
   auto app = elementwise_launch(total);
   bn_dx_kernel<T><<<app.blocks, app.threads, 0, s>>>(in_ptr<T>(ctx.inputs[0]), in_ptr<T>(x), mean,
                                                      invstd, in_ptr<T>(coef), d,
-                                                     out_ptr<T>(ctx.outputs[0]), total);
+                                                     out_ptr<T>(ctx.outputs[0]));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 

@@ -56,7 +56,7 @@ void define_batch_norm(OpRegistry& r) {
               bounded_real("eps", 1e-5, 0.0, 1e300, true, "added to the variance")};
   op.differentiable_inputs = {true, true, true, false, false};
   op.infer = [](const InferContext& ctx) {
-    expect_float(ctx, 0);
+    expect_f32_or_f64(ctx, 0);
     const TensorType& x = ctx.inputs[0];
     QG_CHECK(x.shape.size() >= 2, ctx.op, "x must be [N, C, ...] (rank >= 2, channels on axis 1),",
              " got ", x.str());
@@ -89,7 +89,7 @@ void define_batch_norm(OpRegistry& r) {
   back.inputs = {"dy", "x", "gamma", "save_mean", "save_invstd", "used_batch_stats"};
   back.outputs = {"dx", "dgamma", "dbeta"};
   back.infer = [](const InferContext& ctx) {
-    expect_float(ctx, 0);
+    expect_f32_or_f64(ctx, 0);
     const TensorType& x = ctx.inputs[1];
     QG_CHECK(x.shape.size() >= 2 && ctx.inputs[0] == x, ctx.op, "dy ", ctx.inputs[0].str(),
              " must match x ", x.str(), " (rank >= 2)");
@@ -115,7 +115,7 @@ void define_layer_norm(OpRegistry& r) {
   op.attrs = {bounded_real("eps", 1e-5, 0.0, 1e300, true, "added to the variance")};
   op.differentiable_inputs = {true, true, true};
   op.infer = [](const InferContext& ctx) {
-    expect_float(ctx, 0);
+    expect_f32_or_f64(ctx, 0);
     const TensorType& x = ctx.inputs[0];
     QG_CHECK(!x.shape.empty() && x.shape.back() > 0, ctx.op,
              "x must have a non-empty last axis to normalise over, got ", x.str());
@@ -143,7 +143,7 @@ void define_layer_norm(OpRegistry& r) {
   back.inputs = {"dy", "x", "gamma", "mean", "rstd"};
   back.outputs = {"dx", "dgamma", "dbeta"};
   back.infer = [](const InferContext& ctx) {
-    expect_float(ctx, 0);
+    expect_f32_or_f64(ctx, 0);
     const TensorType& x = ctx.inputs[1];
     QG_CHECK(!x.shape.empty() && ctx.inputs[0] == x, ctx.op, "dy ", ctx.inputs[0].str(),
              " must match x ", x.str());

@@ -289,7 +289,7 @@ TEST(Conv2dErrors, BiasShapeAndDtypes) {
       [] {
         apply_conv({DType::i32, {1, 4, 6, 6}}, {DType::i32, {2, 4, 3, 3}}, {DType::i32, {2}});
       },
-      {"conv2d", "floating point", "i32"});
+      {"conv2d", "f32 or f64", "i32"});
 }
 
 TEST(Conv2dErrors, BackwardOpsCheckTheirShapes) {
