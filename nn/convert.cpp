@@ -74,9 +74,10 @@ ValueId integer_weight(Graph& g, const WeightQuantizer& w, const QConfig& qc,
       const float s = scale[static_cast<size_t>(qparam(o, k))];
       codes[o * in + k] = qmath::quantize_code<float>(src[o * in + k], 1.0f / s, 0.0f, qmin, qmax);
     }
-  if (bits == 4) {
+  if (bits <= 4) {
     // Packed INT4, two codes per byte in flat C order (stored code + 8), one (scale, zero
-    // point 8) per row group; channel and tensor scopes are one group per row.
+    // point 8) per row group; channel and tensor scopes are one group per row. int2 codes
+    // (-2..1) use the same nibbles: there is no 2-bit storage op.
     std::vector<uint8_t> packed(static_cast<size_t>((out * in + 1) / 2), 0);
     for (int64_t i = 0; i < out * in; ++i) {
       uint8_t v = static_cast<uint8_t>(codes[i] + 8);

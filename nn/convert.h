@@ -1,7 +1,8 @@
 // Moving a trained model's state between graphs, and conversion to integer weights as a
 // pass over a model's forward graph (torch.ao's convert):
 //   * each weight quantizer's fake-quant chain is replaced by constant integer codes and the
-//     storage format's dequantize op: int8/int2 codes (i8) + dequantize, packed INT4 +
+//     storage format's dequantize op: int8 codes (i8) + dequantize, packed INT4 (int4, and
+//     int2 codes in nibbles: there is no 2-bit storage op) +
 //     int4_unpack_dequantize, packed NF4 + nf4_unpack_dequantize. The codes come from the
 //     weight and qparams the fake-quant graph computes in eval mode, so the converted graph
 //     reads exactly the fake-quantized weights;

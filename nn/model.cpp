@@ -23,10 +23,13 @@ ValueId cnn_body(Builder& b, ValueId x, const ModelSpec& spec) {
   Graph& g = b.graph();
   ValueId h =
       g.apply1("reshape", {x}, {{"shape", Shape{spec.mlp.batch, 1, c.image, c.image}}}, "image");
-  h = b.conv_bn(h, 1, c.channels[0], 3, "conv1", 1, 1);
-  h = b.conv_bn(h, c.channels[0], c.channels[1], 3, "conv2", 1, 1);
+  auto block = [&](ValueId in, int64_t cin, int64_t cout, const std::string& name) {
+    return b.conv_bn(in, cin, cout, 3, name, 1, 1);  // ConvBnReLU2d, folded for QAT
+  };
+  h = block(h, 1, c.channels[0], "conv1");
+  h = block(h, c.channels[0], c.channels[1], "conv2");
   h = b.max_pool2d(h, 2, "pool");
-  h = b.conv_bn(h, c.channels[1], c.channels[2], 3, "conv3", 1, 1);
+  h = block(h, c.channels[1], c.channels[2], "conv3");
   h = b.global_avg_pool(h, "gap");
   return b.linear(h, spec.mlp.classes, "fc", false, b.qconfig().static_activations());
 }

@@ -1,4 +1,6 @@
-// Conversion of a trained QAT model to real integer weights, and inference with them.
+// Conversion of a trained QAT MLP to real integer weights, and inference with them in plain
+// C++ loops (no graph). nn/convert.h is the general path for every model kind (a pass over
+// the model's graph); this one stays as an independent check of it for the MLP.
 // Weights are stored as int8 codes, packed INT4 codes (two per byte, low nibble = even
 // element, stored q + 8) or packed NF4 codes with one absmax per group; activations are
 // quantized to uint8 codes between layers with the observers' frozen qparams. Each weight

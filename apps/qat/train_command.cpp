@@ -51,9 +51,8 @@ void run_single(const TrainOptions& o) {
   Row r = evaluate_row(qc.str(), *t, test);
   std::printf("test accuracy (fake-quant graph): %s\n", pct(r.fake_quant_acc).c_str());
   if (r.integer_acc >= 0)
-    std::printf(
-        "test accuracy (integer weights, dequantize on the fly): %s  (difference %+.2f points)\n",
-        pct(r.integer_acc).c_str(), 100 * (r.integer_acc - r.fake_quant_acc));
+    std::printf("test accuracy (integer weights, converted graph): %s  (difference %+.2f points)\n",
+                pct(r.integer_acc).c_str(), 100 * (r.integer_acc - r.fake_quant_acc));
   std::printf("model size: %lld bytes\n", static_cast<long long>(r.bytes));
   std::ostringstream extra;
   extra.precision(9);

@@ -70,7 +70,7 @@ void apply_model_defaults(TrainOptions& o, const std::function<bool(const char*)
   // Measured on the digits data (README): enough epochs to converge, QAT fine-tunes long
   // enough to recover the low-bit rows, two CPU cores in well under a minute per --compare.
   Defaults d{o.epochs, o.qat_epochs, o.lr, o.qat_lr};
-  if (o.model == "cnn") d = {8, 3, 3e-3, 1e-3};
+  if (o.model == "cnn") d = {12, 3, 1e-2, 3e-4};
   if (o.model == "transformer") d = {15, 4, 3e-3, 5e-4};
   if (!given("--epochs")) o.epochs = d.epochs;
   if (!given("--qat-epochs")) o.qat_epochs = d.qat_epochs;

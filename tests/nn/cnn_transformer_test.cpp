@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "core/op_registry.h"
 #include "nn/convert.h"
@@ -53,10 +54,10 @@ constexpr double kOneSample = 1.0 / 359.0 + 1e-12;
 
 TEST(CnnModel, TrainsAndConvertsForEveryWeightKind) {
   REQUIRE_CNN_OPS();
-  train_and_convert("cnn", nn::QConfig::float32(), 2, kOneSample);
+  train_and_convert("cnn", nn::QConfig::float32(), 3, kOneSample);
   for (nn::QConfig qc : {nn::QConfig::w8a8(), nn::QConfig::w4a8(), nn::QConfig::w4a8_group(8),
                          nn::QConfig::nf4a8(), nn::QConfig::w4a4()})
-    train_and_convert("cnn", qc, 2, kOneSample);
+    train_and_convert("cnn", qc, 3, kOneSample);
 }
 
 TEST(TransformerModel, TrainsAndConvertsForEveryWeightKind) {
@@ -167,6 +168,30 @@ TEST(ConvBn, FoldingMatchesAnUnfusedReference) {
     EXPECT_NEAR(ex.parameter("cb.bn.running_var").data<float>()[o],
                 0.9 * rv[o] + 0.1 * var * m / (m - 1), 1e-5);
   }
+}
+
+}  // namespace
+}  // namespace qg
+
+namespace qg {
+namespace {
+
+// Checkpoints hold every node state by name, so any model kind resumes bit for bit.
+TEST(TransformerModel, ResumeFromACheckpointReplaysTheRun) {
+  REQUIRE_TRANSFORMER_OPS();
+  const auto& d = digits();
+  nn::TrainConfig c = small_config("transformer", nn::QConfig::int8_dyn_act_int4_weight(8));
+  nn::Trainer a(c, d.train, d.test);
+  a.train_epoch();
+  const std::string path = ::testing::TempDir() + "nn_transformer.qgck";
+  a.save_checkpoint(path);
+  a.train_epoch();
+  nn::Trainer b(c, d.train, d.test);
+  b.load_checkpoint(path);
+  b.train_epoch();
+  EXPECT_EQ(a.history().back().train_loss, b.history().back().train_loss);
+  EXPECT_EQ(a.history().back().test_accuracy, b.history().back().test_accuracy);
+  std::remove(path.c_str());
 }
 
 }  // namespace
