@@ -56,6 +56,7 @@ struct ConvBnLayer {
   NodeId bn_node = -1;
   ValueId gamma = kNoValue, beta = kNoValue, running_mean = kNoValue, running_var = kNoValue;
   double eps = 1e-5;
+  bool folded = true;  // false with float weights: conv -> batch_norm, nothing folded
 };
 
 class Builder {

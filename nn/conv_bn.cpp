@@ -7,7 +7,9 @@
 //   y            = batch_norm(conv)   (batch statistics in training, updating the running
 //                                      ones; running statistics in eval or once frozen)
 //   y            = relu(y), then the output activation quantizer.
-// The conv has no bias of its own (the batch norm's beta plays that part). Parameters:
+// With float weights (no weight quantizer) there is nothing to fold for, and the block is
+// plain conv -> batch_norm (-> relu). The conv has no bias of its own (the batch norm's beta plays
+// that part). Parameters:
 // "<name>.weight" [O, C, k, k], "<name>.bn.weight" (gamma), "<name>.bn.bias" (beta);
 // buffers "<name>.bn.running_mean", "<name>.bn.running_var" (graph parameters the optimizer
 // never sees; the batch_norm node "<name>.bn" updates them and holds the `frozen` state).
@@ -36,22 +38,31 @@ ValueId Builder::conv_bn(ValueId x, int64_t in_channels, int64_t out_channels, i
   rec.running_mean = filled_parameter(name + ".bn.running_mean", {out_channels}, 0.0, false);
   rec.running_var = filled_parameter(name + ".bn.running_var", {out_channels}, 1.0, false);
 
-  ValueId eps_c = g_.constant(Tensor::scalar(eps, DType::f32), name + ".bn.eps");
-  ValueId running_std =
-      g_.apply1("sqrt", {g_.apply1("add", {rec.running_var, eps_c}, {}, name + ".var_eps")}, {},
-                name + ".running_std");
-  ValueId scale_factor = g_.apply1("div", {rec.gamma, running_std}, {}, name + ".scale_factor");
-  ValueId sf_w = g_.apply1("reshape", {scale_factor}, {{"shape", Shape{out_channels, 1, 1, 1}}},
-                           name + ".sf_w");
-  ValueId w_fold = g_.apply1("mul", {w, sf_w}, {}, name + ".weight_fold");
   ValueId zero_bias = g_.constant(Tensor::zeros({out_channels}, DType::f32), name + ".zero_bias");
   ValueId xin = gemm_input(x, name + ".in");
-  rec.conv = g_.apply1("conv2d", {xin, weight(w_fold, name), zero_bias},
-                       {{"stride", Shape{stride, stride}}, {"padding", Shape{padding, padding}}},
-                       name + ".conv");
-  ValueId sf_y = g_.apply1("reshape", {scale_factor}, {{"shape", Shape{1, out_channels, 1, 1}}},
-                           name + ".sf_y");
-  ValueId conv = g_.apply1("div", {rec.conv, sf_y}, {}, name + ".unscale");
+  const Attrs conv_attrs{{"stride", Shape{stride, stride}}, {"padding", Shape{padding, padding}}};
+  ValueId conv;
+  if (qc_.weight == WeightQuant::none) {
+    // No weight quantizer, so nothing to fold for: conv -> batch_norm as torch's float
+    // Conv2d + BatchNorm2d compute it. The fold's rescaling of the output would only add two
+    // passes over the activations (and the gradient of the scale) for the same result.
+    rec.folded = false;
+    rec.conv = conv = g_.apply1("conv2d", {xin, w, zero_bias}, conv_attrs, name + ".conv");
+  } else {
+    ValueId eps_c = g_.constant(Tensor::scalar(eps, DType::f32), name + ".bn.eps");
+    ValueId running_std =
+        g_.apply1("sqrt", {g_.apply1("add", {rec.running_var, eps_c}, {}, name + ".var_eps")}, {},
+                  name + ".running_std");
+    ValueId scale_factor = g_.apply1("div", {rec.gamma, running_std}, {}, name + ".scale_factor");
+    ValueId sf_w = g_.apply1("reshape", {scale_factor}, {{"shape", Shape{out_channels, 1, 1, 1}}},
+                             name + ".sf_w");
+    ValueId w_fold = g_.apply1("mul", {w, sf_w}, {}, name + ".weight_fold");
+    rec.conv =
+        g_.apply1("conv2d", {xin, weight(w_fold, name), zero_bias}, conv_attrs, name + ".conv");
+    ValueId sf_y = g_.apply1("reshape", {scale_factor}, {{"shape", Shape{1, out_channels, 1, 1}}},
+                             name + ".sf_y");
+    conv = g_.apply1("div", {rec.conv, sf_y}, {}, name + ".unscale");
+  }
   auto bn = g_.apply("batch_norm", {conv, rec.gamma, rec.beta, rec.running_mean, rec.running_var},
                      {{"momentum", 0.1}, {"eps", eps}}, name + ".bn");
   rec.bn_out = bn[0];

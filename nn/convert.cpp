@@ -175,8 +175,11 @@ int64_t convert_to_integer(ModelInstance& inst, const QConfig& qc) {
       fetch.push_back(g.node(w.observer).outputs[1]);
     }
   }
+  // Unfolded (float-weight) blocks keep their batch_norm, which eval mode runs on the
+  // running statistics: nothing to rewrite.
   for (const ConvBnLayer& c : m.conv_bns)
-    for (ValueId v : {c.gamma, c.beta, c.running_mean, c.running_var}) fetch.push_back(v);
+    if (c.folded)
+      for (ValueId v : {c.gamma, c.beta, c.running_mean, c.running_var}) fetch.push_back(v);
   ex.set_training(false);
   std::vector<Tensor> got = ex.run(zero_feeds(g), fetch);
   for (Tensor& t : got) t = t.to(Device::cpu());
@@ -189,6 +192,7 @@ int64_t convert_to_integer(ModelInstance& inst, const QConfig& qc) {
     rewire(g, w.quantized, integer_weight(g, w, qc, mine));
   }
   for (const ConvBnLayer& c : m.conv_bns) {
+    if (!c.folded) continue;
     std::vector<float> gamma = floats(got[k]), beta = floats(got[k + 1]), mean = floats(got[k + 2]),
                        var = floats(got[k + 3]);
     k += 4;

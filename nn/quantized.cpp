@@ -67,6 +67,8 @@ void dequantize_row(const QuantizedLinear& l, int64_t r, float* w) {
                l.scales[r * groups_per_row + c / l.group_size];
       break;
     }
+    case WeightQuant::int2:  // convert_to_quantized refuses it; nn/convert.h stores int2
+      QG_FAIL("nn", "QuantizedMlp has no int2 layer '", l.name, "'");
   }
 }
 
