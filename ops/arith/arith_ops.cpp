@@ -80,10 +80,13 @@ std::vector<ValueId> div_backward(BackwardContext& c) {
   ValueId dy_over_b = c.graph.apply1("div", {dy, n.inputs[1]});
   ValueId da = kNoValue, db = kNoValue;
   if (c.needs_input_grad[0]) da = sum_to_shape(c.graph, dy_over_b, shape_of(c.graph, n.inputs[0]));
+  // The sign flips after the reduction: exact either way (negation commutes with rounding),
+  // and on a broadcast divisor (conv-bn's per-channel scale) it then touches C values, not
+  // the whole activation.
   if (c.needs_input_grad[1])
-    db = sum_to_shape(c.graph,
-                      c.graph.apply1("neg", {c.graph.apply1("mul", {dy_over_b, n.outputs[0]})}),
-                      shape_of(c.graph, n.inputs[1]));
+    db = c.graph.apply1("neg",
+                        {sum_to_shape(c.graph, c.graph.apply1("mul", {dy_over_b, n.outputs[0]}),
+                                      shape_of(c.graph, n.inputs[1]))});
   return {da, db};
 }
 
