@@ -128,7 +128,11 @@ std::vector<CheckpointSection> decode_checkpoint(const std::string& bytes,
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  // A "<path>.tmp" left by a write that was killed midway may be read-only, a link or a
+  // directory entry of another owner: remove it and create a fresh file (O_EXCL, so a link
+  // planted there is not followed).
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_TRUNC, 0644);
   QG_CHECK(fd >= 0, "io", "cannot create '", tmp, "': ", std::strerror(errno));
   size_t done = 0;
   while (done < bytes.size()) {
@@ -149,8 +153,11 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     ::unlink(tmp.c_str());
     QG_FAIL("io", "fsync of '", tmp, "' failed: ", std::strerror(e));
   }
-  QG_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "io", "cannot rename '", tmp, "' to '", path,
-           "': ", std::strerror(errno));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int re = errno;
+    ::unlink(tmp.c_str());
+    QG_FAIL("io", "cannot rename '", tmp, "' to '", path, "': ", std::strerror(re));
+  }
   // Make the rename itself durable.
   std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
   if (dir.empty()) dir = "/";
