@@ -215,11 +215,14 @@ Tensor parse_npy(std::string_view bytes, const std::string& what) {
   const DType dtype = dtype_from_descr(descr, what);
   QG_CHECK(!fortran, "npy", what,
            ": Fortran-order arrays are not supported (save with np.ascontiguousarray)");
-  int64_t numel = 1;
+  // The product of the non-zero dimensions must fit too: a tensor's strides are computed
+  // from it even when another dimension is 0 (the shape (0, 2**32, 2**32) holds no data).
+  int64_t numel = 1, extent = 1;
   for (int64_t d : shape) {
-    QG_CHECK(d == 0 || numel <= std::numeric_limits<int64_t>::max() / d / 8, "npy", what,
+    QG_CHECK(d == 0 || extent <= std::numeric_limits<int64_t>::max() / d / 8, "npy", what,
              ": shape ", shape_str(shape), " is too large");
     numel *= d;
+    if (d != 0) extent *= d;
   }
   // Check the size before allocating: a corrupt shape must not reserve gigabytes.
   const uint64_t want = static_cast<uint64_t>(numel) * dtype_size(dtype);

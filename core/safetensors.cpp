@@ -91,13 +91,16 @@ Entry parse_entry(const std::string& name, const json& v, uint64_t buffer_bytes,
   const json& shape = v.at("shape");
   QG_CHECK(shape.is_array(), "safetensors", what, ": tensor '", pname,
            "': shape is not an array: ", printable(shape.dump()));
-  uint64_t numel = 1;
+  // The product of the non-zero dimensions must fit too: a tensor's strides are computed
+  // from it even when another dimension is 0.
+  uint64_t numel = 1, extent = 1;
   constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   for (const json& d : shape) {
     const uint64_t n = get_unsigned(d, what, name, "shape");
-    QG_CHECK(n <= kMax && (n == 0 || numel <= kMax / n / 8), "safetensors", what, ": tensor '",
+    QG_CHECK(n <= kMax && (n == 0 || extent <= kMax / n / 8), "safetensors", what, ": tensor '",
              pname, "': shape ", printable(shape.dump()), " overflows");
     numel *= n;
+    if (n != 0) extent *= n;
     e.shape.push_back(static_cast<int64_t>(n));
   }
 

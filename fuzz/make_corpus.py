@@ -59,6 +59,9 @@ def main():
     save("npy", "f16_empty.npy", npy(np.zeros((0, 4), np.float16)))
     save("npy", "bad_truncated.npy", npy(a)[:-5])
     save("npy", "bad_fortran.npy", npy(np.asfortranarray(a)))
+    # A zero dimension next to huge ones (the strides overflowed; found in the checkpoint reader).
+    zero_dim = npy(np.zeros((0, 2), np.float32)).replace(b"(0, 2)", b"(0, 4294967296, 4294967296)")
+    save("npy", "regress_zero_dim_huge.npy", zero_dim)
 
     save("npz", "stored.npz", npz(False, x=a, y=np.array([1, 2], np.int64)))
     save("npz", "deflated.npz", npz(True, x=a, m=np.array([True])))
@@ -76,6 +79,8 @@ def main():
          safetensors({"b": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}, b"\x80\x3f\x00\xc0"))
     header["i"]["data_offsets"] = [16, 32]
     save("safetensors", "bad_overlap.safetensors", safetensors(header, data))
+    save("safetensors", "regress_zero_dim_huge.safetensors",
+         safetensors({"z": {"dtype": "F32", "shape": [0, 2**32, 2**32], "data_offsets": [0, 0]}}, b""))
     save("safetensors", "bad_header_length.safetensors", struct.pack("<Q", 1 << 40) + b"{}")
 
     t = tensor_payload(0, a)  # dtype code 0 is f32

@@ -197,12 +197,15 @@ Tensor decode_tensor(const std::string& payload, const std::string& what) {
   uint8_t rank = r.get<uint8_t>("tensor rank");
   QG_CHECK(rank <= 8, "checkpoint", what, ": tensor rank ", int(rank), " is implausible");
   Shape shape;
-  uint64_t numel = 1;
+  // `extent`, the product of the non-zero dims, bounds the strides: a 0 elsewhere in the
+  // shape must not let the other dims overflow them (a fuzzer found [0, 2^37, 2^37, ...]).
+  uint64_t numel = 1, extent = 1;
   for (int i = 0; i < rank; ++i) {
     uint64_t d = r.get<uint64_t>("tensor dim");
-    QG_CHECK(d <= (uint64_t{1} << 40) && (d == 0 || numel <= (uint64_t{1} << 40) / d), "checkpoint",
-             what, ": tensor dim ", d, " is implausible");
+    QG_CHECK(d <= (uint64_t{1} << 40) && (d == 0 || extent <= (uint64_t{1} << 40) / d),
+             "checkpoint", what, ": tensor dim ", d, " is implausible");
     numel *= d;
+    if (d != 0) extent *= d;
     shape.push_back(static_cast<int64_t>(d));
   }
   DType dtype = static_cast<DType>(dt);

@@ -40,6 +40,7 @@ struct ZipMember {
   std::string name;
   std::string data;  // uncompressed
   bool deflate = false;
+  bool zip64 = false;  // directory sizes as 0xffffffff plus a ZIP64 extra field
 };
 
 // A minimal ZIP archive (local headers, central directory, end record), as zipfile writes.
@@ -68,13 +69,20 @@ std::string make_zip(const std::vector<ZipMember>& members) {
     put(dir, m.deflate ? 8 : 0, 2);
     put(dir, 0, 4);
     put(dir, crc, 4);
-    put(dir, body.size(), 4);
-    put(dir, m.data.size(), 4);
+    put(dir, m.zip64 ? 0xffffffff : body.size(), 4);
+    put(dir, m.zip64 ? 0xffffffff : m.data.size(), 4);
     put(dir, m.name.size(), 2);
-    put(dir, 0, 8);  // extra, comment, disk, internal attrs
-    put(dir, 0, 4);  // external attrs
+    put(dir, m.zip64 ? 20 : 0, 2);  // extra field length
+    put(dir, 0, 6);                 // comment, disk, internal attrs
+    put(dir, 0, 4);                 // external attrs
     put(dir, offset, 4);
     dir += m.name;
+    if (m.zip64) {
+      put(dir, 1, 2);
+      put(dir, 16, 2);
+      put(dir, m.data.size(), 8);
+      put(dir, body.size(), 8);
+    }
   }
   const uint64_t dir_offset = out.size();
   out += dir;
@@ -115,6 +123,17 @@ TEST(Npz, ReadsStoredAndDeflatedArchivesBuiltHere) {
     EXPECT_EQ(m.at("x").data<float>()[3], 4.0f);
     EXPECT_EQ(m.at("y").data<int64_t>()[2], 7);
   }
+}
+
+TEST(Npz, ReadsZip64SizesFromTheExtraField) {
+  const std::string x = npy_bytes(Tensor::from_doubles({3}, {1, 2, 3}));
+  auto m = parse_npz(make_zip({{"x.npy", x, true, true}, {"y.npy", x, false, true}}), "ok.npz");
+  EXPECT_EQ(m.at("x").data<float>()[2], 3.0f);
+  EXPECT_EQ(m.at("y").data<float>()[0], 1.0f);
+  std::string zip = make_zip({{"x.npy", x, false, true}});
+  zip[zip.size() - 22 - 20 + 2] = 8;  // the extra field claims 8 bytes: one size missing
+  std::string e = npz_error(zip);
+  EXPECT_NE(e.find("member 'x.npy': ZIP64 extra field too short"), std::string::npos) << e;
 }
 
 TEST(Npz, ReadsNumpySavezAndSavezCompressed) {

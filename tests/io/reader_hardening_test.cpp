@@ -58,6 +58,28 @@ TEST(NpyErrors, HugeShapeIsRejectedBeforeAllocating) {
       << e;
 }
 
+// Found by the checkpoint fuzzer: a zero dimension made every other dimension pass the size
+// check, and Tensor::empty's strides then overflowed. The same shape in each reader:
+TEST(ZeroSizedShapes, HugeOtherDimsAreRejected) {
+  std::string d =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4294967296, 4294967296), }\n";
+  std::string b("\x93NUMPY\x01\x00", 8);
+  b.push_back(static_cast<char>(d.size()));
+  b.push_back(0);
+  std::string e = error_of([&] { parse_npy(b + d, "z.npy"); });
+  EXPECT_NE(e.find("z.npy: shape [0, 4294967296, 4294967296] is too large"), std::string::npos)
+      << e;
+  std::string payload("\x00\x03", 2);  // f32, rank 3: [0, 2^32, 2^32]
+  for (uint64_t dim : {uint64_t{0}, uint64_t{1} << 32, uint64_t{1} << 32}) {
+    for (int i = 0; i < 8; ++i) payload.push_back(static_cast<char>((dim >> (8 * i)) & 0xff));
+  }
+  e = error_of([&] { nn::decode_tensor(payload, "z.ckpt"); });
+  EXPECT_NE(e.find("z.ckpt: tensor dim 4294967296 is implausible"), std::string::npos) << e;
+  // Zero-sized tensors of sane shapes still load.
+  EXPECT_EQ(nn::decode_tensor(nn::encode_tensor(Tensor::empty({0, 3}, DType::f32)), "ok").shape(),
+            (Shape{0, 3}));
+}
+
 TEST(DigitsErrors, CellsAreEscaped) {
   std::string e = error_of([] { nn::parse_digits_csv("1,2,\x1b[31mzz\xff\n", "d.csv"); });
   EXPECT_NE(e.find("d.csv line 1: '\\x1b[31mzz\\xff' is not a number"), std::string::npos) << e;
