@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "core/printable.h"
 
 namespace qg::nn {
 namespace {
@@ -117,8 +118,8 @@ std::vector<CheckpointSection> decode_checkpoint(const std::string& bytes,
     uint32_t crc = r.get<uint32_t>("section checksum");
     s.payload = r.bytes(len, "section payload");
     uint32_t got = crc32_of(s.payload.data(), s.payload.size());
-    QG_CHECK(crc == got, "checkpoint", what, ": section '", s.name, "' checksum mismatch (stored ",
-             crc, ", computed ", got, ")");
+    QG_CHECK(crc == got, "checkpoint", what, ": section '", printable(s.name),
+             "' checksum mismatch (stored ", crc, ", computed ", got, ")");
     out.push_back(std::move(s));
   }
   QG_CHECK(r.left() == 0, "checkpoint", what, ": ", r.left(),

@@ -2,6 +2,7 @@
 // text (.npy, digits CSV), and a stale "<path>.tmp" left by a killed checkpoint write.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include <string>
 
@@ -92,6 +93,18 @@ TEST(DigitsErrors, CellsAreEscaped) {
   EXPECT_EQ(d.x[0], 1.0f);
   e = error_of([&] { nn::parse_digits_csv(row + row + "1\n", "d.csv"); });
   EXPECT_NE(e.find("more than 65 columns"), std::string::npos) << e;
+}
+
+TEST(CheckpointFile, SectionNamesAreEscapedInErrors) {
+  std::string bytes = nn::encode_checkpoint({{std::string("w\x1b[2J\xff", 6), "payload"}});
+  bytes[bytes.size() - 5] ^= 1;  // a payload byte; then make the file checksum match again
+  const uint32_t crc = static_cast<uint32_t>(
+      crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size() - 4)));
+  for (int i = 0; i < 4; ++i)
+    bytes[bytes.size() - 4 + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  std::string e = error_of([&] { nn::decode_checkpoint(bytes, "c.ckpt"); });
+  EXPECT_NE(e.find("c.ckpt: section 'w\\x1b[2J\\xff' checksum mismatch"), std::string::npos) << e;
+  EXPECT_TRUE(all_printable(e)) << e;
 }
 
 TEST(CheckpointFile, StaleTemporaryIsReplaced) {
