@@ -102,6 +102,9 @@ TEST(Safetensors, SaveLeavesNoTemporaryAndFailsCleanly) {
     save_safetensors(path, {{"__metadata__", bits_tensor({1}, DType::f32, 1)}});
   });
   EXPECT_NE(e.find("__metadata__"), std::string::npos) << e;
+  e = error_of([&] { save_safetensors(path, {{"\xff\xfe", bits_tensor({1}, DType::f32, 1)}}); });
+  EXPECT_NE(e.find("cannot encode the header"), std::string::npos) << e;
+  EXPECT_TRUE(all_printable(e)) << e;
   std::remove(path.c_str());
 }
 
