@@ -1,15 +1,12 @@
 #include "core/npy.h"
 
-#include <unistd.h>
-
-#include <atomic>
 #include <cctype>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <map>
+
+#include "core/file_io.h"
+#include "core/printable.h"
 
 namespace qg {
 
@@ -56,9 +53,9 @@ class HeaderParser {
       } else if (key == "shape") {
         shape = parse_tuple();
       } else {
-        fail("unexpected key '" + key + "'");
+        fail("unexpected key '" + printable(key) + "'");
       }
-      if (seen[key]) fail("duplicate key '" + key + "'");
+      if (seen[key]) fail("duplicate key '" + printable(key) + "'");
       seen[key] = true;
       skip_ws();
       if (peek() == ',') {
@@ -77,7 +74,7 @@ class HeaderParser {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    QG_FAIL("npy", path_, ": malformed header (", what, " at offset ", pos_, "): ", s_);
+    QG_FAIL("npy", path_, ": malformed header (", what, " at offset ", pos_, "): ", printable(s_));
   }
   char peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
   void skip_ws() {
@@ -151,7 +148,7 @@ DType dtype_from_descr(const std::string& descr, const std::string& path) {
   for (const auto& e : kDescrs) {
     if (descr == e.descr) return e.dtype;
   }
-  std::string why = "unsupported dtype '" + descr + "'";
+  std::string why = "unsupported dtype '" + printable(descr) + "'";
   if (!descr.empty() && descr[0] == '>') why += " (big-endian data is not supported)";
   QG_FAIL("npy", path, ": ", why,
           "; supported: little-endian f32 '<f4', f64 '<f8', f16 '<f2', i8 '|i1', u8 '|u1', "
@@ -190,58 +187,63 @@ std::string npy_descr(DType dtype) {
   QG_FAIL("npy", "NumPy has no ", dtype_name(dtype), " dtype; cast the tensor to f32 first");
 }
 
-Tensor load_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  QG_CHECK(in.good(), "npy", path, ": cannot open for reading (", std::strerror(errno), ")");
-  unsigned char pre[kMagicLen + 2];
-  in.read(reinterpret_cast<char*>(pre), sizeof(pre));
-  QG_CHECK(in.gcount() == static_cast<std::streamsize>(sizeof(pre)), "npy", path,
-           ": file too short for a .npy preamble (", in.gcount(), " bytes)");
-  QG_CHECK(std::memcmp(pre, kMagic, kMagicLen) == 0, "npy", path,
+Tensor parse_npy(std::string_view bytes, const std::string& what) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  const size_t size = bytes.size();
+  QG_CHECK(size >= kMagicLen + 2, "npy", what, ": file too short for a .npy preamble (", size,
+           " bytes)");
+  QG_CHECK(std::memcmp(p, kMagic, kMagicLen) == 0, "npy", what,
            ": bad magic string (not a .npy file)");
-  const int major = pre[kMagicLen];
-  const int minor = pre[kMagicLen + 1];
-  QG_CHECK((major == 1 || major == 2 || major == 3) && minor == 0, "npy", path,
+  const int major = p[kMagicLen];
+  const int minor = p[kMagicLen + 1];
+  QG_CHECK((major == 1 || major == 2 || major == 3) && minor == 0, "npy", what,
            ": unsupported format version ", major, ".", minor, " (expected 1.0, 2.0 or 3.0)");
-  const int len_bytes = major == 1 ? 2 : 4;
-  unsigned char len_buf[4];
-  in.read(reinterpret_cast<char*>(len_buf), len_bytes);
-  QG_CHECK(in.gcount() == len_bytes, "npy", path, ": truncated header length field");
-  const uint64_t header_len = read_le(len_buf, len_bytes);
-  std::string header(header_len, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_len));
-  QG_CHECK(static_cast<uint64_t>(in.gcount()) == header_len, "npy", path,
-           ": truncated header (expected ", header_len, " bytes, got ", in.gcount(), ")");
+  const size_t len_bytes = major == 1 ? 2 : 4;
+  size_t pos = kMagicLen + 2;
+  QG_CHECK(size - pos >= len_bytes, "npy", what, ": truncated header length field");
+  const uint64_t header_len = read_le(p + pos, static_cast<int>(len_bytes));
+  pos += len_bytes;
+  QG_CHECK(header_len <= size - pos, "npy", what, ": truncated header (expected ", header_len,
+           " bytes, got ", size - pos, ")");
+  const std::string header(bytes.substr(pos, header_len));
+  pos += header_len;
 
   std::string descr;
   bool fortran = false;
   Shape shape;
-  HeaderParser(header, path).parse(descr, fortran, shape);
-  const DType dtype = dtype_from_descr(descr, path);
-  QG_CHECK(!fortran, "npy", path,
+  HeaderParser(header, what).parse(descr, fortran, shape);
+  const DType dtype = dtype_from_descr(descr, what);
+  QG_CHECK(!fortran, "npy", what,
            ": Fortran-order arrays are not supported (save with np.ascontiguousarray)");
-  int64_t numel = 1;
+  // The product of the non-zero dimensions must fit too: a tensor's strides are computed
+  // from it even when another dimension is 0 (the shape (0, 2**32, 2**32) holds no data).
+  int64_t numel = 1, extent = 1;
   for (int64_t d : shape) {
-    QG_CHECK(d == 0 || numel <= std::numeric_limits<int64_t>::max() / d / 8, "npy", path,
+    QG_CHECK(d == 0 || extent <= std::numeric_limits<int64_t>::max() / d / 8, "npy", what,
              ": shape ", shape_str(shape), " is too large");
     numel *= d;
+    if (d != 0) extent *= d;
   }
+  // Check the size before allocating: a corrupt shape must not reserve gigabytes.
+  const uint64_t want = static_cast<uint64_t>(numel) * dtype_size(dtype);
+  const size_t have = size - pos;
+  QG_CHECK(have >= want, "npy", what, ": truncated data: shape ", shape_str(shape), " of ",
+           dtype_name(dtype), " needs ", want, " bytes, the file has ", have);
+  QG_CHECK(have == want, "npy", what, ": shape/data size mismatch: shape ", shape_str(shape),
+           " of ", dtype_name(dtype), " needs ", want, " bytes but the file has more data");
 
   Tensor t = Tensor::empty(shape, dtype);
-  const auto want = static_cast<std::streamsize>(t.nbytes());
-  if (want > 0) in.read(static_cast<char*>(t.raw_data()), want);
-  const std::streamsize got = want > 0 ? in.gcount() : 0;
-  QG_CHECK(got == want, "npy", path, ": truncated data: shape ", shape_str(shape), " of ",
-           dtype_name(dtype), " needs ", want, " bytes, the file has ", got);
-  in.peek();
-  QG_CHECK(in.eof(), "npy", path, ": shape/data size mismatch: shape ", shape_str(shape), " of ",
-           dtype_name(dtype), " needs ", want, " bytes but the file has more data");
+  if (want > 0) std::memcpy(t.raw_data(), p + pos, want);
   if (dtype == DType::boolean) {
     // Normalise to 0/1 so a stray byte cannot produce an invalid C++ bool.
-    auto* p = static_cast<unsigned char*>(t.raw_data());
-    for (int64_t i = 0; i < numel; ++i) p[i] = p[i] != 0;
+    auto* b = static_cast<unsigned char*>(t.raw_data());
+    for (int64_t i = 0; i < numel; ++i) b[i] = b[i] != 0;
   }
   return t;
+}
+
+Tensor load_npy(const std::string& path) {
+  return parse_npy(read_file_bytes(path, "npy"), path);
 }
 
 void save_npy(const std::string& path, const Tensor& tensor) {
@@ -278,27 +280,7 @@ void save_npy(const std::string& path, const Tensor& tensor) {
   }
   out += dict;
 
-  static std::atomic<int> counter{0};
-  const std::string tmp =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  QG_CHECK(f != nullptr, "npy", path, ": cannot open '", tmp, "' for writing (",
-           std::strerror(errno), ")");
-  bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
-  if (ok && host.nbytes() > 0) {
-    ok = std::fwrite(host.raw_data(), 1, host.nbytes(), f) == host.nbytes();
-  }
-  const int saved_errno = errno;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    QG_FAIL("npy", path, ": write failed (", std::strerror(saved_errno), ")");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    QG_FAIL("npy", path, ": cannot rename the temporary file into place (", std::strerror(e), ")");
-  }
+  write_file_replacing(path, "npy", {{out.data(), out.size()}, {host.raw_data(), host.nbytes()}});
 }
 
 }  // namespace qg

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "core/tensor.h"
 
@@ -12,6 +13,10 @@ namespace qg {
 /// dtype, big-endian data, Fortran order, a bad magic string, a malformed header, truncated
 /// or surplus data) throws qg::Error with op "npy", naming the file and the problem.
 Tensor load_npy(const std::string& path);
+
+/// The same from the bytes of a whole .npy file in memory (an .npz member, a fuzz input);
+/// `what` names the source in error messages.
+Tensor parse_npy(std::string_view bytes, const std::string& what);
 
 /// Writes a CPU tensor as a .npy file (format 1.0, or 2.0 when the header needs it). The
 /// file is written to a temporary name in the same directory and renamed into place, so a

@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "core/printable.h"
 
 namespace qg::nn {
 namespace {
@@ -117,8 +118,8 @@ std::vector<CheckpointSection> decode_checkpoint(const std::string& bytes,
     uint32_t crc = r.get<uint32_t>("section checksum");
     s.payload = r.bytes(len, "section payload");
     uint32_t got = crc32_of(s.payload.data(), s.payload.size());
-    QG_CHECK(crc == got, "checkpoint", what, ": section '", s.name, "' checksum mismatch (stored ",
-             crc, ", computed ", got, ")");
+    QG_CHECK(crc == got, "checkpoint", what, ": section '", printable(s.name),
+             "' checksum mismatch (stored ", crc, ", computed ", got, ")");
     out.push_back(std::move(s));
   }
   QG_CHECK(r.left() == 0, "checkpoint", what, ": ", r.left(),
@@ -128,7 +129,11 @@ std::vector<CheckpointSection> decode_checkpoint(const std::string& bytes,
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  // A "<path>.tmp" left by a write that was killed midway may be read-only, a link or a
+  // directory entry of another owner: remove it and create a fresh file (O_EXCL, so a link
+  // planted there is not followed).
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_TRUNC, 0644);
   QG_CHECK(fd >= 0, "io", "cannot create '", tmp, "': ", std::strerror(errno));
   size_t done = 0;
   while (done < bytes.size()) {
@@ -149,8 +154,11 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     ::unlink(tmp.c_str());
     QG_FAIL("io", "fsync of '", tmp, "' failed: ", std::strerror(e));
   }
-  QG_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "io", "cannot rename '", tmp, "' to '", path,
-           "': ", std::strerror(errno));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int re = errno;
+    ::unlink(tmp.c_str());
+    QG_FAIL("io", "cannot rename '", tmp, "' to '", path, "': ", std::strerror(re));
+  }
   // Make the rename itself durable.
   std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
   if (dir.empty()) dir = "/";
@@ -190,12 +198,15 @@ Tensor decode_tensor(const std::string& payload, const std::string& what) {
   uint8_t rank = r.get<uint8_t>("tensor rank");
   QG_CHECK(rank <= 8, "checkpoint", what, ": tensor rank ", int(rank), " is implausible");
   Shape shape;
-  uint64_t numel = 1;
+  // `extent`, the product of the non-zero dims, bounds the strides: a 0 elsewhere in the
+  // shape must not let the other dims overflow them (a fuzzer found [0, 2^37, 2^37, ...]).
+  uint64_t numel = 1, extent = 1;
   for (int i = 0; i < rank; ++i) {
     uint64_t d = r.get<uint64_t>("tensor dim");
-    QG_CHECK(d <= (uint64_t{1} << 40) && (d == 0 || numel <= (uint64_t{1} << 40) / d), "checkpoint",
-             what, ": tensor dim ", d, " is implausible");
+    QG_CHECK(d <= (uint64_t{1} << 40) && (d == 0 || extent <= (uint64_t{1} << 40) / d),
+             "checkpoint", what, ": tensor dim ", d, " is implausible");
     numel *= d;
+    if (d != 0) extent *= d;
     shape.push_back(static_cast<int64_t>(d));
   }
   DType dtype = static_cast<DType>(dt);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/printable.h"
 #include "nn/rng.h"
 
 namespace qg::nn {
@@ -56,9 +57,7 @@ std::string find_digits_csv(const std::string& path) {
   return kDebianDigits;
 }
 
-Dataset load_digits(const std::string& path) {
-  std::string file = find_digits_csv(path);
-  std::string text = gunzip_file(file);
+Dataset parse_digits_csv(const std::string& text, const std::string& file) {
   Dataset d;
   d.features = 64;
   std::istringstream lines(text);
@@ -73,9 +72,12 @@ Dataset load_digits(const std::string& path) {
     while (std::getline(cells, cell, ',')) {
       char* end = nullptr;
       double x = std::strtod(cell.c_str(), &end);
-      QG_CHECK(end != cell.c_str(), "digits", file, " line ", row, ": '", cell,
+      QG_CHECK(end != cell.c_str(), "digits", file, " line ", row, ": '", printable(cell),
                "' is not a number");
       v.push_back(x);
+      // A line of garbage commas must not grow without bound before the count is checked.
+      QG_CHECK(v.size() <= 65, "digits", file, " line ", row,
+               " has more than 65 columns (64 pixels and a label)");
     }
     QG_CHECK(v.size() == 65, "digits", file, " line ", row, " has ", v.size(),
              " columns, expected 65 (64 pixels and a label)");
@@ -90,6 +92,11 @@ Dataset load_digits(const std::string& path) {
   }
   QG_CHECK(d.size() > 0, "digits", file, " holds no rows");
   return d;
+}
+
+Dataset load_digits(const std::string& path) {
+  std::string file = find_digits_csv(path);
+  return parse_digits_csv(gunzip_file(file), file);
 }
 
 void split_dataset(const Dataset& all, double test_fraction, uint64_t seed, Dataset* train,

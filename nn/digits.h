@@ -21,6 +21,8 @@ struct Dataset {
 std::string find_digits_csv(const std::string& path = "");
 // Pixels are scaled by 1/16 into [0, 1].
 Dataset load_digits(const std::string& path = "");
+// The rows of the (already gunzipped) CSV text; `file` names it in error messages.
+Dataset parse_digits_csv(const std::string& text, const std::string& file);
 // A seeded shuffle split: the first `test_fraction` of the permutation is the test set.
 void split_dataset(const Dataset& all, double test_fraction, uint64_t seed, Dataset* train,
                    Dataset* test);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/printable.h"
 #include "nn/checkpoint.h"
 
 namespace qg::nn {
@@ -40,7 +41,7 @@ std::vector<EpochMetrics> parse_history(const std::string& text, const std::stri
     std::istringstream ls(line);
     EpochMetrics m;
     ls >> m.epoch >> m.step >> m.train_loss >> m.train_accuracy >> m.test_accuracy >> m.seconds;
-    QG_CHECK(!ls.fail(), "checkpoint", what, ": malformed history line '", line, "'");
+    QG_CHECK(!ls.fail(), "checkpoint", what, ": malformed history line '", printable(line), "'");
     h.push_back(m);
   }
   return h;
@@ -249,7 +250,7 @@ void Trainer::load_checkpoint_bytes(const std::string& bytes, const std::string&
   std::map<std::string, const std::string*> by_name;
   for (const auto& s : sections) {
     QG_CHECK(by_name.emplace(s.name, &s.payload).second, "checkpoint", path,
-             ": duplicate section '", s.name, "'");
+             ": duplicate section '", printable(s.name), "'");
   }
   auto section = [&](const std::string& name) -> const std::string& {
     auto it = by_name.find(name);
@@ -262,11 +263,12 @@ void Trainer::load_checkpoint_bytes(const std::string& bytes, const std::string&
   std::string line;
   while (std::getline(meta, line)) {
     size_t sp = line.find(' ');
-    QG_CHECK(sp != std::string::npos, "checkpoint", path, ": malformed meta line '", line, "'");
+    QG_CHECK(sp != std::string::npos, "checkpoint", path, ": malformed meta line '",
+             printable(line), "'");
     kv[line.substr(0, sp)] = line.substr(sp + 1);
   }
-  QG_CHECK(kv["config"] == config_key(), "checkpoint", path, ": written for '", kv["config"],
-           "', this trainer is '", config_key(), "'");
+  QG_CHECK(kv["config"] == config_key(), "checkpoint", path, ": written for '",
+           printable(kv["config"]), "', this trainer is '", config_key(), "'");
   int epoch = 0;
   int64_t step = 0;
   try {

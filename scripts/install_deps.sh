@@ -7,6 +7,7 @@ packages=(
   cmake g++ make ccache pkg-config zlib1g-dev
   libeigen3-dev libboost-graph-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
+  clang-14 libclang-rt-14-dev
   python3 python3-numpy python3-torch python3-sklearn python3-matplotlib
 )
 

@@ -2,6 +2,8 @@
 # The whole test suite: install what is missing, build, and run ctest.
 #   scripts/test.sh             normal build (CUDA code compiled when nvcc is present)
 #   scripts/test.sh --sanitize  CPU-only build with AddressSanitizer + UBSan
+# The normal run ends with a short libFuzzer run of every file reader (scripts/fuzz.sh: a
+# clang build of the readers only, under ASan + UBSan, a few seconds of fuzzing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
@@ -14,4 +16,5 @@ if [ "${1:-}" = "--sanitize" ]; then
 else
   scripts/build.sh build
   ctest --test-dir build --output-on-failure -j "$jobs"
+  scripts/fuzz.sh --runs 10000
 fi
