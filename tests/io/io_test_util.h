@@ -58,6 +58,15 @@ inline std::string reference_script() {
 
 inline const char* kPython = "/usr/bin/python3";
 
+// The reference files need Debian's python3 with numpy and torch (scripts/install_deps.sh
+// installs both); a machine without them (the GPU image keeps its own Python elsewhere)
+// skips those tests instead of failing them.
+inline bool reference_python_available() {
+  if (!file_exists(kPython)) return false;
+  const std::string cmd = std::string(kPython) + " -c 'import numpy, torch' >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
 // Runs the reference script with `args`; returns its exit status.
 inline int run_reference_script(const std::string& args) {
   const std::string cmd = std::string(kPython) + " " + reference_script() + " " + args;
