@@ -137,7 +137,7 @@ class Mlp(nn.Module):
 
 
 def qconfig(weight_bits, observer, act_bits=8):
-    wmin, wmax = (-128, 127) if weight_bits == 8 else (-8, 7)
+    wmin, wmax = {8: (-128, 127), 4: (-8, 7), 2: (-2, 1)}[weight_bits]
     amax = (1 << act_bits) - 1
     if observer == "minmax":
         act_obs, w_obs = tq.MinMaxObserver, tq.PerChannelMinMaxObserver
@@ -166,7 +166,7 @@ def make_model(args):
 
 
 # (name, weight bits, activation bits): the rows of `qat train --compare`.
-SETTINGS = [("W8A8", 8, 8), ("W4A8", 4, 8), ("W4A4", 4, 4)]
+SETTINGS = [("W8A8", 8, 8), ("W4A8", 4, 8), ("W4A4", 4, 4), ("W2A8", 2, 8)]
 
 
 def accuracy(model, x, y):
