@@ -5,6 +5,7 @@
 //   dw        dW_g += dy_g [O/g, P] * col^T [P, K]
 // The GEMMs are Eigen products on row-major maps of the tensors' own memory.
 #include "ops/conv/conv_cpu.h"
+#include "ops/common/dispatch_f32_f64.h"
 
 #include <Eigen/Core>
 #include <vector>
@@ -151,18 +152,6 @@ void backward_bias(const Tensor& dy, Tensor& db) {
       total += s;
     }
     dbp[oc] = total;
-  }
-}
-
-template <typename Fn>
-void dispatch_f32_f64(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      return fn(float{});
-    case DType::f64:
-      return fn(double{});
-    default:
-      QG_FAIL(op, "the CPU kernel takes f32 or f64, got ", dtype_name(dtype));
   }
 }
 

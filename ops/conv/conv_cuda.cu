@@ -20,6 +20,7 @@
 
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
+#include "ops/common/dispatch_f32_f64.h"
 #include "ops/conv/conv_cudnn.h"
 #include "ops/conv/conv_geometry.h"
 
@@ -314,18 +315,6 @@ void backward_bias(KernelContext& ctx) {
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
-template <typename Fn>
-void dispatch_f32_f64(DType dtype, const std::string& op, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      return fn(float{});
-    case DType::f64:
-      return fn(double{});
-    default:
-      QG_FAIL(op, "the CUDA kernel takes f32 or f64, got ", dtype_name(dtype));
-  }
-}
-
 void conv2d_forward_cuda(KernelContext& ctx) {
   ConvGeometry g = conv_geometry(ctx.op, ctx.inputs[0].shape(), ctx.inputs[1].shape(), ctx.attrs);
   if (ctx.outputs[0].numel() == 0) return;
@@ -357,8 +346,8 @@ void conv2d_backward_weight_cuda(KernelContext& ctx) {
   if (ctx.outputs[0].numel() == 0) return;
   // An empty batch gives dw = 0, which the im2col path writes (cuDNN rejects N = 0).
   if (cudnn_conv::enabled() && g.n > 0) {
-    cudnn_conv::backward_filter(ctx.op.c_str(), g, ctx.inputs[0], ctx.inputs[1],
-                                ctx.outputs[0], ctx.stream);
+    cudnn_conv::backward_filter(ctx.op.c_str(), g, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
+                                ctx.stream);
     return;
   }
   dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op,

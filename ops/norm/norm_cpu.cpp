@@ -4,16 +4,10 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/common/dispatch_f32_f64.h"
 
 namespace qg::norm {
 namespace {
-
-template <typename Fn>
-void dispatch_f32_f64(DType dtype, const std::string& op, Fn&& fn) {
-  if (dtype == DType::f32) return fn(float{});
-  if (dtype == DType::f64) return fn(double{});
-  QG_FAIL(op, "the kernel takes f32 or f64, got ", dtype_name(dtype));
-}
 
 // Mean and 1/sqrt(var + eps) of `m` values from their f64 sum and sum of squares.
 void moments(double sum, double sumsq, int64_t m, double eps, double* mean, double* var,

@@ -10,6 +10,7 @@
 
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
+#include "ops/common/dispatch_f32_f64.h"
 #include "ops/norm/norm_cpu.h"
 
 namespace qg {
@@ -344,42 +345,27 @@ void layer_norm_backward_cuda(KernelContext& ctx) {
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
-template <template <typename> class K>
-KernelFn f32_f64() {
-  return [](KernelContext& ctx) {
-    DType d = ctx.inputs[0].dtype();
-    if (d == DType::f32) return K<float>::run(ctx);
-    if (d == DType::f64) return K<double>::run(ctx);
-    QG_FAIL(ctx.op, "the CUDA kernel takes f32 or f64, got ", dtype_name(d));
+// The kernel of `fn`'s op in the dtype of input 0.
+template <typename Fn>
+KernelFn f32_f64(Fn fn) {
+  return [fn](KernelContext& ctx) {
+    dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) { fn(tag, ctx); });
   };
 }
-template <typename T>
-struct BatchNorm {
-  static void run(KernelContext& c) { batch_norm_cuda<T>(c); }
-};
-template <typename T>
-struct BatchNormBackward {
-  static void run(KernelContext& c) { batch_norm_backward_cuda<T>(c); }
-};
-template <typename T>
-struct LayerNorm {
-  static void run(KernelContext& c) { layer_norm_cuda<T>(c); }
-};
-template <typename T>
-struct LayerNormBackward {
-  static void run(KernelContext& c) { layer_norm_backward_cuda<T>(c); }
-};
 
 }  // namespace
 
 void add_norm_cuda_kernels(OpRegistry& r) {
   const std::vector<DType> types = {DType::f32, DType::f64};
-  r.get_mutable("batch_norm").kernels.push_back({DeviceType::cuda, types, f32_f64<BatchNorm>()});
-  r.get_mutable("batch_norm_backward")
-      .kernels.push_back({DeviceType::cuda, types, f32_f64<BatchNormBackward>()});
-  r.get_mutable("layer_norm").kernels.push_back({DeviceType::cuda, types, f32_f64<LayerNorm>()});
-  r.get_mutable("layer_norm_backward")
-      .kernels.push_back({DeviceType::cuda, types, f32_f64<LayerNormBackward>()});
+  auto add = [&](const char* op, KernelFn fn) {
+    r.get_mutable(op).kernels.push_back({DeviceType::cuda, types, std::move(fn)});
+  };
+  add("batch_norm", f32_f64([](auto tag, KernelContext& c) { batch_norm_cuda<decltype(tag)>(c); }));
+  add("batch_norm_backward",
+      f32_f64([](auto tag, KernelContext& c) { batch_norm_backward_cuda<decltype(tag)>(c); }));
+  add("layer_norm", f32_f64([](auto tag, KernelContext& c) { layer_norm_cuda<decltype(tag)>(c); }));
+  add("layer_norm_backward",
+      f32_f64([](auto tag, KernelContext& c) { layer_norm_backward_cuda<decltype(tag)>(c); }));
 }
 
 }  // namespace qg
