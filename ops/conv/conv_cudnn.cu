@@ -21,11 +21,11 @@
 namespace qg::cudnn_conv {
 namespace {
 
-#define QG_CUDNN_CHECK(op, call)                                                         \
-  do {                                                                                   \
-    cudnnStatus_t qg_st_ = (call);                                                       \
-    QG_CHECK(qg_st_ == CUDNN_STATUS_SUCCESS, (op), #call, " failed: ",                   \
-             cudnnGetErrorString(qg_st_), " (", static_cast<int>(qg_st_), ")");          \
+#define QG_CUDNN_CHECK(op, call)                                                             \
+  do {                                                                                       \
+    cudnnStatus_t qg_st_ = (call);                                                           \
+    QG_CHECK(qg_st_ == CUDNN_STATUS_SUCCESS, (op), #call,                                    \
+             " failed: ", cudnnGetErrorString(qg_st_), " (", static_cast<int>(qg_st_), ")"); \
   } while (0)
 
 // Large enough for the fast algorithms of the layers this project trains; a candidate that
@@ -80,28 +80,27 @@ struct Descriptors {
     QG_CUDNN_CHECK(op, cudnnCreateTensorDescriptor(&bias));
     QG_CUDNN_CHECK(op, cudnnCreateFilterDescriptor(&w));
     QG_CUDNN_CHECK(op, cudnnCreateConvolutionDescriptor(&conv));
-    QG_CUDNN_CHECK(op, cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, t, to_int(op, g.n),
-                                                  to_int(op, g.c), to_int(op, g.h),
-                                                  to_int(op, g.w)));
-    QG_CUDNN_CHECK(op, cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, t, to_int(op, g.n),
-                                                  to_int(op, g.o), to_int(op, g.ho),
-                                                  to_int(op, g.wo)));
-    QG_CUDNN_CHECK(op, cudnnSetTensor4dDescriptor(bias, CUDNN_TENSOR_NCHW, t, 1, to_int(op, g.o),
-                                                  1, 1));
+    QG_CUDNN_CHECK(
+        op, cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, t, to_int(op, g.n), to_int(op, g.c),
+                                       to_int(op, g.h), to_int(op, g.w)));
+    QG_CUDNN_CHECK(
+        op, cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, t, to_int(op, g.n), to_int(op, g.o),
+                                       to_int(op, g.ho), to_int(op, g.wo)));
+    QG_CUDNN_CHECK(
+        op, cudnnSetTensor4dDescriptor(bias, CUDNN_TENSOR_NCHW, t, 1, to_int(op, g.o), 1, 1));
     QG_CUDNN_CHECK(op, cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, to_int(op, g.o),
                                                   to_int(op, g.c / g.groups), to_int(op, g.kh),
                                                   to_int(op, g.kw)));
-    QG_CUDNN_CHECK(op, cudnnSetConvolution2dDescriptor(
-                           conv, to_int(op, g.ph), to_int(op, g.pw), to_int(op, g.sh),
-                           to_int(op, g.sw), to_int(op, g.dh),
-                           to_int(op, g.dw), CUDNN_CROSS_CORRELATION,
-                           compute_type(dtype)));
+    QG_CUDNN_CHECK(
+        op, cudnnSetConvolution2dDescriptor(
+                conv, to_int(op, g.ph), to_int(op, g.pw), to_int(op, g.sh), to_int(op, g.sw),
+                to_int(op, g.dh), to_int(op, g.dw), CUDNN_CROSS_CORRELATION, compute_type(dtype)));
     QG_CUDNN_CHECK(op, cudnnSetConvolutionGroupCount(conv, to_int(op, g.groups)));
     // FMA math: no TF32 for f32 (PyTorch's allow_tf32 = False); tensor cores stay allowed
     // for the half types, which is what they are for.
     bool half = dtype == DType::f16 || dtype == DType::bf16;
-    QG_CUDNN_CHECK(op, cudnnSetConvolutionMathType(
-                           conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    QG_CUDNN_CHECK(op,
+                   cudnnSetConvolutionMathType(conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   }
   ~Descriptors() {
     cudnnDestroyTensorDescriptor(x);
@@ -117,9 +116,8 @@ struct Descriptors {
 using Key = std::tuple<int, DType, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                        int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 Key key_of(int direction, const Geometry& g, DType d) {
-  return {direction,  d,          g.n,        g.c,          g.h,          g.w,
-          g.o,        g.kh,       g.kw,       g.sh,   g.sw,   g.ph,
-          g.pw,    g.dh, g.dw, g.groups};
+  return {direction, d,    g.n,  g.c,  g.h,  g.w,  g.o,  g.kh,
+          g.kw,      g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups};
 }
 
 struct Choice {
@@ -173,6 +171,26 @@ void* workspace(const Tensor& like, size_t bytes, Tensor& holder) {
   return holder.raw_data();
 }
 
+// One convolution call: the handle on the caller's stream, the descriptors, the cached
+// algorithm choice (query: cuDNN's heuristic for this direction), the workspace, then `call`.
+template <typename Perf, int kCount, typename Query, typename Call>
+void convolve(const char* op, int direction, const Geometry& g, const Tensor& like, void* stream,
+              Query query, Call call) {
+  cudnnHandle_t h = handle(op);
+  QG_CUDNN_CHECK(op, cudnnSetStream(h, static_cast<cudaStream_t>(stream)));
+  Descriptors d(op, g, like.dtype());
+  Choice c = cached_choice(key_of(direction, g, like.dtype()), [&] {
+    Perf perf[kCount];
+    int n = 0;
+    QG_CUDNN_CHECK(op, query(h, d, kCount, &n, perf));
+    return pick(op, perf, n);
+  });
+  Tensor holder;
+  void* ws = workspace(like, c.workspace, holder);
+  Scalars s(like.dtype());
+  QG_CUDNN_CHECK(op, call(h, d, c, ws, s));
+}
+
 }  // namespace
 
 bool enabled() {
@@ -185,69 +203,51 @@ bool enabled() {
 
 void forward(const char* op, const Geometry& g, const Tensor& x, const Tensor& w,
              const Tensor* bias, Tensor& y, void* stream) {
-  cudnnHandle_t h = handle(op);
-  QG_CUDNN_CHECK(op, cudnnSetStream(h, static_cast<cudaStream_t>(stream)));
-  Descriptors d(op, g, x.dtype());
-  Choice c = cached_choice(key_of(0, g, x.dtype()), [&] {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int n = 0;
-    QG_CUDNN_CHECK(op, cudnnGetConvolutionForwardAlgorithm_v7(
-                           h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
-    return pick(op, perf, n);
-  });
-  Tensor ws;
-  Scalars s(x.dtype());
-  QG_CUDNN_CHECK(op, cudnnConvolutionForward(
-                         h, s.one(), d.x, x.raw_data(), d.w, w.raw_data(), d.conv,
-                         static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
-                         workspace(x, c.workspace, ws), c.workspace, s.zero(), d.y, y.raw_data()));
-  if (bias != nullptr && bias->defined())
-    QG_CUDNN_CHECK(op, cudnnAddTensor(h, s.one(), d.bias, bias->raw_data(), s.one(), d.y,
-                                      y.raw_data()));
+  convolve<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+      op, 0, g, x, stream,
+      [](cudnnHandle_t h, const Descriptors& d, int count, int* n, auto* perf) {
+        return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, count, n, perf);
+      },
+      [&](cudnnHandle_t h, const Descriptors& d, const Choice& c, void* ws, const Scalars& s) {
+        cudnnStatus_t st =
+            cudnnConvolutionForward(h, s.one(), d.x, x.raw_data(), d.w, w.raw_data(), d.conv,
+                                    static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace,
+                                    s.zero(), d.y, y.raw_data());
+        if (st != CUDNN_STATUS_SUCCESS || bias == nullptr || !bias->defined()) return st;
+        return cudnnAddTensor(h, s.one(), d.bias, bias->raw_data(), s.one(), d.y, y.raw_data());
+      });
 }
 
-void backward_data(const char* op, const Geometry& g, const Tensor& dy, const Tensor& w,
-                   Tensor& dx, void* stream) {
-  cudnnHandle_t h = handle(op);
-  QG_CUDNN_CHECK(op, cudnnSetStream(h, static_cast<cudaStream_t>(stream)));
-  Descriptors d(op, g, dy.dtype());
-  Choice c = cached_choice(key_of(1, g, dy.dtype()), [&] {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int n = 0;
-    QG_CUDNN_CHECK(op, cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                           h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
-                           perf));
-    return pick(op, perf, n);
-  });
-  Tensor ws;
-  Scalars s(dy.dtype());
-  QG_CUDNN_CHECK(op, cudnnConvolutionBackwardData(
-                         h, s.one(), d.w, w.raw_data(), d.y, dy.raw_data(), d.conv,
-                         static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
-                         workspace(dy, c.workspace, ws), c.workspace, s.zero(), d.x,
-                         dx.raw_data()));
+void backward_data(const char* op, const Geometry& g, const Tensor& dy, const Tensor& w, Tensor& dx,
+                   void* stream) {
+  convolve<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
+      op, 1, g, dy, stream,
+      [](cudnnHandle_t h, const Descriptors& d, int count, int* n, auto* perf) {
+        return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, count, n,
+                                                           perf);
+      },
+      [&](cudnnHandle_t h, const Descriptors& d, const Choice& c, void* ws, const Scalars& s) {
+        return cudnnConvolutionBackwardData(h, s.one(), d.w, w.raw_data(), d.y, dy.raw_data(),
+                                            d.conv,
+                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
+                                            c.workspace, s.zero(), d.x, dx.raw_data());
+      });
 }
 
 void backward_filter(const char* op, const Geometry& g, const Tensor& dy, const Tensor& x,
                      Tensor& dw, void* stream) {
-  cudnnHandle_t h = handle(op);
-  QG_CUDNN_CHECK(op, cudnnSetStream(h, static_cast<cudaStream_t>(stream)));
-  Descriptors d(op, g, dy.dtype());
-  Choice c = cached_choice(key_of(2, g, dy.dtype()), [&] {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    int n = 0;
-    QG_CUDNN_CHECK(op, cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                           h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n,
-                           perf));
-    return pick(op, perf, n);
-  });
-  Tensor ws;
-  Scalars s(dy.dtype());
-  QG_CUDNN_CHECK(op, cudnnConvolutionBackwardFilter(
-                         h, s.one(), d.x, x.raw_data(), d.y, dy.raw_data(), d.conv,
-                         static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
-                         workspace(dy, c.workspace, ws), c.workspace, s.zero(), d.w,
-                         dw.raw_data()));
+  convolve<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
+      op, 2, g, dy, stream,
+      [](cudnnHandle_t h, const Descriptors& d, int count, int* n, auto* perf) {
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, count, n,
+                                                             perf);
+      },
+      [&](cudnnHandle_t h, const Descriptors& d, const Choice& c, void* ws, const Scalars& s) {
+        return cudnnConvolutionBackwardFilter(h, s.one(), d.x, x.raw_data(), d.y, dy.raw_data(),
+                                              d.conv,
+                                              static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
+                                              ws, c.workspace, s.zero(), d.w, dw.raw_data());
+      });
 }
 
 }  // namespace qg::cudnn_conv
@@ -256,7 +256,9 @@ void backward_filter(const char* op, const Geometry& g, const Tensor& dy, const 
 
 namespace qg::cudnn_conv {
 
-bool enabled() { return false; }
+bool enabled() {
+  return false;
+}
 
 void forward(const char* op, const Geometry&, const Tensor&, const Tensor&, const Tensor*, Tensor&,
              void*) {
