@@ -56,7 +56,7 @@ for s in "${suites[@]}"; do
 done
 
 echo "==== whole training steps"
-"$build/apps/qat" steps --device cuda --reps "${REPS:-20}" --json "$out/steps_cudnn.json" ${PROFILE:+--profile} 2>&1 | tail -60
+"$build/apps/qat" steps --device cuda --tf32 --reps "${REPS:-20}" --json "$out/steps_cudnn.json" ${PROFILE:+--profile} 2>&1 | tail -60
 QG_CONV_BACKEND=im2col "$build/apps/qat" steps --device cuda --model cnn --reps "${REPS:-20}" \
   --json "$out/steps_im2col.json" 2>&1 | tail -3
 python3 bench/torch_model_steps.py --reps "${REPS:-20}" --tf32 --json "$out/steps_torch.json" \

@@ -16,6 +16,7 @@
 
 #include "apps/qat/commands.h"
 #include "bench/harness/device_timer.h"
+#include "core/precision.h"
 #include "nn/builder.h"
 #include "nn/optimizer.h"
 #include "nn/rng.h"
@@ -35,7 +36,7 @@ namespace {
 struct StepsOptions {
   std::string device = "auto", model = "all", json;
   int reps = 20;
-  bool small = false, profile = false;
+  bool small = false, profile = false, tf32 = false;
 };
 
 struct StepGraph {
@@ -172,34 +173,42 @@ void add_steps_command(CLI::App& app) {
   cmd->add_flag("--small", o->small, "Tiny shapes (a smoke run)");
   cmd->add_option("--json", o->json, "Write the rows as JSON");
   cmd->add_flag("--profile", o->profile, "Also print each step's GPU time per op");
+  cmd->add_flag("--tf32", o->tf32,
+                "Also time each step with TF32 GEMMs and convolutions (rows labelled tf32)");
   cmd->callback([o] {
     Device device = Device::cpu();
     if (o->device == "cuda" || (o->device == "auto" && cuda_available())) device = Device::cuda();
     auto backend = make_backend(device);
-    std::printf("qat steps on %s (%s shapes), median of %d steps (f32, no TF32)\n",
-                device.str().c_str(), o->small ? "small" : "PERF.md", o->reps);
+    std::printf("qat steps on %s (%s shapes), median of %d steps (f32%s)\n", device.str().c_str(),
+                o->small ? "small" : "PERF.md", o->reps,
+                o->tf32 ? "; fp32 rows without TF32, tf32 rows with it" : ", no TF32");
     std::printf("%-32s %8s %12s\n", "case", "kernels", "ms");
     std::string rows;
     for (const char* kind : {"cnn", "transformer"}) {
       if (o->model != "all" && o->model != kind) continue;
-      for (bool qat : {false, true}) {
-        StepGraph s;
-        nn::QConfig qc = qat ? nn::QConfig::w8a8() : nn::QConfig::float32();
-        if (std::string(kind) == "cnn")
-          build_cnn(s, qc, o->small);
-        else
-          build_transformer(s, qc, o->small);
-        int kernels = 0;
-        double us = time_step(s, device, o->reps, &kernels);
-        std::string label = std::string("step ") + kind + (qat ? " qat" : " float") + " fp32";
-        std::printf("%-32s %8d %12.3f\n", label.c_str(), kernels, us / 1000.0);
-        std::fflush(stdout);
-        if (o->profile) profile_step(s, device, 5);
-        rows += std::string(rows.empty() ? "" : ",\n") + "  {\"case\": \"" + label +
-                "\", \"ours_us\": " + std::to_string(us) +
-                ", \"kernels\": " + std::to_string(kernels) + "}";
-      }
+      for (bool tf32 : {false, true})
+        for (bool qat : {false, true}) {
+          if (tf32 && !o->tf32) continue;
+          set_allow_tf32(tf32);  // GEMMs and convolutions of this row (core/precision.h)
+          StepGraph s;
+          nn::QConfig qc = qat ? nn::QConfig::w8a8() : nn::QConfig::float32();
+          if (std::string(kind) == "cnn")
+            build_cnn(s, qc, o->small);
+          else
+            build_transformer(s, qc, o->small);
+          int kernels = 0;
+          double us = time_step(s, device, o->reps, &kernels);
+          std::string label =
+              std::string("step ") + kind + (qat ? " qat" : " float") + (tf32 ? " tf32" : " fp32");
+          std::printf("%-32s %8d %12.3f\n", label.c_str(), kernels, us / 1000.0);
+          std::fflush(stdout);
+          if (o->profile) profile_step(s, device, 5);
+          rows += std::string(rows.empty() ? "" : ",\n") + "  {\"case\": \"" + label +
+                  "\", \"ours_us\": " + std::to_string(us) +
+                  ", \"kernels\": " + std::to_string(kernels) + "}";
+        }
     }
+    set_allow_tf32(false);
     if (!o->json.empty()) {
       std::ofstream f(o->json);
       f << "[\n" << rows << "\n]\n";

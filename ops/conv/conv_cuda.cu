@@ -8,7 +8,8 @@
 //   dx       col [K, P]  = W_g^T dy_g               ->  col^T = dy_g^T W_g
 //   dw       dW_g [Og, K] += dy_g col^T             ->  dW_g^T += col dy_g^T
 // (K = C/groups * kH * kW, P = Ho * Wo.) The math mode is cuBLAS's default: no TF32 for
-// f32, so the GEMMs agree with the CPU's Eigen products to summation order.
+// f32, so the GEMMs agree with the CPU's Eigen products to summation order (TF32 only when
+// core/precision.h allows it).
 // The im2col workspace holds at most kWorkspaceBytes: the batch is processed in chunks of
 // images that fit (at least one image per chunk, however large). A 1x1 kernel with stride
 // 1 and no padding needs no im2col: x itself is the column matrix.
@@ -19,6 +20,7 @@
 #include <algorithm>
 
 #include "core/graph.h"
+#include "core/precision.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/dispatch_f32_f64.h"
 #include "ops/conv/conv_cudnn.h"
@@ -69,6 +71,8 @@ void run_gemm(const std::string& op, cudaStream_t s, const Gemm& g, const T* a, 
            " batch=", g.batch, " is too large");
   cublasHandle_t h = handle();
   QG_CONV_CUBLAS_CHECK(op, cublasSetStream(h, s));
+  QG_CONV_CUBLAS_CHECK(
+      op, cublasSetMathMode(h, allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   const T one = 1;
   const int m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
   const int lda = static_cast<int>(g.lda), ldb = static_cast<int>(g.ldb),

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/precision.h"
 
 #ifdef QG_WITH_CUDNN
 #include <cudnn.h>
@@ -96,11 +97,13 @@ struct Descriptors {
                 conv, to_int(op, g.ph), to_int(op, g.pw), to_int(op, g.sh), to_int(op, g.sw),
                 to_int(op, g.dh), to_int(op, g.dw), CUDNN_CROSS_CORRELATION, compute_type(dtype)));
     QG_CUDNN_CHECK(op, cudnnSetConvolutionGroupCount(conv, to_int(op, g.groups)));
-    // FMA math: no TF32 for f32 (PyTorch's allow_tf32 = False); tensor cores stay allowed
-    // for the half types, which is what they are for.
-    bool half = dtype == DType::f16 || dtype == DType::bf16;
-    QG_CUDNN_CHECK(op,
-                   cudnnSetConvolutionMathType(conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    // FMA math: no TF32 for f32 (PyTorch's allow_tf32 = False) unless core/precision.h
+    // allows it (tensor-op math, as PyTorch with allow_tf32 = True); tensor cores stay
+    // allowed for the half types, which is what they are for.
+    bool tensor_ops =
+        dtype == DType::f16 || dtype == DType::bf16 || (dtype == DType::f32 && allow_tf32());
+    QG_CUDNN_CHECK(
+        op, cudnnSetConvolutionMathType(conv, tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   }
   ~Descriptors() {
     cudnnDestroyTensorDescriptor(x);
@@ -113,11 +116,12 @@ struct Descriptors {
   Descriptors& operator=(const Descriptors&) = delete;
 };
 
-using Key = std::tuple<int, DType, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+// The key holds the TF32 setting: the heuristic's best algorithm depends on the math type.
+using Key = std::tuple<int, bool, DType, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 Key key_of(int direction, const Geometry& g, DType d) {
-  return {direction, d,    g.n,  g.c,  g.h,  g.w,  g.o,  g.kh,
-          g.kw,      g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups};
+  return {direction, allow_tf32(), d,    g.n,  g.c,  g.h,  g.w,  g.o,     g.kh,
+          g.kw,      g.sh,         g.sw, g.ph, g.pw, g.dh, g.dw, g.groups};
 }
 
 struct Choice {

@@ -1,11 +1,12 @@
 // matmul on the GPU through cuBLAS. Tensors are row-major and cuBLAS is column-major, so
 // the product is computed transposed: C^T = op(B)^T op(A)^T, where the column-major view
 // of a row-major matrix already is its transpose. f32 uses the pedantic f32 compute type
-// (no TF32, which would miss the 1e-5 agreement with the CPU); f16/bf16 accumulate in f32
-// and round once, as the CPU kernel does.
+// (no TF32, which would miss the 1e-5 agreement with the CPU) unless TF32 is allowed
+// (core/precision.h); f16/bf16 accumulate in f32 and round once, as the CPU kernel does.
 #include <cublas_v2.h>
 
 #include "core/graph.h"
+#include "core/precision.h"
 #include "ops/common/cuda_common.cuh"
 
 namespace qg {
@@ -54,6 +55,16 @@ cublasHandle_t handle() {
   return h;
 }
 
+// The handle bound to `s`, with the math mode the current TF32 setting asks for (pedantic
+// otherwise, so no reduced-precision shortcut reaches f32).
+cublasHandle_t handle_on(const std::string& op, cudaStream_t s) {
+  cublasHandle_t h = handle();
+  QG_CUBLAS_CHECK(op, cublasSetStream(h, s));
+  QG_CUBLAS_CHECK(
+      op, cublasSetMathMode(h, allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+  return h;
+}
+
 template <typename T>
 __global__ void zero_kernel(T* y, int64_t n) {
   for (int64_t i = global_thread(); i < n; i += global_stride()) y[i] = from_math<T>(0);
@@ -79,8 +90,7 @@ void matmul_cuda(KernelContext& ctx) {
   const int64_t limit = INT32_MAX;
   QG_CHECK(m <= limit && n <= limit && k <= limit && a.size(1) <= limit && b.size(1) <= limit,
            ctx.op, "cuBLAS takes 32-bit dimensions; got a ", a.str(), ", b ", b.str());
-  cublasHandle_t h = handle();
-  QG_CUBLAS_CHECK(ctx.op, cublasSetStream(h, s));
+  cublasHandle_t h = handle_on(ctx.op, s);
   cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   int in = static_cast<int>(n), im = static_cast<int>(m), ik = static_cast<int>(k);
@@ -98,8 +108,9 @@ void matmul_cuda(KernelContext& ctx) {
       cudaDataType_t t = y.dtype() == DType::f32   ? CUDA_R_32F
                          : y.dtype() == DType::f16 ? CUDA_R_16F
                                                    : CUDA_R_16BF;
-      cublasComputeType_t compute =
-          y.dtype() == DType::f32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+      cublasComputeType_t compute = y.dtype() != DType::f32 ? CUBLAS_COMPUTE_32F
+                                    : allow_tf32()          ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                            : CUBLAS_COMPUTE_32F_PEDANTIC;
       const float one = 1.0f, zero = 0.0f;
       QG_CUBLAS_CHECK(
           ctx.op, cublasGemmEx(h, op_b, op_a, in, im, ik, &one, b.raw_data(), t, ldb, a.raw_data(),
@@ -112,8 +123,8 @@ void matmul_cuda(KernelContext& ctx) {
 }
 
 // batched_matmul: the same transposed column-major call per batch, as one strided-batched
-// GEMM (batch strides are the slice sizes of the contiguous tensors; the handle's pedantic
-// math keeps TF32 out of f32).
+// GEMM (batch strides are the slice sizes of the contiguous tensors; the handle's math
+// mode keeps TF32 out of f32 unless it is allowed).
 void batched_matmul_cuda(KernelContext& ctx) {
   const Tensor& a = ctx.inputs[0];
   const Tensor& b = ctx.inputs[1];
@@ -138,8 +149,7 @@ void batched_matmul_cuda(KernelContext& ctx) {
                b.size(r - 1) <= limit,
            ctx.op, "cuBLAS takes 32-bit dimensions and batch counts; got a ", a.str(), ", b ",
            b.str());
-  cublasHandle_t h = handle();
-  QG_CUBLAS_CHECK(ctx.op, cublasSetStream(h, s));
+  cublasHandle_t h = handle_on(ctx.op, s);
   cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   int in = static_cast<int>(n), im = static_cast<int>(m), ik = static_cast<int>(k);

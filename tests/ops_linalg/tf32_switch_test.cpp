@@ -1,0 +1,84 @@
+// The TF32 switch (core/precision.h): off, f32 matmul / batched_matmul / conv2d on the GPU
+// agree with the CPU within 1e-5 of the largest output; on, the GEMMs really run in TF32
+// (their error grows past 1e-5, which f32 FMA math never reaches at these sizes) yet stays
+// within TF32's bound; switched off again, the exact results come back (the cuDNN algorithm
+// cache is keyed by the setting). Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "core/precision.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace qg {
+namespace {
+
+using testing::run_op;
+
+Tensor random_f32(const Shape& s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<double> v(static_cast<size_t>(shape_numel(s)));
+  for (double& e : v) e = u(rng);
+  return Tensor::from_doubles(s, v, DType::f32);
+}
+
+// max |gpu - cpu| / max |cpu|.
+double relative_error(const Tensor& gpu, const Tensor& cpu) {
+  auto g = gpu.to_doubles(), c = cpu.to_doubles();
+  double scale = 1e-30, worst = 0;
+  for (double v : c) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < c.size(); ++i) worst = std::max(worst, std::abs(g[i] - c[i]));
+  return worst / scale;
+}
+
+struct Tf32Guard {
+  explicit Tf32Guard(bool on) { set_allow_tf32(on); }
+  ~Tf32Guard() { set_allow_tf32(false); }
+};
+
+struct Case {
+  const char* op;
+  std::vector<Tensor> inputs;
+  Attrs attrs;
+};
+
+std::vector<Case> cases() {
+  return {{"matmul", {random_f32({96, 512}, 1), random_f32({512, 80}, 2)}, {}},
+          {"batched_matmul",
+           {random_f32({4, 64, 384}, 3), random_f32({4, 384, 48}, 4)},
+           {{"transpose_a", false}, {"transpose_b", false}}},
+          {"conv2d",
+           {random_f32({8, 64, 16, 16}, 5), random_f32({64, 64, 3, 3}, 6), random_f32({64}, 7)},
+           {{"stride", {1, 1}}, {"padding", {1, 1}}, {"dilation", {1, 1}}, {"groups", 1}}}};
+}
+
+TEST(Tf32Switch, OffExactOnTf32OffExactAgain) {
+  QG_REQUIRE_GPU();
+  ASSERT_FALSE(allow_tf32()) << "QG_ALLOW_TF32 is set in the test environment";
+  for (const Case& c : cases()) {
+    Tensor cpu = run_op(Device::cpu(), c.op, c.inputs, c.attrs)[0];
+    double off = relative_error(run_op(Device::cuda(), c.op, c.inputs, c.attrs)[0], cpu);
+    double on = 0;
+    {
+      Tf32Guard tf32(true);
+      on = relative_error(run_op(Device::cuda(), c.op, c.inputs, c.attrs)[0], cpu);
+    }
+    double again = relative_error(run_op(Device::cuda(), c.op, c.inputs, c.attrs)[0], cpu);
+    EXPECT_LE(off, 1e-5) << c.op;
+    EXPECT_LE(again, 1e-5) << c.op;
+    // TF32 rounds each operand to 10 mantissa bits (relative 2^-11 = 4.9e-4); with
+    // K = 384..576 terms of random sign the error of the sum stays far below that bound
+    // relative to the largest output.
+    EXPECT_LE(on, 4.9e-4) << c.op;
+    // The cuBLAS GEMMs must have used TF32 (cuDNN may legitimately pick an FMA algorithm).
+    if (std::string(c.op) != "conv2d") EXPECT_GT(on, 1e-5) << c.op << ": TF32 was not used";
+    std::printf("%-15s relative error: off %.2e, TF32 %.2e, off again %.2e\n", c.op, off, on,
+                again);
+  }
+}
+
+}  // namespace
+}  // namespace qg
