@@ -59,9 +59,8 @@ ValueId Builder::conv_bn(ValueId x, int64_t in_channels, int64_t out_channels, i
     ValueId w_fold = g_.apply1("mul", {w, sf_w}, {}, name + ".weight_fold");
     rec.conv =
         g_.apply1("conv2d", {xin, weight(w_fold, name), zero_bias}, conv_attrs, name + ".conv");
-    ValueId sf_y = g_.apply1("reshape", {scale_factor}, {{"shape", Shape{1, out_channels, 1, 1}}},
-                             name + ".sf_y");
-    conv = g_.apply1("div", {rec.conv, sf_y}, {}, name + ".unscale");
+    // conv / scale_factor[None, :, None, None] as one op whose backward is one pass.
+    conv = g_.apply1("channel_div", {rec.conv, scale_factor}, {}, name + ".unscale");
   }
   auto bn = g_.apply("batch_norm", {conv, rec.gamma, rec.beta, rec.running_mean, rec.running_var},
                      {{"momentum", 0.1}, {"eps", eps}}, name + ".bn");

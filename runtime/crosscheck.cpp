@@ -33,6 +33,7 @@ const Reduction kFloatReductions[] = {
     {"batch_norm_backward", -1},
     {"layer_norm", -1},
     {"layer_norm_backward", -1},
+    {"channel_div_backward", 1},  // ds: a per-channel f64 sum over N, H, W in stretch order
     // Not reductions: transcendental functions. libm's erf/tanh/exp on the CPU and CUDA's
     // erff/tanhf/expf differ by a few ulps, so these compare to the same 1e-5 relative.
     {"gelu", -1},
@@ -45,10 +46,10 @@ const Reduction kFloatReductions[] = {
     {"softmax_backward", -1},
     {"batched_matmul", -1},  // cuBLAS's GEMM summation order vs Eigen's
     // embedding_backward needs no row: both backends sum each row in position order.
-    {"conv2d", -1},                          // GEMM: Eigen's vs cuBLAS's summation order
-    {"conv2d_backward_input", -1},           // GEMM, then col2im's sums
-    {"conv2d_backward_weight", -1},          // GEMM summed over the images
-    {"conv2d_backward_bias", -1},            // a sum over N, Ho, Wo
+    {"conv2d", -1},                  // GEMM: Eigen's vs cuBLAS's summation order
+    {"conv2d_backward_input", -1},   // GEMM, then col2im's sums
+    {"conv2d_backward_weight", -1},  // GEMM summed over the images
+    {"conv2d_backward_bias", -1},    // a sum over N, Ho, Wo
 };
 
 // Relative tolerance per dtype. f32/f64: SEMANTICS.md's 1e-5. f16/bf16: the result is an

@@ -4,6 +4,7 @@
 // so the two backends agree to summation order.
 //   batch_norm:  partial sums per (channel, stretch of its N*S values) -> per-channel
 //                finalize (mean, invstd, running-stat update, used flag) -> element-wise y.
+//   channel_div: element-wise; its backward writes dx and the per-channel sums in one pass.
 //   layer_norm:  one block per row; dgamma/dbeta as per-chunk column partials, then a fold
 //                over the chunks in order.
 #include <algorithm>
@@ -221,6 +222,68 @@ void batch_norm_backward_cuda(KernelContext& ctx) {
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
+// channel_div (ops/norm/channel_div_ops.cpp): y = x / s[c], and its backward in one pass
+// over dy and y: dx per element and per-(stretch, channel) partial sums of dx * y, folded in
+// stretch order (dx and dx * y rounded in T as on the CPU; the sum in f64).
+template <typename T>
+__global__ void channel_div_kernel(const T* x, const T* s, ChannelDims d, T* y) {
+  for_each_channel_element(d, [&](int64_t i, int64_t ch) { y[i] = x[i] / s[ch]; });
+}
+
+template <typename T>
+__global__ void channel_div_grad_kernel(const T* dy, const T* y, const T* s, ChannelDims d, T* dx,
+                                        double2* partial) {
+  stretch_sums(d, partial, [&](int64_t ch, int64_t i) {
+    const T g = dy[i] / s[ch];
+    dx[i] = g;
+    const T product = g * y[i];
+    return make_double2(static_cast<double>(product), 0.0);
+  });
+}
+
+template <typename T>
+__global__ void channel_div_fold_kernel(const double2* partial, ChannelDims d, T* ds) {
+  for (int64_t ch = global_thread(); ch < d.c; ch += global_stride()) {
+    double sum = 0;
+    for (int i = 0; i < d.splits; ++i) sum += partial[ch * d.splits + i].x;
+    ds[ch] = -T(sum);
+  }
+}
+
+template <typename T>
+void channel_div_cuda(KernelContext& ctx) {
+  const Tensor& x = ctx.inputs[0];
+  if (x.numel() == 0) return;
+  ChannelDims d = channel_dims(x.shape());
+  auto app = elementwise_launch(x.numel());
+  channel_div_kernel<T><<<app.blocks, app.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
+      in_ptr<T>(x), in_ptr<T>(ctx.inputs[1]), d, out_ptr<T>(ctx.outputs[0]));
+  QG_CUDA_CHECK_LAUNCH(ctx.op);
+}
+
+template <typename T>
+void channel_div_backward_cuda(KernelContext& ctx) {
+  const Tensor& y = ctx.inputs[1];
+  ChannelDims d = channel_dims(y.shape());
+  auto s = static_cast<cudaStream_t>(ctx.stream);
+  if (d.c == 0) return;
+  if (d.m == 0) {  // no elements: ds is an empty sum
+    QG_CUDA_CHECK(ctx.op,
+                  cudaMemsetAsync(ctx.outputs[1].raw_data(), 0, ctx.outputs[1].nbytes(), s));
+    return;
+  }
+  QG_CHECK(d.c <= 65535, ctx.op, "at most 65535 channels (one grid row each), got ", y.str());
+  Tensor partial = Tensor::empty({d.c * d.splits * 2}, DType::f64, y.device());
+  channel_div_grad_kernel<T><<<dim3(d.splits, static_cast<unsigned>(d.c)), kThreads, 0, s>>>(
+      in_ptr<T>(ctx.inputs[0]), in_ptr<T>(y), in_ptr<T>(ctx.inputs[2]), d,
+      out_ptr<T>(ctx.outputs[0]), out_ptr<double2>(partial));
+  QG_CUDA_CHECK_LAUNCH(ctx.op);
+  auto fin = elementwise_launch(d.c);
+  channel_div_fold_kernel<T>
+      <<<fin.blocks, fin.threads, 0, s>>>(in_ptr<double2>(partial), d, out_ptr<T>(ctx.outputs[1]));
+  QG_CUDA_CHECK_LAUNCH(ctx.op);
+}
+
 template <typename T>
 __global__ void ln_forward_kernel(const T* x, const T* gamma, const T* beta, int64_t rows,
                                   int64_t dim, double eps, T* y, T* mean_out, T* rstd_out) {
@@ -366,6 +429,10 @@ void add_norm_cuda_kernels(OpRegistry& r) {
   add("layer_norm", f32_f64([](auto tag, KernelContext& c) { layer_norm_cuda<decltype(tag)>(c); }));
   add("layer_norm_backward",
       f32_f64([](auto tag, KernelContext& c) { layer_norm_backward_cuda<decltype(tag)>(c); }));
+  add("channel_div",
+      f32_f64([](auto tag, KernelContext& c) { channel_div_cuda<decltype(tag)>(c); }));
+  add("channel_div_backward",
+      f32_f64([](auto tag, KernelContext& c) { channel_div_backward_cuda<decltype(tag)>(c); }));
 }
 
 }  // namespace qg

@@ -164,9 +164,12 @@ void define_layer_norm(OpRegistry& r) {
 
 }  // namespace
 
+void define_channel_div_ops(OpRegistry& r);  // channel_div_ops.cpp
+
 void define_norm_ops(OpRegistry& r) {
   define_batch_norm(r);
   define_layer_norm(r);
+  define_channel_div_ops(r);
 }
 
 }  // namespace qg
