@@ -16,10 +16,12 @@ if [ -z "${QG_DIGITS_CSV:-}" ] && [ ! -f /usr/lib/python3/dist-packages/sklearn/
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
 
+# SUITES="ops_norm ops_linalg" narrows the test suites (default: every model-op suite);
+# MEMCHECK=0 skips compute-sanitizer.
 suites=()
-for d in tests/ops_conv tests/ops_norm tests/ops_pool tests/ops_activation tests/ops_dropout \
-  tests/ops_softmax tests/ops_embedding tests/ops_shape tests/ops_linalg tests/nn tests/gpu; do
-  [ -d "$d" ] && suites+=("test_$(basename "$d")")
+for d in ${SUITES:-ops_conv ops_norm ops_pool ops_activation ops_dropout ops_softmax ops_embedding \
+  ops_shape ops_linalg nn gpu}; do
+  [ -d "tests/$d" ] && suites+=("test_$d")
 done
 t0=$(date +%s)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_BENCH=OFF >"$out/configure.log" 2>&1 ||
@@ -48,6 +50,7 @@ grep -E '^crosscheck summary|^ops without CUDA' "$out/crosscheck.log"
 
 echo "==== compute-sanitizer memcheck (model-op suites)"
 for s in "${suites[@]}"; do
+  [ "${MEMCHECK:-1}" = 0 ] && break
   [ "$s" = test_gpu ] && continue
   [ "$s" = test_nn ] && continue  # CPU-only tests: the sanitizer finds no CUDA call to watch
   timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 \
