@@ -1,7 +1,8 @@
 // `qat train`: end-to-end QAT of an MLP on the UCI digits data. One configuration trains
 // with a live progress display and writes metrics (JSON, CSV), loss/accuracy curves (PNG),
 // checkpoints, and the accuracy of the converted integer-weight model. `--compare` trains
-// float32, PTQ and QAT variants and prints one table.
+// float32, PTQ and QAT variants and prints one table. `--init` starts from imported
+// float weights (nn/import_weights.h; README "Importing float weights" for the semantics).
 #include <cstdio>
 #include <sstream>
 
