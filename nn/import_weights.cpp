@@ -32,7 +32,7 @@ std::string type_str(const Tensor& t) {
   return std::string(dtype_name(t.dtype())) + shape_str(t.shape());
 }
 
-// The file tensor converted to the parameter's dtype, or "" and `problem` set.
+// The file tensor converted to the parameter's dtype, or an undefined tensor and `problem` set.
 Tensor convert(const Tensor& src, DType want, std::string* problem) {
   if (is_floating(want) && is_floating(src.dtype())) {
     Tensor t = src.dtype() == want ? src : src.cast(want);
@@ -79,8 +79,7 @@ NameMatch torch_name_match(const std::string& file_name) {
   const size_t dot = name.rfind('.');
   if (dot != std::string::npos) {
     const std::string head = name.substr(0, dot), leaf = name.substr(dot);
-    if (ends_with(head, ".0") || head == "0")
-      m.candidates.push_back(head.substr(0, head.size() - 2) + leaf);
+    if (ends_with(head, ".0")) m.candidates.push_back(head.substr(0, head.size() - 2) + leaf);
     if (ends_with(head, ".1") && head.size() > 2)
       m.candidates.push_back(head.substr(0, head.size() - 2) + ".bn" + leaf);
   }
