@@ -78,11 +78,11 @@ void apply_model_defaults(TrainOptions& o, const std::function<bool(const char*)
   if (!given("--qat-epochs")) o.qat_epochs = d.qat_epochs;
   if (!given("--lr")) o.lr = d.lr;
   if (!given("--qat-lr")) o.qat_lr = d.qat_lr;
+  QG_CHECK(!o.compare || o.save_logits.empty(), "train",
+           "--save-logits is for single runs, not --compare");
   if (o.init.empty()) return;
   QG_CHECK(o.resume.empty(), "train", "--init '", o.init, "' and --resume '", o.resume,
            "' both set the starting weights; give one");
-  QG_CHECK(!o.compare || o.save_logits.empty(), "train",
-           "--save-logits is for single runs, not --compare");
   // Imported weights are already trained: --compare evaluates them as they are (its float
   // row; PTQ calibrates them, QAT fine-tunes them), and a single run fine-tunes them with the
   // QAT fine-tuning schedule.
