@@ -1,12 +1,14 @@
 // `qat train`: end-to-end QAT of an MLP on the UCI digits data. One configuration trains
 // with a live progress display and writes metrics (JSON, CSV), loss/accuracy curves (PNG),
 // checkpoints, and the accuracy of the converted integer-weight model. `--compare` trains
-// float32, PTQ and QAT variants and prints one table.
+// float32, PTQ and QAT variants and prints one table. `--init` starts from imported
+// float weights (nn/import_weights.h; README "Importing float weights" for the semantics).
 #include <cstdio>
 #include <sstream>
 
 #include "apps/qat/commands.h"
 #include "apps/qat/train_common.h"
+#include "core/safetensors.h"
 #include "nn/checkpoint.h"
 #include "nn/png_plot.h"
 #include "nn/quantized.h"
@@ -44,7 +46,20 @@ void run_single(const TrainOptions& o) {
               static_cast<unsigned long long>(o.seed), t->executor().device().str().c_str());
   std::printf("data: %lld train / %lld test rows\n", static_cast<long long>(train.size()),
               static_cast<long long>(test.size()));
+  if (!o.init.empty()) {
+    import_init(o, *t, true);
+    if (!qc.quantized())
+      std::printf("test accuracy of the imported weights: %s\n", pct(t->evaluate(test)).c_str());
+  }
   const std::string checkpoint = o.out + "/checkpoint.qgck";
+  if (!o.init.empty() && o.epochs == 0 && qc.quantized()) {
+    // PTQ of the imported model: observers see the whole training set once; the batch norms
+    // keep the imported running statistics.
+    t->freeze_batch_norms();
+    t->calibrate(train, static_cast<int>(train.size() / o.batch));
+    std::printf("calibrated (post-training quantization) on %lld training rows\n",
+                static_cast<long long>(train.size() / o.batch * o.batch));
+  }
   run_training(*t, o.epochs, qc.quantized() ? "qat" : "float", checkpoint, o.checkpoint_every,
                true);
   t->save_checkpoint(checkpoint);  // the final state, resumable with --resume
@@ -54,6 +69,14 @@ void run_single(const TrainOptions& o) {
     std::printf("test accuracy (integer weights, converted graph): %s  (difference %+.2f points)\n",
                 pct(r.integer_acc).c_str(), 100 * (r.integer_acc - r.fake_quant_acc));
   std::printf("model size: %lld bytes\n", static_cast<long long>(r.bytes));
+  if (!o.save_logits.empty()) {
+    // The test split in order, eval mode, through the fake-quant graph.
+    std::vector<float> logits = t->predict(test);
+    const int64_t n = test.size(), classes = static_cast<int64_t>(logits.size()) / n;
+    save_safetensors(o.save_logits, {{"logits", Tensor::from_vector<float>({n, classes}, logits)},
+                                     {"labels", Tensor::from_vector<int64_t>({n}, test.labels)}});
+    std::printf("wrote the test logits to %s\n", o.save_logits.c_str());
+  }
   std::ostringstream extra;
   extra.precision(9);
   extra << "  \"config\": \"" << json_escape(qc.str()) << "\",\n  \"seed\": " << o.seed
@@ -115,6 +138,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--checkpoint-every", o->checkpoint_every,
                   "Save <out>/checkpoint.qgck every N epochs (0: never)")
       ->capture_default_str();
+  cmd->add_option("--init", o->init,
+                  "Start from pretrained float weights (.safetensors or .npz; PyTorch state_dict "
+                  "names are mapped, README 'Importing float weights')");
+  cmd->add_option("--init-map", o->init_map,
+                  "FILE_NAME=MODEL_NAME renames for --init (repeatable; empty MODEL_NAME ignores)");
+  cmd->add_option("--save-logits", o->save_logits,
+                  "Write the test split's logits and labels to this safetensors file");
   cmd->add_flag("--compare", o->compare, "Train float32, PTQ and QAT variants; print one table");
   cmd->add_option("--qat-epochs", o->qat_epochs, "--compare: QAT fine-tuning epochs")
       ->capture_default_str();

@@ -7,10 +7,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "core/error.h"
 #include "nn/checkpoint.h"
+#include "nn/import_weights.h"
 #include "nn/png_plot.h"
 #include "nn/quantized.h"
 #include "runtime/backend.h"
@@ -76,6 +78,36 @@ void apply_model_defaults(TrainOptions& o, const std::function<bool(const char*)
   if (!given("--qat-epochs")) o.qat_epochs = d.qat_epochs;
   if (!given("--lr")) o.lr = d.lr;
   if (!given("--qat-lr")) o.qat_lr = d.qat_lr;
+  QG_CHECK(!o.compare || o.save_logits.empty(), "train",
+           "--save-logits is for single runs, not --compare");
+  if (o.init.empty()) return;
+  QG_CHECK(o.resume.empty(), "train", "--init '", o.init, "' and --resume '", o.resume,
+           "' both set the starting weights; give one");
+  // Imported weights are already trained: --compare evaluates them as they are (its float
+  // row; PTQ calibrates them, QAT fine-tunes them), and a single run fine-tunes them with the
+  // QAT fine-tuning schedule.
+  if (o.compare) {
+    if (!given("--epochs")) o.epochs = 0;
+    return;
+  }
+  if (!given("--epochs")) o.epochs = o.qat_epochs;
+  if (!given("--lr")) o.lr = o.qat_lr;
+  // No training: a quantized recipe is post-training quantization, calibrated by min/max
+  // observers as --compare's PTQ rows are (moving averages at 0.01 barely move in one pass).
+  if (o.epochs == 0 && !given("--observer")) o.observer = "minmax";
+}
+
+void import_init(const TrainOptions& o, nn::Trainer& t, bool verbose) {
+  std::map<std::string, std::string> table;
+  for (const std::string& m : o.init_map) {
+    const size_t eq = m.find('=');
+    QG_CHECK(eq != std::string::npos && eq > 0, "train", "--init-map '", m,
+             "' is not FILE_NAME=MODEL_NAME (MODEL_NAME empty to ignore FILE_NAME)");
+    QG_CHECK(table.emplace(m.substr(0, eq), m.substr(eq + 1)).second, "train", "--init-map names '",
+             m.substr(0, eq), "' twice");
+  }
+  nn::ImportReport r = nn::import_weights_file(t.executor(), o.init, nn::name_table(table));
+  if (verbose) std::printf("%s: %s\n", o.init.c_str(), r.summary().c_str());
 }
 
 nn::QConfig qconfig_from(const TrainOptions& o) {

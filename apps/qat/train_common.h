@@ -40,6 +40,11 @@ struct TrainOptions {
   int64_t freeze_bn_after = -1;                  // optimizer steps; < 0: never
   std::vector<int64_t> channels = {16, 32, 32};  // cnn
   int64_t d_model = 32, heads = 4, blocks = 1;   // transformer
+  // --init: pretrained float weights (safetensors or .npz) imported before training
+  // (nn/import_weights.h), with extra FILE=MODEL renames (MODEL empty: ignore FILE).
+  std::string init;
+  std::vector<std::string> init_map;
+  std::string save_logits;  // single runs: the test split's logits as safetensors
 };
 
 // The result of one trained (or calibrated) model.
@@ -53,12 +58,19 @@ struct Row {
 
 nn::QConfig qconfig_from(const TrainOptions& o);
 // Checks --model and fills the per-kind defaults (epochs, learning rates) of the options the
-// user did not give (`given("--epochs")`).
+// user did not give (`given("--epochs")`). With --init, a single run fine-tunes (epochs and
+// lr default to --qat-epochs and --qat-lr; --epochs 0 with a quantized recipe is PTQ, whose
+// observers default to minmax) and --compare starts from the imported weights as they are
+// (--epochs defaults to 0).
 void apply_model_defaults(TrainOptions& o, const std::function<bool(const char*)>& given);
 // Accuracy of the fake-quant graph and of the converted integer-weight model, and its size.
 Row evaluate_row(const std::string& name, nn::Trainer& t, const nn::Dataset& test);
 std::string pct(double a);
 void run_compare(const TrainOptions& o);
+
+// Imports o.init into the trainer's parameters and buffers; prints what was imported when
+// `verbose`.
+void import_init(const TrainOptions& o, nn::Trainer& t, bool verbose);
 
 nn::TrainConfig make_config(const TrainOptions& o, const nn::QConfig& qc);
 // Builds the trainer on the requested device; "auto" prefers CUDA and falls back to the

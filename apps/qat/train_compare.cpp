@@ -1,6 +1,7 @@
 // `qat train --compare`: one table of float32, PTQ and QAT variants of one model kind
 // (--model mlp|cnn|transformer). Recipe per seed:
-//   1. float32: train `epochs` epochs at `lr` from the seeded init;
+//   1. float32: train `epochs` epochs at `lr` from the seeded init (with --init: from the
+//      imported weights, `epochs` defaulting to 0, so the row is the imported model itself);
 //   2. PTQ W8A8 / W4A8 / W4A4 (and torchao's 8da4w for transformers): the float weights
 //      (batch norms frozen), min/max observers calibrated on the whole training set, then
 //      evaluated with fake quantization and as integer weights;
@@ -86,6 +87,8 @@ void run_compare(const TrainOptions& o) {
       "(lr %g), %d seeds, %lld train / %lld test rows\n",
       probe.spec().str().c_str(), o.batch, o.epochs, o.optimizer.c_str(), o.lr, o.qat_epochs,
       o.qat_lr, o.seeds, static_cast<long long>(train.size()), static_cast<long long>(test.size()));
+  if (!o.init.empty())
+    std::printf("float32 row: the weights of %s, fine-tuned %d epochs\n", o.init.c_str(), o.epochs);
 
   std::vector<std::string> order;
   std::map<std::string, Stats> stats;
@@ -116,6 +119,7 @@ void run_compare(const TrainOptions& o) {
     so.seed = o.seed + static_cast<uint64_t>(k);
     // 1. float32.
     auto ft = make_trainer(so, nn::QConfig::float32(), train, test);
+    if (!o.init.empty()) import_init(o, *ft, k == 0);
     run_training(*ft, so.epochs, "float32", "", 0, false);
     record(so.seed, evaluate_row("float32", *ft, test));
     // 2. PTQ with min/max calibration over the training set (batch norms frozen, so the
