@@ -2,6 +2,7 @@
 // loop with checkpoints, and the metrics writers (JSON, CSV, PNG).
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <memory>
 #include <string>
@@ -52,6 +53,9 @@ struct Row {
 };
 
 nn::QConfig qconfig_from(const TrainOptions& o);
+// The options that define the model and its recipe (--model ... --optimizer, --batch): what a
+// checkpoint must match. `qat train` and `qat export` share them.
+void add_model_options(CLI::App* cmd, TrainOptions& o);
 // Checks --model and fills the per-kind defaults (epochs, learning rates) of the options the
 // user did not give (`given("--epochs")`).
 void apply_model_defaults(TrainOptions& o, const std::function<bool(const char*)>& given);
