@@ -25,6 +25,7 @@ struct ExportOptions {
   std::string checkpoint, onnx, reference;
 };
 
+#ifdef QG_WITH_ONNX
 std::vector<int64_t> int_list(const std::string& s) {
   std::vector<int64_t> v;
   if (s == "none") return v;
@@ -79,7 +80,6 @@ void options_from_meta(const std::map<std::string, std::string>& meta, const std
        [&](const std::string& s) { o.freeze_bn_after = to_int(s); });
 }
 
-#ifdef QG_WITH_ONNX
 void write_reference(const std::string& dir, const nn::Dataset& test,
                      const std::vector<float>& logits, int64_t classes) {
   ensure_dir(dir);
