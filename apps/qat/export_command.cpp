@@ -50,7 +50,9 @@ void options_from_meta(const std::map<std::string, std::string>& meta, const std
     if (it == meta.end() || given(option)) return;
     try {
       set(it->second);
-    } catch (const std::exception&) {
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception&) {  // std::stoll's
       QG_FAIL("export", "checkpoint ", path, ": meta '", key, "' = '", it->second,
               "' is not valid");
     }

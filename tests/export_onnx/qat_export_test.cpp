@@ -116,6 +116,24 @@ TEST_F(QatExport, AnOlderCheckpointNeedsTheModelOptions) {
   EXPECT_TRUE(exists(out_));
 }
 
+TEST_F(QatExport, AMalformedModelDescriptionIsAnError) {
+  std::vector<nn::CheckpointSection> sections = nn::read_checkpoint(checkpoint_);
+  const std::string bad = dir_ + "/bad_meta.qgck";
+  for (auto [from, to, message] :
+       {std::tuple{"\nheads 4\n", "\nheads four\n", "meta 'heads' = 'four' is not valid"},
+        {"\nhidden 8\n", "\nhidden 8,16\n", "hidden layers 8,16 differ in width"}}) {
+    std::vector<nn::CheckpointSection> s = sections;
+    for (auto& sec : s)
+      if (sec.name == "meta") {
+        const size_t at = sec.payload.find(from);
+        ASSERT_NE(at, std::string::npos) << sec.payload;
+        sec.payload.replace(at, std::string(from).size(), to);
+      }
+    nn::write_checkpoint(bad, s);
+    expect_failure("'" + bad + "' --onnx '" + out_ + "'", {message}, out_);
+  }
+}
+
 TEST_F(QatExport, ACorruptCheckpointIsAnError) {
   std::string bytes;
   {
