@@ -60,6 +60,19 @@ std::string weight_quant_name(WeightQuant w) {
   }
 }
 
+std::string act_quant_name(ActQuant a) {
+  switch (a) {
+    case ActQuant::uint8:
+      return "uint8";
+    case ActQuant::uint4:
+      return "uint4";
+    case ActQuant::int8_dynamic_token:
+      return "int8_dynamic_token";
+    default:
+      return "f32";
+  }
+}
+
 std::string QConfig::str() const {
   if (!quantized()) return "float32";
   std::string w = weight == WeightQuant::nf4 ? "NF4" : "W" + std::to_string(weight_bits());

@@ -59,6 +59,7 @@ struct QConfig {
 WeightQuant parse_weight_quant(const std::string& s);  // "32", "8", "4", "2", "nf4"
 ActQuant parse_act_quant(const std::string& s);        // "32", "8", "4", "dyn8"
 ObserverKind parse_observer(const std::string& s);     // "minmax", "moving_average"
-std::string weight_quant_name(WeightQuant w);
+std::string weight_quant_name(WeightQuant w);          // parse_weight_quant reads it back
+std::string act_quant_name(ActQuant a);                // parse_act_quant reads it back
 
 }  // namespace qg::nn

@@ -33,6 +33,46 @@ std::string history_text(const std::vector<EpochMetrics>& h) {
   return os.str();
 }
 
+// The meta section's "key value" lines.
+std::map<std::string, std::string> parse_meta(const std::string& text, const std::string& path) {
+  std::istringstream meta(text);
+  std::map<std::string, std::string> kv;
+  std::string line;
+  while (std::getline(meta, line)) {
+    size_t sp = line.find(' ');
+    QG_CHECK(sp != std::string::npos, "checkpoint", path, ": malformed meta line '",
+             printable(line), "'");
+    kv[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  return kv;
+}
+
+template <typename T>
+std::string joined(const std::vector<T>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+  return v.empty() ? "none" : os.str();
+}
+
+// The model and recipe, one "key value" line each, so that a checkpoint names what it holds
+// (`qat export` rebuilds the model from these). Readers ignore keys they do not know, so
+// checkpoints without these lines (older ones) still load.
+std::string describe(const TrainConfig& c) {
+  std::ostringstream os;
+  const QConfig& q = c.qconfig;
+  os << "model " << c.model << "\nin_features " << c.mlp.in_features << "\nclasses "
+     << c.mlp.classes << "\nhidden " << joined(c.mlp.hidden) << "\nchannels "
+     << joined(c.cnn.channels) << "\nd_model " << c.transformer.d_model << "\nheads "
+     << c.transformer.heads << "\nblocks " << c.transformer.layers << "\nmlp_hidden "
+     << c.transformer.mlp_hidden << "\nweight " << weight_quant_name(q.weight) << "\nactivation "
+     << act_quant_name(q.activation) << "\nobserver "
+     << (q.observer == ObserverKind::minmax ? "minmax" : "moving_average") << "\nscope "
+     << q.weight_scope << "\ngroup_size " << q.weight_group_size << "\noptimizer "
+     << c.optimizer.kind << "\nbatch " << c.mlp.batch << "\nfreeze_bn_after " << c.freeze_bn_after
+     << "\n";
+  return os.str();
+}
+
 std::vector<EpochMetrics> parse_history(const std::string& text, const std::string& what) {
   std::vector<EpochMetrics> h;
   std::istringstream is(text);
@@ -221,7 +261,8 @@ void Trainer::save_checkpoint(const std::string& path) {
   std::vector<CheckpointSection> sections;
   std::ostringstream meta;
   meta << "config " << config_key() << "\nseed " << config_.seed << "\nepoch " << epoch_
-       << "\nstep " << step_ << "\n";
+       << "\nstep " << step_ << "\n"
+       << describe(config_);
   sections.push_back({"meta", meta.str()});
   sections.push_back({"rng", rng_.save()});
   sections.push_back({"history", history_text(history_)});
@@ -258,15 +299,7 @@ void Trainer::load_checkpoint_bytes(const std::string& bytes, const std::string&
     return *it->second;
   };
   // 1. metadata: the checkpoint must come from the same model and recipe.
-  std::istringstream meta(section("meta"));
-  std::map<std::string, std::string> kv;
-  std::string line;
-  while (std::getline(meta, line)) {
-    size_t sp = line.find(' ');
-    QG_CHECK(sp != std::string::npos, "checkpoint", path, ": malformed meta line '",
-             printable(line), "'");
-    kv[line.substr(0, sp)] = line.substr(sp + 1);
-  }
+  std::map<std::string, std::string> kv = parse_meta(section("meta"), path);
   QG_CHECK(kv["config"] == config_key(), "checkpoint", path, ": written for '",
            printable(kv["config"]), "', this trainer is '", config_key(), "'");
   int epoch = 0;
@@ -305,6 +338,12 @@ void Trainer::load_checkpoint_bytes(const std::string& bytes, const std::string&
   history_ = history;
   epoch_ = epoch;
   step_ = step;
+}
+
+std::map<std::string, std::string> read_checkpoint_meta(const std::string& path) {
+  for (const auto& s : read_checkpoint(path))
+    if (s.name == "meta") return parse_meta(s.payload, path);
+  QG_FAIL("checkpoint", path, ": missing section 'meta'");
 }
 
 }  // namespace qg::nn

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -108,5 +109,11 @@ class Trainer {
   int64_t step_ = 0;
   std::vector<EpochMetrics> history_;
 };
+
+// The "key value" lines of a checkpoint's meta section (the file is fully checked first):
+// "config", "seed", "epoch", "step", and, in checkpoints written since the export command
+// exists, the model and recipe ("model", "hidden", "channels", "d_model", "heads", "blocks",
+// "weight", "activation", "observer", "scope", "group_size", "optimizer", "batch", ...).
+std::map<std::string, std::string> read_checkpoint_meta(const std::string& path);
 
 }  // namespace qg::nn

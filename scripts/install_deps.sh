@@ -9,6 +9,9 @@ packages=(
   libgtest-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev
   python3 python3-numpy python3-torch python3-sklearn python3-matplotlib
+  # `qat export` (ONNX 1.12's C++ protobuf classes and checker) and the onnxruntime check's
+  # virtual environment (scripts/python_env.sh).
+  libonnx-dev libprotobuf-dev python3-venv
 )
 
 missing=()

@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
+# onnxruntime for the ONNX export round trip (PyPI); without it that one test is skipped.
+scripts/python_env.sh > /dev/null ||
+  echo "test.sh: no Python environment for onnxruntime; onnx_export_roundtrip will be skipped"
 jobs=$(nproc 2>/dev/null || echo 2)
 if [ "${1:-}" = "--sanitize" ]; then
   scripts/build.sh build-sanitize -DQG_SANITIZE=ON -DQG_ENABLE_CUDA=OFF -DQG_BUILD_BENCH=OFF

@@ -13,5 +13,6 @@ void add_bench_command(CLI::App& app);
 void add_memplan_command(CLI::App& app);
 void add_layer_command(CLI::App& app);
 void add_steps_command(CLI::App& app);
+void add_export_command(CLI::App& app);
 
 }  // namespace qg::cli

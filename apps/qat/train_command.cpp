@@ -102,33 +102,9 @@ void add_train_command(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("train", "Train a QAT MLP, CNN or transformer on the UCI digits data");
   auto o = std::make_shared<TrainOptions>();
-  cmd->add_option("--model", o->model, "Model: mlp, cnn or transformer")->capture_default_str();
-  cmd->add_option("--channels", o->channels, "cnn: channels of its three conv-bn layers")
-      ->capture_default_str()
-      ->expected(3);
-  cmd->add_option("--d-model", o->d_model, "transformer: model width")->capture_default_str();
-  cmd->add_option("--heads", o->heads, "transformer: attention heads")->capture_default_str();
-  cmd->add_option("--blocks", o->blocks, "transformer: blocks")->capture_default_str();
-  cmd->add_option("--freeze-bn-after", o->freeze_bn_after,
-                  "Freeze batch-norm statistics after N optimizer steps (-1: never; --compare "
-                  "QAT: half the fine-tuning)")
-      ->capture_default_str();
-  cmd->add_option("--width", o->width, "Hidden layer width")->capture_default_str();
-  cmd->add_option("--depth", o->depth, "Number of hidden layers")->capture_default_str();
-  cmd->add_option("--weight-bits", o->weight_bits, "Weights: 32, 8, 4, 2 or nf4")
-      ->capture_default_str();
-  cmd->add_option("--act-bits", o->act_bits,
-                  "Activations: 32, 8, 4 (static per tensor) or dyn8 (per-token dynamic int8)")
-      ->capture_default_str();
-  cmd->add_option("--scope", o->scope, "Weight qparams: channel, tensor or group (of --group-size)")
-      ->capture_default_str();
-  cmd->add_option("--group-size", o->group_size, "Weights per qparam for --scope group")
-      ->capture_default_str();
-  cmd->add_option("--observer", o->observer, "moving_average or minmax")->capture_default_str();
-  cmd->add_option("--optimizer", o->optimizer, "adam or sgd")->capture_default_str();
+  add_model_options(cmd, *o);
   cmd->add_option("--lr", o->lr, "Learning rate")->capture_default_str();
   cmd->add_option("--epochs", o->epochs, "Epochs")->capture_default_str();
-  cmd->add_option("--batch", o->batch, "Batch size")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed for init and data order")->capture_default_str();
   cmd->add_option("--device", o->device, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--out", o->out, "Output directory")->capture_default_str();

@@ -2,6 +2,7 @@
 // loop with checkpoints, and the metrics writers (JSON, CSV, PNG).
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <memory>
 #include <string>
@@ -57,6 +58,9 @@ struct Row {
 };
 
 nn::QConfig qconfig_from(const TrainOptions& o);
+// The options that define the model and its recipe (--model ... --optimizer, --batch): what a
+// checkpoint must match. `qat train` and `qat export` share them.
+void add_model_options(CLI::App* cmd, TrainOptions& o);
 // Checks --model and fills the per-kind defaults (epochs, learning rates) of the options the
 // user did not give (`given("--epochs")`). With --init, a single run fine-tunes (epochs and
 // lr default to --qat-epochs and --qat-lr; --epochs 0 with a quantized recipe is PTQ, whose
