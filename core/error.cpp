@@ -6,7 +6,8 @@ namespace {
 std::string format(const std::string& op, const std::string& message, const char* file, int line) {
   std::string where = file;
   // Keep only the repository-relative part of the path so messages do not leak build paths.
-  for (const char* root : {"/core/", "/ops/", "/autograd/", "/runtime/", "/apps/", "/tests/"}) {
+  for (const char* root : {"/core/", "/ops/", "/autograd/", "/runtime/", "/nn/", "/export/",
+                           "/apps/", "/bench/", "/tests/"}) {
     auto pos = where.rfind(root);
     if (pos != std::string::npos) {
       where = where.substr(pos + 1);
