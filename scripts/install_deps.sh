@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev
   python3 python3-numpy python3-torch python3-sklearn python3-matplotlib
+  python3-dev python3-venv
 )
 
 missing=()

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: install what is missing, build, and run ctest.
-#   scripts/test.sh             normal build (CUDA code compiled when nvcc is present)
+#   scripts/test.sh             normal build (CUDA code compiled when nvcc is present), with
+#                               the Python module (nanobind from the project venv .venv,
+#                               scripts/python_env.sh) and its pytest suite as ctest
+#                               python_pytest; the installed-package test package_consumer
 #   scripts/test.sh --sanitize  CPU-only build with AddressSanitizer + UBSan
 # The normal run ends with a short libFuzzer run of every file reader (scripts/fuzz.sh: a
 # clang build of the readers only, under ASan + UBSan, a few seconds of fuzzing).
@@ -14,7 +17,8 @@ if [ "${1:-}" = "--sanitize" ]; then
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   ctest --test-dir build-sanitize --output-on-failure -j "$jobs"
 else
-  scripts/build.sh build
+  python=$(scripts/python_env.sh | tail -n 1)
+  scripts/build.sh build -DPython_EXECUTABLE="$python"
   ctest --test-dir build --output-on-failure -j "$jobs"
   scripts/fuzz.sh --runs 10000
 fi
