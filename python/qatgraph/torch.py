@@ -109,9 +109,10 @@ class _ObserveFakeQuantizeFn(torch.autograd.Function):
 class FakeQuantize(torch.nn.Module):
     """An observer followed by fake quantization, as torch.ao.quantization.FakeQuantize with
     a MovingAverageMinMaxObserver (observer='moving_average') or MinMaxObserver ('minmax'),
-    per tensor or per channel (ch_axis), affine or symmetric. In training mode the observer
-    updates its statistics from each batch; scale and zero_point are buffers as in PyTorch.
-    The observer statistics live in qatgraph's executor state between calls."""
+    per tensor or per channel (ch_axis), affine or symmetric. As in PyTorch, the observer
+    runs while observer_enabled (not tied to train/eval: disable_observer() freezes it),
+    fake quantization while fake_quant_enabled, and scale / zero_point are buffers. The
+    observer statistics live in qatgraph's executor state between calls."""
 
     def __init__(self, quant_min=0, quant_max=255, observer="moving_average",
                  qscheme="affine", ch_axis=None, averaging_constant=0.01):
@@ -122,16 +123,31 @@ class FakeQuantize(torch.nn.Module):
             self.attrs["averaging_constant"] = float(averaging_constant)
         self.observer = f"{observer}_observer"
         self.ch_axis = ch_axis
+        self.register_buffer("fake_quant_enabled", torch.tensor([1], dtype=torch.uint8))
+        self.register_buffer("observer_enabled", torch.tensor([1], dtype=torch.uint8))
         self.register_buffer("scale", torch.tensor([1.0]))
         self.register_buffer("zero_point", torch.tensor([0], dtype=torch.int32))
-        self._executors = {}  # (shape, dtype) -> (graph, executor, value ids)
-        self._state = None    # the observer's state, carried between executors
+        self._executors = {}  # (shape, dtype) -> (graph, executor, fetched value ids)
+        self._state = {}      # the observer's state, carried between executors
+
+    def enable_observer(self, enabled=True):
+        self.observer_enabled[0] = int(enabled)
+        return self
+
+    def disable_observer(self):
+        return self.enable_observer(False)
+
+    def enable_fake_quant(self, enabled=True):
+        self.fake_quant_enabled[0] = int(enabled)
+        return self
+
+    def disable_fake_quant(self):
+        return self.enable_fake_quant(False)
 
     def _executor(self, x):
         key = (tuple(x.shape), x.dtype)
         if key not in self._executors:
-            attrs = dict(self.attrs)
-            fq_attrs = dict(self.fq_attrs)
+            attrs, fq_attrs = dict(self.attrs), dict(self.fq_attrs)
             if self.ch_axis is not None:
                 scope = {"scope": "channel", "axis": self.ch_axis % x.dim()}
                 attrs.update(scope)
@@ -142,17 +158,18 @@ class FakeQuantize(torch.nn.Module):
             y, mask = g.apply("fake_quantize", [xv, scale, zp], fq_attrs, "fake_quantize")
             for v in (scale, zp, y, mask):
                 g.mark_output(v)
-            self._executors[key] = (g, _core.Executor(g), (y, mask, scale, zp))
+            self._executors[key] = (g, _core.Executor(g), [y, mask, scale, zp])
         return self._executors[key]
 
     def _observe_and_quantize(self, x):
         g, ex, fetches = self._executor(x)
-        ex.training = self.training
-        if self._state is not None:
-            ex.load_state_dict(self._state, strict=False)
-        y, mask, scale, zp = ex.run({"x": x}, list(fetches), framework="torch")
+        states = dict(self._state)
+        states["observer/observer_enabled"] = self.observer_enabled.contiguous()
+        states["fake_quantize/fake_quant_enabled"] = self.fake_quant_enabled.contiguous()
+        ex.load_state_dict(states, strict=False)
+        y, mask, scale, zp = ex.run({"x": x}, fetches, framework="torch")
         self._state = {k: v for k, v in ex.state_dict(framework="torch").items()
-                       if k.startswith("observer/")}
+                       if k.startswith("observer/") and not k.endswith("_enabled")}
         with torch.no_grad():
             self.scale.resize_(scale.shape).copy_(scale)
             self.zero_point.resize_(zp.shape).copy_(zp)

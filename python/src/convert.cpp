@@ -113,6 +113,14 @@ qg::Tensor to_tensor(nb::handle obj, bool copy) {
   }
   qg::DType dtype = dtype_from_dlpack(a.dtype());
   qg::Device device = device_from_dlpack(a.device_type(), a.device_id());
+  if (device.is_cuda() && nb::hasattr(obj, "is_cuda")) {
+    // A torch CUDA tensor may still be being written on torch's stream, which the executor's
+    // stream does not wait for: finish that stream's work first.
+    nb::module_::import_("torch")
+        .attr("cuda")
+        .attr("current_stream")(device.index)
+        .attr("synchronize")();
+  }
   qg::Shape shape(a.ndim());
   for (size_t d = 0; d < a.ndim(); ++d) shape[d] = static_cast<int64_t>(a.shape(d));
 
@@ -156,10 +164,17 @@ nb::object from_tensor(const qg::Tensor& t, Framework framework) {
                                     device_type, t.device().index)
           .cast(nb::rv_policy::automatic);
     }
-    case Framework::torch:
-      return nb::ndarray<nb::pytorch>(t.raw_data(), shape.size(), shape.data(), owner, nullptr,
-                                      dtype, device_type, t.device().index)
-          .cast(nb::rv_policy::automatic);
+    case Framework::torch: {
+      // PyTorch before 2.0 rejects DLPack's bool code: hand bools over as uint8 and view
+      // them as torch.bool (same bytes, no copy).
+      bool as_bytes = t.dtype() == qg::DType::boolean;
+      if (as_bytes) dtype = dlpack_from_dtype(qg::DType::u8);
+      nb::object out = nb::ndarray<nb::pytorch>(t.raw_data(), shape.size(), shape.data(), owner,
+                                                nullptr, dtype, device_type, t.device().index)
+                           .cast(nb::rv_policy::automatic);
+      if (as_bytes) out = out.attr("view")(nb::module_::import_("torch").attr("bool"));
+      return out;
+    }
     case Framework::dlpack:
       return nb::ndarray<nb::array_api>(t.raw_data(), shape.size(), shape.data(), owner, nullptr,
                                         dtype, device_type, t.device().index)

@@ -10,7 +10,8 @@ def linear_graph(batch=4, features=3, out=2):
     g = qg.Graph()
     x = g.input("x", "f32", [batch, features])
     w = g.parameter("w", np.arange(features * out, dtype=np.float32).reshape(features, out) / 10)
-    y = g.apply1("matmul", [x, w], name="y")
+    y = g.apply1("matmul", [x, w], name="matmul")
+    g.set_name(y, "y")  # values are fetched by name once named
     loss = g.apply1("sum", [y])  # every axis
     return g, x, w, y, loss
 
