@@ -8,7 +8,8 @@
 
 Tensors cross into qatgraph through DLPack without a copy (contiguous inputs); results come
 back as torch tensors over qatgraph's memory. The ops run on qatgraph's CPU kernels (the
-numerical reference), so they give PyTorch's results and gradients bit for bit.
+numerical reference): for f32 they give PyTorch's results and gradients bit for bit; f64
+inputs do their math in f64 (SEMANTICS.md), where PyTorch takes 1/scale in f32.
 """
 import torch
 
