@@ -37,8 +37,11 @@ Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   data_ = allocator_->allocate(bytes);
 }
 
+Storage::Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner)
+    : data_(data), bytes_(bytes), device_(device), owner_(std::move(owner)) {}
+
 Storage::~Storage() {
-  if (data_ != nullptr) allocator_->deallocate(data_, bytes_);
+  if (data_ != nullptr && allocator_ != nullptr) allocator_->deallocate(data_, bytes_);
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
@@ -52,6 +55,23 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.dtype_ = dtype;
   t.device_ = device;
   t.storage_ = std::make_shared<Storage>(t.nbytes(), device);
+  return t;
+}
+
+Tensor Tensor::from_external(void* data, const Shape& shape, DType dtype, Device device,
+                             std::shared_ptr<void> owner) {
+  Tensor t;
+  for (int64_t d : shape) {
+    QG_CHECK(d >= 0, "tensor", "negative dimension in shape ", shape_str(shape));
+  }
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  QG_CHECK(data != nullptr || t.numel_ == 0, "tensor", "from_external: null data for ", t.numel_,
+           " elements");
+  t.storage_ = std::make_shared<Storage>(data, t.nbytes(), device, std::move(owner));
   return t;
 }
 

@@ -53,6 +53,9 @@ struct DTypeOf<bool> {
 class Storage {
  public:
   Storage(size_t bytes, Device device);
+  // Memory owned by someone else (a NumPy array, a DLPack producer): `owner` keeps it alive
+  // and is released with the storage; nothing is freed here.
+  Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -65,7 +68,8 @@ class Storage {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
-  Allocator* allocator_ = nullptr;
+  Allocator* allocator_ = nullptr;  // null for borrowed memory
+  std::shared_ptr<void> owner_;     // what keeps borrowed memory alive
 };
 
 class Tensor {
@@ -80,6 +84,10 @@ class Tensor {
                              DType dtype = DType::f32);
   template <typename T>
   static Tensor from_vector(const Shape& shape, const std::vector<T>& values);
+  // A contiguous tensor over memory this library does not own, kept alive by `owner` for as
+  // long as this tensor or a view of it exists (zero-copy exchange with NumPy / DLPack).
+  static Tensor from_external(void* data, const Shape& shape, DType dtype, Device device,
+                              std::shared_ptr<void> owner);
   static Tensor scalar(double value, DType dtype = DType::f32) {
     return from_doubles({}, {value}, dtype);
   }

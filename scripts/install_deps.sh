@@ -11,7 +11,9 @@ packages=(
   python3 python3-numpy python3-torch python3-sklearn python3-matplotlib
   # `qat export` (ONNX 1.12's C++ protobuf classes and checker) and the onnxruntime check's
   # virtual environment (scripts/python_env.sh).
-  libonnx-dev libprotobuf-dev python3-venv
+  libonnx-dev libprotobuf-dev
+  # The Python module (nanobind, built against the system Python) and its venv.
+  python3-dev python3-venv
 )
 
 missing=()

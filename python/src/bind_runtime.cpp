@@ -1,0 +1,173 @@
+// qatgraph.Executor: runs a graph on the CPU or CUDA backend, feeds by name, fetches by
+// value id or name, keeps parameters and observer statistics as persistent state.
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "convert.h"
+#include "runtime/backend.h"
+#include "runtime/executor.h"
+
+namespace qgpy {
+namespace {
+
+qg::Executor::Feeds to_feeds(const nb::dict& feeds) {
+  qg::Executor::Feeds out;
+  for (auto [name, value] : feeds) out[nb::cast<std::string>(name)] = to_tensor(value);
+  return out;
+}
+
+std::vector<qg::ValueId> to_fetches(const qg::Graph& g, const nb::handle& fetches) {
+  std::vector<qg::ValueId> ids;
+  for (nb::handle f : fetches) {
+    if (nb::isinstance<nb::str>(f))
+      ids.push_back(g.at(nb::cast<std::string>(f)));
+    else
+      ids.push_back(nb::cast<qg::ValueId>(f));
+  }
+  return ids;
+}
+
+bool stateful(const qg::Node& n) {
+  return !n.dead && !n.states.empty() && n.op->name != "constant";
+}
+
+// The state_dict naming: a parameter by its name ("fc1.weight"); any other state as
+// "<node name>/<state name>" ("fc1.weight.observer/min"), as checkpoints name them.
+std::string state_key(const qg::Node& n, const qg::StateSpec& s) {
+  return n.op->name == "parameter" ? n.name : n.name + "/" + s.name;
+}
+
+}  // namespace
+
+void bind_runtime(nb::module_& m) {
+  nb::class_<qg::Executor>(m, "Executor",
+                           "Runs a Graph on 'cpu' or 'cuda[:N]'. The graph must outlive it (the "
+                           "executor keeps a reference to it).")
+      .def(
+          "__init__",
+          [](qg::Executor* self, const qg::Graph& g, const std::string& device) {
+            new (self) qg::Executor(g, parse_device(device));
+          },
+          nb::arg("graph"), nb::arg("device") = "cpu", nb::keep_alive<1, 2>())
+      .def(
+          "run",
+          [](qg::Executor& ex, nb::dict feeds, nb::handle fetches,
+             const std::vector<qg::NodeId>& targets, nb::handle framework) {
+            qg::Executor::Feeds in = to_feeds(feeds);
+            std::vector<qg::ValueId> ids = to_fetches(ex.graph(), fetches);
+            std::vector<qg::Tensor> out;
+            {
+              nb::gil_scoped_release release;
+              out = ex.run(in, ids, targets);
+            }
+            nb::list results;
+            for (const qg::Tensor& t : out) results.append(from_tensor(t, framework));
+            return results;
+          },
+          nb::arg("feeds"), nb::arg("fetches"), nb::arg("targets") = std::vector<qg::NodeId>{},
+          nb::arg("framework") = nb::none(),
+          "Runs what `fetches` (value ids or names) and `targets` (node ids run for their "
+          "effects, e.g. optimizer steps) need. Feeds: name -> array (NumPy, torch, DLPack; "
+          "borrowed without a copy when C-contiguous and aligned). Returns a list of arrays: "
+          "NumPy for CPU results and torch for CUDA ones unless framework='numpy', 'torch' or "
+          "'dlpack'.")
+      .def_prop_rw("training", &qg::Executor::training, &qg::Executor::set_training)
+      .def("set_training", &qg::Executor::set_training, nb::arg("training"))
+      .def_prop_ro("device", [](const qg::Executor& ex) { return ex.device().str(); })
+      .def_prop_ro(
+          "graph", [](const qg::Executor& ex) -> const qg::Graph& { return ex.graph(); },
+          nb::rv_policy::reference_internal, "the graph this executor runs")
+      .def(
+          "parameter",
+          [](qg::Executor& ex, const std::string& name, nb::handle framework) {
+            return from_tensor(ex.parameter(name), framework);
+          },
+          nb::arg("name"), nb::arg("framework") = nb::none(),
+          "A live view of a parameter's value (writes through to the executor's state).")
+      .def(
+          "set_parameter",
+          [](qg::Executor& ex, const std::string& name, nb::handle value) {
+            qg::Tensor& p = ex.parameter(name);
+            qg::Tensor v = to_tensor(value);
+            QG_CHECK(v.dtype() == p.dtype() && v.shape() == p.shape(), "executor", "parameter '",
+                     name, "' is ", p.str(), ", the new value is ", v.str());
+            qg::copy_bytes(p.raw_data(), p.device(), v.raw_data(), v.device(), p.nbytes());
+          },
+          nb::arg("name"), nb::arg("value"), "Copies `value` into a parameter's state.")
+      .def(
+          "state",
+          [](qg::Executor& ex, nb::handle node, const std::string& name, nb::handle framework) {
+            qg::NodeId id =
+                nb::isinstance<nb::str>(node)
+                    ? ex.graph().value(ex.graph().at(nb::cast<std::string>(node))).producer
+                    : nb::cast<qg::NodeId>(node);
+            return from_tensor(ex.state(id, name), framework);
+          },
+          nb::arg("node"), nb::arg("name"), nb::arg("framework") = nb::none(),
+          "A live view of one state of a node (node id, or the name of one of its outputs).")
+      .def(
+          "state_dict",
+          [](qg::Executor& ex, bool parameters_only, nb::handle framework) {
+            const qg::Graph& g = ex.graph();
+            nb::dict d;
+            for (qg::NodeId id = 0; id < g.num_nodes(); ++id) {
+              const qg::Node& n = g.node(id);
+              if (!stateful(n) || (parameters_only && n.op->name != "parameter")) continue;
+              const std::vector<qg::Tensor>& st = ex.states(id);
+              for (size_t i = 0; i < st.size(); ++i)
+                d[state_key(n, n.states[i]).c_str()] = from_tensor(st[i].clone(), framework);
+            }
+            return d;
+          },
+          nb::arg("parameters_only") = false, nb::arg("framework") = nb::none(),
+          "Copies of every persistent state: parameters by name, other states as "
+          "'<node>/<state>'.")
+      .def(
+          "load_state_dict",
+          [](qg::Executor& ex, nb::dict values, bool strict) {
+            const qg::Graph& g = ex.graph();
+            std::vector<std::string> unused;
+            std::map<std::string, std::pair<qg::NodeId, std::string>> keys;
+            for (qg::NodeId id = 0; id < g.num_nodes(); ++id) {
+              const qg::Node& n = g.node(id);
+              if (!stateful(n)) continue;
+              for (const qg::StateSpec& s : n.states) keys[state_key(n, s)] = {id, s.name};
+            }
+            for (auto [key, value] : values) {
+              std::string k = nb::cast<std::string>(key);
+              auto it = keys.find(k);
+              if (it == keys.end()) {
+                unused.push_back(k);
+                continue;
+              }
+              qg::Tensor& s = ex.state(it->second.first, it->second.second);
+              qg::Tensor v = to_tensor(value);
+              QG_CHECK(v.dtype() == s.dtype() && v.shape() == s.shape(), "load_state_dict",
+                       "state '", k, "' is ", s.str(), ", the given value is ", v.str());
+              qg::copy_bytes(s.raw_data(), s.device(), v.raw_data(), v.device(), s.nbytes());
+              keys.erase(it);
+            }
+            if (strict) {
+              QG_CHECK(unused.empty(), "load_state_dict", "no state named '", unused.front(),
+                       "' in the graph (", unused.size(), " unknown keys)");
+              size_t params_missing = 0;
+              std::string first;
+              for (const auto& [k, where] : keys)
+                if (g.node(where.first).op->name == "parameter" && params_missing++ == 0) first = k;
+              QG_CHECK(params_missing == 0, "load_state_dict", "parameter '", first,
+                       "' is missing (", params_missing, " parameters missing)");
+            }
+            return unused;
+          },
+          nb::arg("state_dict"), nb::arg("strict") = true,
+          "Copies values into the executor's states (keys as state_dict() names them). "
+          "strict: every key must exist and every parameter be given. Returns unknown keys.");
+
+  m.def(
+      "cuda_available", [] { return qg::cuda_available(); },
+      "True when the CUDA backend was built and a GPU is present.");
+}
+
+}  // namespace qgpy

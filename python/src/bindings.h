@@ -1,0 +1,17 @@
+// One function per binding file; module.cpp calls them in order. A new area (weight import,
+// ONNX export) adds its bind_*.cpp file here and a call in module.cpp, and its Python side
+// registers with qatgraph.io (see python/qatgraph/io.py).
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace qgpy {
+
+namespace nb = nanobind;
+
+void bind_graph(nb::module_& m);    // Graph, grad, ops, op_info, run_op
+void bind_runtime(nb::module_& m);  // Executor, cuda_available
+void bind_nn(nb::module_& m);       // the nn submodule: QConfig, Builder, models, Trainer
+void bind_io(nb::module_& m);       // safetensors, npy, checkpoints
+
+}  // namespace qgpy

@@ -1,0 +1,40 @@
+// Conversions between Python objects and qatgraph values shared by the binding files:
+// tensors (NumPy arrays, PyTorch tensors, anything with the buffer protocol or __dlpack__),
+// devices ("cpu", "cuda", "cuda:1") and attribute dictionaries.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <string>
+
+#include "core/attrs.h"
+#include "core/tensor.h"
+
+namespace qgpy {
+
+namespace nb = nanobind;
+
+// What a returned tensor becomes: a numpy.ndarray (CPU only), a torch.Tensor, or a
+// framework-neutral array object that supports both the buffer protocol (CPU) and DLPack.
+enum class Framework { numpy, torch, dlpack };
+
+// nullptr / None: NumPy for CPU tensors, PyTorch for CUDA tensors.
+Framework framework_for(const nb::handle& name, const qg::Tensor& t);
+
+// A qatgraph tensor over `obj`'s memory when it is C-contiguous, 16-byte aligned and of a
+// qatgraph dtype ("zero-copy": the tensor keeps `obj` alive); otherwise (or with
+// copy=true) a contiguous copy. Lists and scalars go through numpy.asarray first.
+qg::Tensor to_tensor(nb::handle obj, bool copy = false);
+
+// A view of `t` in `framework` sharing its memory (the returned object keeps the storage
+// alive). NumPy has no bfloat16: such tensors are refused with a qg::Error.
+nb::object from_tensor(const qg::Tensor& t, Framework framework);
+nb::object from_tensor(const qg::Tensor& t, nb::handle framework);
+
+qg::Device parse_device(const std::string& s);  // "cpu", "cuda", "cuda:N"
+
+// {"bits": 4, "signed": True, "scope": "channel", "axis": 0, "shape": [2, 3]} -> Attrs.
+qg::Attrs to_attrs(const nb::handle& dict);
+nb::object attr_to_python(const qg::Attr& a);
+
+}  // namespace qgpy

@@ -1,0 +1,25 @@
+// The extension module qatgraph._core; python/qatgraph/__init__.py re-exports it.
+#include "bindings.h"
+#include "core/error.h"
+
+namespace nb = nanobind;
+
+NB_MODULE(_core, m) {
+  m.doc() = "qatgraph C++ core: graphs, autodiff, executors, the nn layer library";
+  // qg::Error (bad input, named op and values) -> qatgraph.Error, a ValueError.
+  nb::exception<qg::Error>(m, "Error", PyExc_ValueError);
+
+  nb::dict info;
+  info["version"] = QG_VERSION;
+#ifdef QG_WITH_CUDA
+  info["cuda"] = true;
+#else
+  info["cuda"] = false;
+#endif
+  m.attr("build_info") = info;
+
+  qgpy::bind_graph(m);
+  qgpy::bind_runtime(m);
+  qgpy::bind_nn(m);
+  qgpy::bind_io(m);
+}
