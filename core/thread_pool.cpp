@@ -26,6 +26,7 @@ namespace qg {
 namespace {
 
 thread_local bool t_in_region = false;
+std::atomic<int64_t> g_min_parallel_work{kDefaultMinParallelWork};
 
 struct Job {
   detail::ChunkFn fn;
@@ -57,10 +58,17 @@ struct Job {
 
 class ThreadPool {
  public:
-  ThreadPool() : threads_(default_num_threads()) {}
   ~ThreadPool() { stop_workers(); }
 
-  int threads() const { return threads_.load(std::memory_order_relaxed); }
+  // Resolved on first use, so that --threads wins over a bad QG_NUM_THREADS.
+  int threads() {
+    int n = threads_.load(std::memory_order_relaxed);
+    if (n == 0) {
+      n = default_num_threads();
+      threads_.store(n, std::memory_order_relaxed);
+    }
+    return n;
+  }
 
   void resize(int n) {
     QG_CHECK(n >= 1, "threads", "the thread count must be >= 1, got ", n);
@@ -151,7 +159,7 @@ class ThreadPool {
     }
   }
 
-  std::atomic<int> threads_;
+  std::atomic<int> threads_{0};  // 0: not resolved yet
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<Job*> jobs_;
@@ -193,10 +201,18 @@ bool in_parallel_region() {
   return t_in_region;
 }
 
+int64_t min_parallel_work() {
+  return g_min_parallel_work.load(std::memory_order_relaxed);
+}
+
+void set_min_parallel_work(int64_t work) {
+  g_min_parallel_work.store(std::max<int64_t>(work, 0), std::memory_order_relaxed);
+}
+
 namespace detail {
 
-bool run_inline(int64_t chunks) {
-  return chunks <= 1 || t_in_region || pool().threads() == 1;
+bool run_inline(int64_t chunks, int64_t work) {
+  return chunks <= 1 || t_in_region || work < min_parallel_work() || pool().threads() == 1;
 }
 
 void run_chunks(int64_t chunks, ChunkFn fn) {

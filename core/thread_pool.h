@@ -32,6 +32,15 @@ int default_num_threads();
 // True on a thread that is running a chunk of a parallel loop.
 bool in_parallel_region();
 
+// A loop whose work is below this many element-equivalents (roughly a nanosecond each: an
+// element of a memory-bound map, or 16 multiply-adds of a GEMM) runs on the calling thread,
+// the same chunks in order: waking workers costs tens of microseconds, more than such a loop.
+// Only who runs the chunks changes, never the results. Tests lower it to 0 so that every loop
+// of two or more chunks runs on the pool.
+int64_t min_parallel_work();
+void set_min_parallel_work(int64_t work);
+constexpr int64_t kDefaultMinParallelWork = int64_t{1} << 17;
+
 namespace detail {
 // A borrowed callable(int64_t chunk): no allocation per loop.
 struct ChunkFn {
@@ -41,17 +50,18 @@ struct ChunkFn {
 };
 // Runs fn(c) for every c in [0, chunks) on the pool (chunks >= 2, not nested).
 void run_chunks(int64_t chunks, ChunkFn fn);
-bool run_inline(int64_t chunks);
+bool run_inline(int64_t chunks, int64_t work);
 }  // namespace detail
 
 inline int64_t num_chunks(int64_t n, int64_t grain) {
   return n <= 0 ? 0 : (n + grain - 1) / grain;
 }
 
-// Calls fn(c) for c in [0, chunks), in parallel.
+// Calls fn(c) for c in [0, chunks), in parallel when `work` (element-equivalents, see
+// min_parallel_work) is large enough.
 template <typename Fn>
-void parallel_chunks(int64_t chunks, const Fn& fn) {
-  if (detail::run_inline(chunks)) {
+void parallel_chunks(int64_t chunks, const Fn& fn, int64_t work) {
+  if (detail::run_inline(chunks, work)) {
     for (int64_t c = 0; c < chunks; ++c) fn(c);
     return;
   }
@@ -60,14 +70,18 @@ void parallel_chunks(int64_t chunks, const Fn& fn) {
                                              }});
 }
 
-// Calls fn(begin, end) for every chunk [c * grain, min(n, (c + 1) * grain)) of [0, n).
+// Calls fn(begin, end) for every chunk [c * grain, min(n, (c + 1) * grain)) of [0, n). The
+// work is n unless given (a loop over rows passes its element count).
 template <typename Fn>
-void parallel_for(int64_t n, int64_t grain, const Fn& fn) {
+void parallel_for(int64_t n, int64_t grain, const Fn& fn, int64_t work = -1) {
   grain = std::max<int64_t>(grain, 1);
-  parallel_chunks(num_chunks(n, grain), [&](int64_t c) {
-    const int64_t b = c * grain;
-    fn(b, std::min(n, b + grain));
-  });
+  parallel_chunks(
+      num_chunks(n, grain),
+      [&](int64_t c) {
+        const int64_t b = c * grain;
+        fn(b, std::min(n, b + grain));
+      },
+      work < 0 ? n : work);
 }
 
 // map(begin, end) -> T per chunk, then combine(acc, partial) left to right in chunk order,

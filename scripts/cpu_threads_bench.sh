@@ -7,7 +7,8 @@
 # torch), and `qat train --compare --device cpu` with 1 thread and with every CPU, checking
 # that the accuracies are identical. Builds nothing: run scripts/build.sh first.
 # Environment: THREADS (default 1,2,4,8,16), REPS (10), MODELS (mlp cnn transformer; empty
-# to skip training), PYTHON (python3), QAT (build/apps/qat).
+# to skip training), SKIP_OPS (non-empty: training only), PYTHON (python3), QAT
+# (build/apps/qat).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] || { echo "usage: scripts/cpu_threads_bench.sh OUT.md" >&2; exit 2; }
@@ -20,12 +21,14 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 filter='obs+fq per-tensor f32|fq fwd per-tensor f32|fq fwd+bwd per-tensor f32'
-for n in ${threads//,/ }; do
-  "$qat" --threads "$n" bench --device cpu --shape 8192,4096 --fused-only --reps "$reps" \
-    --filter "$filter" --json "$work/ours_$n.json" | tail -n +2 | sed "s/^/threads $n: /"
-done
-"${PYTHON:-python3}" bench/torch_cpu_threads.py --threads "$threads" --reps "$reps" \
-  --json "$work/torch.json" || echo "PyTorch side failed: the table has our columns only"
+if [ -z "${SKIP_OPS:-}" ]; then
+  for n in ${threads//,/ }; do
+    "$qat" --threads "$n" bench --device cpu --shape 8192,4096 --fused-only --reps "$reps" \
+      --filter "$filter" --json "$work/ours_$n.json" | tail -n +2 | sed "s/^/threads $n: /"
+  done
+  "${PYTHON:-python3}" bench/torch_cpu_threads.py --threads "$threads" --reps "$reps" \
+    --json "$work/torch.json" || echo "PyTorch side failed: the table has our columns only"
+fi
 
 all=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
 for model in ${MODELS-mlp cnn transformer}; do

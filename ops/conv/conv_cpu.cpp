@@ -92,43 +92,51 @@ T* col_buffer(int64_t n) {
 template <typename T>
 void forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
   const int64_t cg = g.c_per_group(), og = g.o_per_group(), k = g.col_rows(), p = g.col_cols();
+  const int64_t gemm_work = g.n * g.groups * og * k * p / 16;  // element-equivalents
   const T* xp = x.data<T>();
   const T* wp = w.data<T>();
   const T* bp = b.data<T>();
   T* yp = y.data<T>();
-  parallel_chunks(g.n, [&](int64_t n) {
-    T* col = col_buffer<T>(k * p);
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      im2col(g, xp + (n * g.c + grp * cg) * g.h * g.w, col);
-      MapConstMat<T> wg(wp + grp * og * k, og, k);
-      MapConstMat<T> cm(col, k, p);
-      MapMat<T> yg(yp + (n * g.o + grp * og) * p, og, p);
-      yg.noalias() = wg * cm;
-    }
-    for (int64_t oc = 0; oc < g.o; ++oc) {
-      T* row = yp + (n * g.o + oc) * p;
-      for (int64_t i = 0; i < p; ++i) row[i] += bp[oc];
-    }
-  });
+  parallel_chunks(
+      g.n,
+      [&](int64_t n) {
+        T* col = col_buffer<T>(k * p);
+        for (int64_t grp = 0; grp < g.groups; ++grp) {
+          im2col(g, xp + (n * g.c + grp * cg) * g.h * g.w, col);
+          MapConstMat<T> wg(wp + grp * og * k, og, k);
+          MapConstMat<T> cm(col, k, p);
+          MapMat<T> yg(yp + (n * g.o + grp * og) * p, og, p);
+          yg.noalias() = wg * cm;
+        }
+        for (int64_t oc = 0; oc < g.o; ++oc) {
+          T* row = yp + (n * g.o + oc) * p;
+          for (int64_t i = 0; i < p; ++i) row[i] += bp[oc];
+        }
+      },
+      gemm_work);
 }
 
 template <typename T>
 void backward_input(const ConvGeometry& g, const Tensor& dy, const Tensor& w, Tensor& dx) {
   const int64_t cg = g.c_per_group(), og = g.o_per_group(), k = g.col_rows(), p = g.col_cols();
+  const int64_t gemm_work = g.n * g.groups * og * k * p / 16;  // element-equivalents
   const T* dyp = dy.data<T>();
   const T* wp = w.data<T>();
   T* dxp = dx.data<T>();
-  parallel_chunks(g.n, [&](int64_t n) {
-    T* col = col_buffer<T>(k * p);
-    std::fill(dxp + n * g.c * g.h * g.w, dxp + (n + 1) * g.c * g.h * g.w, T(0));
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      MapConstMat<T> wg(wp + grp * og * k, og, k);
-      MapConstMat<T> dyg(dyp + (n * g.o + grp * og) * p, og, p);
-      MapMat<T> cm(col, k, p);
-      cm.noalias() = wg.transpose() * dyg;
-      col2im_add(g, col, dxp + (n * g.c + grp * cg) * g.h * g.w);
-    }
-  });
+  parallel_chunks(
+      g.n,
+      [&](int64_t n) {
+        T* col = col_buffer<T>(k * p);
+        std::fill(dxp + n * g.c * g.h * g.w, dxp + (n + 1) * g.c * g.h * g.w, T(0));
+        for (int64_t grp = 0; grp < g.groups; ++grp) {
+          MapConstMat<T> wg(wp + grp * og * k, og, k);
+          MapConstMat<T> dyg(dyp + (n * g.o + grp * og) * p, og, p);
+          MapMat<T> cm(col, k, p);
+          cm.noalias() = wg.transpose() * dyg;
+          col2im_add(g, col, dxp + (n * g.c + grp * cg) * g.h * g.w);
+        }
+      },
+      gemm_work);
 }
 
 template <typename T>

@@ -169,6 +169,7 @@ struct TaskList {
   std::vector<Piece> pieces;
   std::vector<size_t> starts;  // task t is pieces [starts[t], starts[t + 1])
   int64_t open = 0;            // elements in the last task so far
+  int64_t total = 0;           // elements in all tasks
 
   void add(const Piece& p) {
     if (starts.empty() || (open >= kChunk && p.k0 % 8 == 0)) {
@@ -177,15 +178,19 @@ struct TaskList {
     }
     pieces.push_back(p);
     open += p.rows * p.width;
+    total += p.rows * p.width;
   }
   int64_t size() const { return static_cast<int64_t>(starts.size()); }
   // fn(first, last): the pieces of one task, on the pool.
   template <typename Fn>
   void run(const Fn& fn) const {
-    parallel_chunks(size(), [&](int64_t t) {
-      const size_t e = t + 1 < size() ? starts[t + 1] : pieces.size();
-      fn(pieces.data() + starts[t], pieces.data() + e);
-    });
+    parallel_chunks(
+        size(),
+        [&](int64_t t) {
+          const size_t e = t + 1 < size() ? starts[t + 1] : pieces.size();
+          fn(pieces.data() + starts[t], pieces.data() + e);
+        },
+        total);
   }
 };
 

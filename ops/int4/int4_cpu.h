@@ -28,11 +28,14 @@ template <typename Fn>
 void parallel_packed_rows(int64_t outer, int64_t row, uint8_t* packed, const Fn& fn) {
   int64_t grain = std::max<int64_t>(1, kElementGrain / std::max<int64_t>(row, 1));
   if (row & 1) grain += grain & 1;
-  parallel_for(outer, grain, [&](int64_t o0, int64_t o1) {
-    const int64_t b = o0 * row / 2, e = (o1 * row + 1) / 2;
-    std::memset(packed + b, 0, static_cast<size_t>(e - b));
-    fn(o0, o1);
-  });
+  parallel_for(
+      outer, grain,
+      [&](int64_t o0, int64_t o1) {
+        const int64_t b = o0 * row / 2, e = (o1 * row + 1) / 2;
+        std::memset(packed + b, 0, static_cast<size_t>(e - b));
+        fn(o0, o1);
+      },
+      outer * row);
 }
 
 // Calls fn(k0, len, qparams index, step) for the runs of elements [begin, end) of a

@@ -30,25 +30,31 @@ void batched_matmul_cpu(const Tensor& a, const Tensor& b, Tensor& y, bool ta, bo
   T* py = y.data<T>();
   if constexpr (std::is_same_v<T, M>) {
     const int64_t blocks = gemm::row_blocks(m);
-    parallel_chunks(batches * blocks, [&](int64_t task) {
-      const int64_t i = task / blocks;
-      gemm::product_rows<M>(pa + i * ar * ac, ar, ac, pb + i * br * bc, br, bc, py + i * m * n, n,
-                            ta, tb, gemm::row_block(m, task % blocks));
-    });
+    parallel_chunks(
+        batches * blocks,
+        [&](int64_t task) {
+          const int64_t i = task / blocks;
+          gemm::product_rows<M>(pa + i * ar * ac, ar, ac, pb + i * br * bc, br, bc, py + i * m * n,
+                                n, ta, tb, gemm::row_block(m, task % blocks));
+        },
+        batches * gemm::product_work(m, n, ta ? ar : ac));
   } else {
-    parallel_chunks(batches, [&](int64_t i) {
-      auto load = [](const T* p, int64_t rows, int64_t cols) {
-        RowMat<M> mat(rows, cols);
-        for (int64_t k = 0; k < rows * cols; ++k) mat.data()[k] = static_cast<M>(p[k]);
-        return mat;
-      };
-      RowMat<M> ma = load(pa + i * ar * ac, ar, ac), mb = load(pb + i * br * bc, br, bc);
-      RowMat<M> ra = ta ? RowMat<M>(ma.transpose()) : ma;
-      RowMat<M> rb = tb ? RowMat<M>(mb.transpose()) : mb;
-      RowMat<M> out = ra * rb;
-      T* sy = py + i * m * n;
-      for (int64_t k = 0; k < m * n; ++k) sy[k] = static_cast<T>(out.data()[k]);
-    });
+    parallel_chunks(
+        batches,
+        [&](int64_t i) {
+          auto load = [](const T* p, int64_t rows, int64_t cols) {
+            RowMat<M> mat(rows, cols);
+            for (int64_t k = 0; k < rows * cols; ++k) mat.data()[k] = static_cast<M>(p[k]);
+            return mat;
+          };
+          RowMat<M> ma = load(pa + i * ar * ac, ar, ac), mb = load(pb + i * br * bc, br, bc);
+          RowMat<M> ra = ta ? RowMat<M>(ma.transpose()) : ma;
+          RowMat<M> rb = tb ? RowMat<M>(mb.transpose()) : mb;
+          RowMat<M> out = ra * rb;
+          T* sy = py + i * m * n;
+          for (int64_t k = 0; k < m * n; ++k) sy[k] = static_cast<T>(out.data()[k]);
+        },
+        batches * gemm::product_work(m, n, ta ? ar : ac));
   }
 }
 

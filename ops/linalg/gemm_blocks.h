@@ -20,6 +20,11 @@ using RowMat = Eigen::Matrix<M, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>
 
 constexpr int64_t kGemmRowBlock = 64;
 
+// A product's work in element-equivalents (min_parallel_work): 16 multiply-adds each.
+inline int64_t product_work(int64_t m, int64_t n, int64_t k) {
+  return m * n * k / 16;
+}
+
 // Row blocks of an m-row output.
 inline int64_t row_blocks(int64_t m) {
   return std::max<int64_t>(1, m / kGemmRowBlock);
@@ -50,9 +55,10 @@ template <typename M>
 void product(const M* a, int64_t ar, int64_t ac, const M* b, int64_t br, int64_t bc, M* y,
              int64_t m, int64_t n, bool ta, bool tb) {
   if (m * n == 0) return;
-  parallel_chunks(row_blocks(m), [&](int64_t blk) {
-    product_rows(a, ar, ac, b, br, bc, y, n, ta, tb, row_block(m, blk));
-  });
+  parallel_chunks(
+      row_blocks(m),
+      [&](int64_t blk) { product_rows(a, ar, ac, b, br, bc, y, n, ta, tb, row_block(m, blk)); },
+      product_work(m, n, ta ? ar : ac));
 }
 
 }  // namespace qg::gemm

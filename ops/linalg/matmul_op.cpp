@@ -35,12 +35,16 @@ void matmul_cpu(const Tensor& a, const Tensor& b, Tensor& y, bool ta, bool tb) {
     RowMat<M> ra = ta ? RowMat<M>(ma.transpose()) : ma;
     RowMat<M> rb = tb ? RowMat<M>(mb.transpose()) : mb;
     T* py = y.data<T>();
-    parallel_chunks(gemm::row_blocks(m), [&](int64_t blk) {
-      const gemm::Rows r = gemm::row_block(m, blk);
-      RowMat<M> out(r.count, n);
-      out.noalias() = ra.middleRows(r.begin, r.count) * rb;
-      for (int64_t i = 0; i < r.count * n; ++i) py[r.begin * n + i] = static_cast<T>(out.data()[i]);
-    });
+    parallel_chunks(
+        gemm::row_blocks(m),
+        [&](int64_t blk) {
+          const gemm::Rows r = gemm::row_block(m, blk);
+          RowMat<M> out(r.count, n);
+          out.noalias() = ra.middleRows(r.begin, r.count) * rb;
+          for (int64_t i = 0; i < r.count * n; ++i)
+            py[r.begin * n + i] = static_cast<T>(out.data()[i]);
+        },
+        gemm::product_work(m, n, ra.cols()));
   }
 }
 

@@ -161,23 +161,29 @@ void parallel_scope_runs(const ScopeLayout& l, const Fn& fn) {
       return;
     case ScopeKind::token:
     case ScopeKind::group:
-      parallel_for(l.outer, std::max<int64_t>(1, kElementGrain / row), [&](int64_t o0, int64_t o1) {
-        for_each_scope_run_in(l, o0 * row, o1 * row, fn);
-      });
+      parallel_for(
+          l.outer, std::max<int64_t>(1, kElementGrain / row),
+          [&](int64_t o0, int64_t o1) { for_each_scope_run_in(l, o0 * row, o1 * row, fn); }, numel);
       return;
     case ScopeKind::channel:
       if (l.inner == 1) {
         // Column blocks of at least 64 channels keep the runs long enough for SIMD loops.
         const int64_t grain = std::max<int64_t>(64, kElementGrain / l.outer);
-        parallel_for(l.axis_len, grain, [&](int64_t a0, int64_t a1) {
-          for (int64_t o = 0; o < l.outer; ++o) fn(o * row + a0, a1 - a0, a0, int64_t{1});
-        });
+        parallel_for(
+            l.axis_len, grain,
+            [&](int64_t a0, int64_t a1) {
+              for (int64_t o = 0; o < l.outer; ++o) fn(o * row + a0, a1 - a0, a0, int64_t{1});
+            },
+            numel);
       } else {
         const int64_t grain = std::max<int64_t>(1, kElementGrain / (l.outer * l.inner));
-        parallel_for(l.axis_len, grain, [&](int64_t a0, int64_t a1) {
-          for (int64_t o = 0; o < l.outer; ++o)
-            for (int64_t a = a0; a < a1; ++a) fn(o * row + a * l.inner, l.inner, a, int64_t{0});
-        });
+        parallel_for(
+            l.axis_len, grain,
+            [&](int64_t a0, int64_t a1) {
+              for (int64_t o = 0; o < l.outer; ++o)
+                for (int64_t a = a0; a < a1; ++a) fn(o * row + a * l.inner, l.inner, a, int64_t{0});
+            },
+            numel);
       }
       return;
   }

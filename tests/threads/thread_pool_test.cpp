@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -21,14 +22,22 @@
 namespace qg {
 namespace {
 
-// Restores the thread count a test changed.
+// Sets the thread count, with every loop of two or more chunks on the pool however small
+// (min_parallel_work 0), and restores both.
 class ThreadCount {
  public:
-  explicit ThreadCount(int n) : old_(num_threads()) { set_num_threads(n); }
-  ~ThreadCount() { set_num_threads(old_); }
+  explicit ThreadCount(int n) : old_(num_threads()), old_work_(min_parallel_work()) {
+    set_num_threads(n);
+    set_min_parallel_work(0);
+  }
+  ~ThreadCount() {
+    set_num_threads(old_);
+    set_min_parallel_work(old_work_);
+  }
 
  private:
   int old_;
+  int64_t old_work_;
 };
 
 TEST(ThreadPool, ChunksDependOnTheSizeOnlyAndRunOnce) {
@@ -162,6 +171,31 @@ TEST(ThreadPool, TwoExecutorsOnTwoThreads) {
   ASSERT_EQ(ref.nbytes(), a.nbytes());
   EXPECT_EQ(std::memcmp(ref.raw_data(), a.raw_data(), a.nbytes()), 0);
   EXPECT_EQ(std::memcmp(ref.raw_data(), b.raw_data(), b.nbytes()), 0);
+}
+
+// Below min_parallel_work a loop runs its chunks in order on the calling thread.
+TEST(ThreadPool, SmallLoopsRunOnTheCallingThread) {
+  ThreadCount tc(4);
+  set_min_parallel_work(1000);
+  const auto caller = std::this_thread::get_id();
+  std::vector<int64_t> order;
+  parallel_for(999, 10, [&](int64_t b, int64_t) {
+    EXPECT_EQ(std::this_thread::get_id(), caller);
+    order.push_back(b);
+  });
+  ASSERT_EQ(order.size(), 100u);
+  for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], static_cast<int64_t>(i) * 10);
+  std::set<std::thread::id> ids;
+  std::mutex mu;
+  parallel_for(
+      100, 1,
+      [&](int64_t, int64_t) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        std::lock_guard<std::mutex> lk(mu);
+        ids.insert(std::this_thread::get_id());
+      },
+      1000);  // work given: enough for the pool
+  EXPECT_GT(ids.size(), 1u);
 }
 
 TEST(ThreadPool, ThreadCountSettings) {

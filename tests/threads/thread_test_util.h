@@ -17,14 +17,22 @@
 
 namespace qg::threads_test {
 
-// Restores the thread count a test changed.
+// Sets the thread count, with every loop of two or more chunks on the pool however small
+// (min_parallel_work 0), and restores both.
 class ThreadCount {
  public:
-  explicit ThreadCount(int n) : old_(num_threads()) { set_num_threads(n); }
-  ~ThreadCount() { set_num_threads(old_); }
+  explicit ThreadCount(int n) : old_(num_threads()), old_work_(min_parallel_work()) {
+    set_num_threads(n);
+    set_min_parallel_work(0);
+  }
+  ~ThreadCount() {
+    set_num_threads(old_);
+    set_min_parallel_work(old_work_);
+  }
 
  private:
   int old_;
+  int64_t old_work_;
 };
 
 // Normal values of spread `scale`; with `specials`, NaN, +/-Inf and signed zeros at fixed
