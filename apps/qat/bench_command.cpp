@@ -8,6 +8,7 @@
 
 #include "apps/qat/commands.h"
 #include "bench/harness/perf_cases.h"
+#include "core/thread_pool.h"
 #include "nn/png_plot.h"
 #include "runtime/backend.h"
 
@@ -17,8 +18,9 @@ namespace {
 
 struct BenchOptions {
   std::string device = "auto";
-  bool quick = false;
+  bool quick = false, fused_only = false;
   int reps = 50;
+  std::vector<int64_t> shape;
   std::string filter, csv, json, png;
 };
 
@@ -56,6 +58,19 @@ void write_outputs(const BenchOptions& o, const std::vector<bench::Measurement>&
   }
 }
 
+// Empty filter: everything; else any of the '|'-separated texts.
+bool matches_filter(const std::string& label, const std::string& filter) {
+  if (filter.empty()) return true;
+  size_t start = 0;
+  for (;;) {
+    const size_t bar = filter.find('|', start);
+    const std::string part = filter.substr(start, bar == std::string::npos ? bar : bar - start);
+    if (!part.empty() && label.find(part) != std::string::npos) return true;
+    if (bar == std::string::npos) return false;
+    start = bar + 1;
+  }
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -67,7 +82,12 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--quick", o->quick, "Small shapes only (a smoke run)");
   cmd->add_option("--reps", o->reps, "Timed launches per case (median reported)")
       ->check(CLI::Range(1, 100000));
-  cmd->add_option("--filter", o->filter, "Only cases whose label contains this text");
+  cmd->add_option("--filter", o->filter,
+                  "Only cases whose label contains this text (several texts: separate by '|')");
+  cmd->add_option("--shape", o->shape, "Replace the 2-D case shapes, e.g. --shape 8192,4096")
+      ->delimiter(',')
+      ->expected(2);
+  cmd->add_flag("--fused-only", o->fused_only, "Time fusable cases fused only");
   cmd->add_option("--csv", o->csv, "Write the table as CSV");
   cmd->add_option("--json", o->json, "Write the table as JSON");
   cmd->add_option("--png", o->png, "Write a PNG chart of the ratios");
@@ -75,15 +95,17 @@ void add_bench_command(CLI::App& app) {
     Device device = Device::cpu();
     if (o->device == "cuda" || (o->device == "auto" && cuda_available())) device = Device::cuda();
     auto backend = make_backend(device);  // brings up the device (allocator, stream) first
-    std::printf("qat bench on %s (%s), median of %d launches; ratio = time / device copy of x\n",
-                device.str().c_str(), o->quick ? "quick shapes" : "PERF.md shapes", o->reps);
+    std::printf(
+        "qat bench on %s (%s, %d CPU threads), median of %d launches; ratio = time / "
+        "device copy of x\n",
+        device.str().c_str(), o->quick ? "quick shapes" : "PERF.md shapes", num_threads(), o->reps);
     std::printf("%-46s %-8s %10s %10s %7s %7s\n", "case", "variant", "us", "copy us", "x copy",
                 "kernels");
     std::vector<bench::Measurement> rows;
-    for (const auto& c : bench::perf_cases(device.type, o->quick)) {
-      if (!o->filter.empty() && c.label().find(o->filter) == std::string::npos) continue;
+    for (const auto& c : bench::perf_cases(device.type, o->quick, o->shape)) {
+      if (!matches_filter(c.label(), o->filter)) continue;
       try {
-        for (const auto& m : bench::measure(c, device, o->reps)) {
+        for (const auto& m : bench::measure(c, device, o->reps, o->fused_only)) {
           std::printf("%-46s %-8s %10.2f %10.2f %7.2f %7d\n", m.case_label.c_str(),
                       m.variant.c_str(), m.us, m.copy_us, m.ratio(), m.kernels);
           rows.push_back(m);

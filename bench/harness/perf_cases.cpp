@@ -85,11 +85,12 @@ Build single(const std::string& op, Attrs attrs) {
 
 }  // namespace
 
-std::vector<PerfCase> perf_cases(DeviceType device, bool quick) {
+std::vector<PerfCase> perf_cases(DeviceType device, bool quick, const Shape& shape_2d) {
   std::vector<Shape> big = device == DeviceType::cpu
                                ? std::vector<Shape>{{1024, 4096}}
                                : std::vector<Shape>{{8192, 4096}, {2048, 2048}, {64, 768}};
   if (quick) big = {{64, 768}};
+  if (!shape_2d.empty()) big = {shape_2d};
   std::vector<PerfCase> cases;
   auto add = [&](const std::string& name, bool fusable, const Build& b, std::vector<DType> dtypes) {
     for (const Shape& s : big)
@@ -180,12 +181,13 @@ int CaseRunner::kernels() const {
   return impl_->run->kernels_per_launch();
 }
 
-std::vector<Measurement> measure(const PerfCase& c, Device device, int reps) {
+std::vector<Measurement> measure(const PerfCase& c, Device device, int reps, bool fused_only) {
   std::vector<Measurement> out;
   int64_t bytes = shape_numel(c.shape) * static_cast<int64_t>(dtype_size(c.dtype));
   double copy = copy_us(device, bytes, reps);
-  std::vector<std::string> variants =
-      c.fusable ? std::vector<std::string>{"fused", "unfused"} : std::vector<std::string>{"-"};
+  std::vector<std::string> variants = !c.fusable   ? std::vector<std::string>{"-"}
+                                      : fused_only ? std::vector<std::string>{"fused"}
+                                                   : std::vector<std::string>{"fused", "unfused"};
   for (const std::string& variant : variants) {
     CaseRunner runner(c, device, variant != "unfused");
     Measurement m;

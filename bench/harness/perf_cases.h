@@ -21,8 +21,9 @@ struct PerfCase {
   std::string label() const;  // "obs+fq per-tensor f32[8192, 4096]"
 };
 
-// The PERF.md cases at the PERF.md shapes (GPU) or the CPU shape [1024, 4096].
-std::vector<PerfCase> perf_cases(DeviceType device, bool quick);
+// The PERF.md cases at the PERF.md shapes (GPU) or the CPU shape [1024, 4096]; a non-empty
+// `shape_2d` replaces the 2-D shapes (the CPU thread-scaling run uses [8192, 4096]).
+std::vector<PerfCase> perf_cases(DeviceType device, bool quick, const Shape& shape_2d = {});
 
 struct Measurement {
   std::string case_label;
@@ -50,7 +51,9 @@ class CaseRunner {
 };
 
 // Times one case (median of `reps` launches after warm-up; inputs rotated when they would
-// fit in cache). Returns the fused and unfused measurements when the case is fusable.
-std::vector<Measurement> measure(const PerfCase& c, Device device, int reps);
+// fit in cache). Returns the fused and unfused measurements when the case is fusable (the
+// fused one only with `fused_only`).
+std::vector<Measurement> measure(const PerfCase& c, Device device, int reps,
+                                 bool fused_only = false);
 
 }  // namespace qg::bench

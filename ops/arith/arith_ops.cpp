@@ -209,7 +209,7 @@ void define_broadcast_to(OpRegistry& r) {
                             using T = decltype(tag);
                             const T* px = x.data<T>();
                             T* py = y.data<T>();
-                            cpu::for_each_broadcast(
+                            cpu::parallel_for_each_broadcast(
                                 y.shape(), x.shape(), y.shape(),
                                 [&](int64_t o, int64_t i, int64_t) { py[o] = px[i]; });
                           });

@@ -3,15 +3,18 @@
 //   forward   y_g  = W_g [O/g, K] * col [K, P]           (+ bias)
 //   dx        col  = W_g^T * dy_g, then col2im adds each column entry back to its pixel
 //   dw        dW_g += dy_g [O/g, P] * col^T [P, K]
-// The GEMMs are Eigen products on row-major maps of the tensors' own memory.
+// The GEMMs are Eigen products on row-major maps of the tensors' own memory. The forward and
+// dx run one image per task on the thread pool; dw (a sum over images) stays sequential.
 #include "ops/conv/conv_cpu.h"
 #include "ops/common/dispatch_f32_f64.h"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/thread_pool.h"
 
 namespace qg {
 namespace {
@@ -75,46 +78,65 @@ void col2im_add(const ConvGeometry& g, const T* col, T* x) {
   }
 }
 
+// A per-thread im2col buffer of at least n elements, kept between calls (a fresh one per
+// image would be mapped and faulted in every time).
+template <typename T>
+T* col_buffer(int64_t n) {
+  thread_local std::vector<T> col;
+  if (col.size() < static_cast<size_t>(n)) col.resize(static_cast<size_t>(n));
+  return col.data();
+}
+
+// Images are independent in the forward and in dx: one task per image on the thread pool,
+// each running the same GEMMs as a single thread would.
 template <typename T>
 void forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
   const int64_t cg = g.c_per_group(), og = g.o_per_group(), k = g.col_rows(), p = g.col_cols();
-  std::vector<T> col(static_cast<size_t>(k * p));
+  const int64_t gemm_work = g.n * g.groups * og * k * p / 16;  // element-equivalents
   const T* xp = x.data<T>();
   const T* wp = w.data<T>();
   const T* bp = b.data<T>();
   T* yp = y.data<T>();
-  for (int64_t n = 0; n < g.n; ++n) {
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      im2col(g, xp + (n * g.c + grp * cg) * g.h * g.w, col.data());
-      MapConstMat<T> wg(wp + grp * og * k, og, k);
-      MapConstMat<T> cm(col.data(), k, p);
-      MapMat<T> yg(yp + (n * g.o + grp * og) * p, og, p);
-      yg.noalias() = wg * cm;
-    }
-    for (int64_t oc = 0; oc < g.o; ++oc) {
-      T* row = yp + (n * g.o + oc) * p;
-      for (int64_t i = 0; i < p; ++i) row[i] += bp[oc];
-    }
-  }
+  parallel_chunks(
+      g.n,
+      [&](int64_t n) {
+        T* col = col_buffer<T>(k * p);
+        for (int64_t grp = 0; grp < g.groups; ++grp) {
+          im2col(g, xp + (n * g.c + grp * cg) * g.h * g.w, col);
+          MapConstMat<T> wg(wp + grp * og * k, og, k);
+          MapConstMat<T> cm(col, k, p);
+          MapMat<T> yg(yp + (n * g.o + grp * og) * p, og, p);
+          yg.noalias() = wg * cm;
+        }
+        for (int64_t oc = 0; oc < g.o; ++oc) {
+          T* row = yp + (n * g.o + oc) * p;
+          for (int64_t i = 0; i < p; ++i) row[i] += bp[oc];
+        }
+      },
+      gemm_work);
 }
 
 template <typename T>
 void backward_input(const ConvGeometry& g, const Tensor& dy, const Tensor& w, Tensor& dx) {
   const int64_t cg = g.c_per_group(), og = g.o_per_group(), k = g.col_rows(), p = g.col_cols();
-  std::vector<T> col(static_cast<size_t>(k * p));
+  const int64_t gemm_work = g.n * g.groups * og * k * p / 16;  // element-equivalents
   const T* dyp = dy.data<T>();
   const T* wp = w.data<T>();
   T* dxp = dx.data<T>();
-  std::fill(dxp, dxp + dx.numel(), T(0));
-  for (int64_t n = 0; n < g.n; ++n) {
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      MapConstMat<T> wg(wp + grp * og * k, og, k);
-      MapConstMat<T> dyg(dyp + (n * g.o + grp * og) * p, og, p);
-      MapMat<T> cm(col.data(), k, p);
-      cm.noalias() = wg.transpose() * dyg;
-      col2im_add(g, col.data(), dxp + (n * g.c + grp * cg) * g.h * g.w);
-    }
-  }
+  parallel_chunks(
+      g.n,
+      [&](int64_t n) {
+        T* col = col_buffer<T>(k * p);
+        std::fill(dxp + n * g.c * g.h * g.w, dxp + (n + 1) * g.c * g.h * g.w, T(0));
+        for (int64_t grp = 0; grp < g.groups; ++grp) {
+          MapConstMat<T> wg(wp + grp * og * k, og, k);
+          MapConstMat<T> dyg(dyp + (n * g.o + grp * og) * p, og, p);
+          MapMat<T> cm(col, k, p);
+          cm.noalias() = wg.transpose() * dyg;
+          col2im_add(g, col, dxp + (n * g.c + grp * cg) * g.h * g.w);
+        }
+      },
+      gemm_work);
 }
 
 template <typename T>

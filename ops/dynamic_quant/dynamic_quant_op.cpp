@@ -70,9 +70,9 @@ void dynamic_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& l
     zpm[q] = static_cast<M>(p.zero_point);
   };
   // Token scope and groups along the last axis: every run is one whole scope, so reduce and
-  // quantize it while it is still in cache.
+  // quantize it while it is still in cache (tasks of whole rows, on the thread pool).
   if (l.kind == ScopeKind::token || (l.kind == ScopeKind::group && l.inner == 1)) {
-    for_each_scope_run(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t) {
+    parallel_scope_runs(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t) {
       dynq_cpu::finite_range(px + k0, len, &lo[q0], &hi[q0]);
       finish(q0);
       dynq_cpu::quantize_run(px + k0, len, inv[q0], zpm[q0], qmin, qmax, pq + k0);
@@ -80,24 +80,47 @@ void dynamic_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& l
     return;
   }
   // Other scopes: every range first. Runs of one scope (step 0) take the contiguous loops;
-  // runs whose scope changes per element (step 1) go element by element.
-  for_each_scope_run(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
-    if (step == 0) {
-      dynq_cpu::finite_range(px + k0, len, &lo[q0], &hi[q0]);
-      return;
-    }
-    for (int64_t j = 0; j < len; ++j)
-      dynq_cpu::finite_range_scalar(px + k0 + j, 1, &lo[q0 + j], &hi[q0 + j]);
-  });
+  // runs whose scope changes per element (step 1) go element by element. Per tensor, chunk
+  // ranges are combined in chunk order; otherwise tasks own disjoint scopes.
+  if (l.kind == ScopeKind::tensor) {
+    struct Range {
+      M lo, hi;
+    };
+    const Range r0{lo[0], hi[0]};
+    const Range all = parallel_reduce(
+        ctx.inputs[0].numel(), kElementGrain, r0,
+        [&](int64_t b, int64_t e) {
+          Range c = r0;
+          dynq_cpu::finite_range(px + b, e - b, &c.lo, &c.hi);
+          return c;
+        },
+        [](Range a, Range b) {
+          return Range{b.lo < a.lo ? b.lo : a.lo, b.hi > a.hi ? b.hi : a.hi};
+        });
+    lo[0] = all.lo;
+    hi[0] = all.hi;
+  } else {
+    parallel_scope_runs(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+      if (step == 0) {
+        dynq_cpu::finite_range(px + k0, len, &lo[q0], &hi[q0]);
+        return;
+      }
+      for (int64_t j = 0; j < len; ++j)
+        dynq_cpu::finite_range_scalar(px + k0 + j, 1, &lo[q0 + j], &hi[q0 + j]);
+    });
+  }
   for (int64_t q = 0; q < l.num_qparams; ++q) finish(q);
-  for_each_scope_run(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
-    if (step == 0) {
-      dynq_cpu::quantize_run(px + k0, len, inv[q0], zpm[q0], qmin, qmax, pq + k0);
-      return;
-    }
-    for (int64_t j = 0; j < len; ++j)
-      pq[k0 + j] = static_cast<Q>(
-          qstore::quantize<M>(static_cast<M>(px[k0 + j]), inv[q0 + j], zpm[q0 + j], qmin, qmax).q);
+  parallel_for(ctx.inputs[0].numel(), kElementGrain, [&](int64_t b, int64_t e) {
+    for_each_scope_run_in(l, b, e, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+      if (step == 0) {
+        dynq_cpu::quantize_run(px + k0, len, inv[q0], zpm[q0], qmin, qmax, pq + k0);
+        return;
+      }
+      for (int64_t j = 0; j < len; ++j)
+        pq[k0 + j] = static_cast<Q>(
+            qstore::quantize<M>(static_cast<M>(px[k0 + j]), inv[q0 + j], zpm[q0 + j], qmin, qmax)
+                .q);
+    });
   });
 }
 

@@ -1,17 +1,17 @@
-// CPU kernels for fake_quantize and ste_backward. The per-element math is qmath::fake_quant,
-// shared with the CUDA kernels. f32/f16/bf16 go through the SSE loops of
-// fake_quantize_simd.h wherever the [outer, axis, inner] view gives runs of contiguous
-// elements whose qparams are constant (or contiguous themselves); other layouts and f64 walk
-// the view element by element, so each element's qparams index needs no division.
+// CPU kernels for fake_quantize and ste_backward, run on the thread pool in chunks fixed by
+// the element count (core/thread_pool.h). The per-element math is qmath::fake_quant, shared
+// with the CUDA kernels; f32/f16/bf16 go through the SSE loops of fake_quantize_simd.h.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
 
 #include "core/half.h"
+#include "core/thread_pool.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
 #include "ops/fake_quantize/fake_quantize_cpu.h"
 #include "ops/fake_quantize/fake_quantize_simd.h"
+#include "ops/quantize/scope_runs.h"
 
 namespace qg {
 namespace {
@@ -46,16 +46,17 @@ HostQParams<M> load_qparams(const std::string& op, const Tensor& scale, const Te
 template <typename T>
 void fake_quantize_disabled(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
-  if (x.numel() == 0) return;
-  std::memcpy(ctx.outputs[0].data<T>(), x.data<T>(), x.nbytes());
+  const T* px = x.data<T>();
+  T* py = ctx.outputs[0].data<T>();
   uint8_t* mask = ctx.outputs[1].data<uint8_t>();
-  std::memset(mask, 0xff, ctx.outputs[1].nbytes());
-  if (int tail = static_cast<int>(x.numel() & 7))
-    mask[ctx.outputs[1].numel() - 1] = static_cast<uint8_t>((1u << tail) - 1);
+  const int64_t n = x.numel();
+  parallel_for(n, kElementGrain, [&](int64_t b, int64_t e) {
+    std::memcpy(py + b, px + b, static_cast<size_t>(e - b) * sizeof(T));
+    std::memset(mask + b / 8, 0xff, static_cast<size_t>((e - b) / 8));
+    if (int tail = static_cast<int>((e - b) & 7))  // only the last chunk has a tail
+      mask[e / 8] = static_cast<uint8_t>((1u << tail) - 1);
+  });
 }
-
-// Runs shorter than this go element by element: the vector loop works a mask byte at a time.
-constexpr int64_t kMinRun = 8;
 
 fq_simd::RunQParams run_qparams(const HostQParams<float>& qp, int64_t i, float qmin, float qmax) {
   return {qp.inv_scale[i], qp.scale[i], qp.zero_point[i], qmin, qmax};
@@ -64,56 +65,10 @@ fq_simd::LaneQParams lane_qparams(const HostQParams<float>& qp, int64_t i, float
   return {qp.inv_scale.data() + i, qp.scale.data() + i, qp.zero_point.data() + i, qmin, qmax};
 }
 
-// The vector path: splits the tensor into runs of contiguous elements with constant qparams
-// (per tensor, per token, per channel / per group with the axis outside a long enough inner
-// extent) or with contiguous qparams (per channel on the last axis, per group across a long
-// enough inner extent). Returns false, having written nothing, for any other layout.
-template <typename T>
-bool fake_quantize_runs(const ScopeLayout& l, const HostQParams<float>& qp, float qmin, float qmax,
-                        const T* x, T* y, uint8_t* mask) {
-  const int64_t row = l.axis_len * l.inner;  // elements per outer index
-  auto run = [&](int64_t k, int64_t n, int64_t qi) {
-    fq_simd::fake_quant_run(x + k, y + k, mask, k, n, run_qparams(qp, qi, qmin, qmax));
-  };
-  auto lanes = [&](int64_t k, int64_t n, int64_t qi) {
-    fq_simd::fake_quant_lanes(x + k, y + k, mask, k, n, lane_qparams(qp, qi, qmin, qmax));
-  };
-  switch (l.kind) {
-    case ScopeKind::tensor:
-      run(0, l.outer, 0);
-      return true;
-    case ScopeKind::token:
-      for (int64_t o = 0; o < l.outer; ++o) run(o * row, row, o);
-      return true;
-    case ScopeKind::channel:
-      if (l.inner == 1) {
-        if (l.axis_len < kMinRun) return false;
-        for (int64_t o = 0; o < l.outer; ++o) lanes(o * row, row, 0);
-        return true;
-      }
-      if (l.inner < kMinRun) return false;
-      for (int64_t o = 0; o < l.outer; ++o)
-        for (int64_t a = 0; a < l.axis_len; ++a) run(o * row + a * l.inner, l.inner, a);
-      return true;
-    case ScopeKind::group:
-      if (l.inner == 1) {
-        if (l.group_size < kMinRun) return false;
-        for (int64_t o = 0; o < l.outer; ++o)
-          for (int64_t g = 0; g < l.num_groups; ++g) {
-            int64_t a = g * l.group_size;
-            run(o * row + a, std::min(l.group_size, l.axis_len - a), o * l.num_groups + g);
-          }
-        return true;
-      }
-      if (l.inner < kMinRun) return false;
-      for (int64_t o = 0; o < l.outer; ++o)
-        for (int64_t a = 0; a < l.axis_len; ++a)
-          lanes(o * row + a * l.inner, l.inner, qparam_index(l, o, a, 0));
-      return true;
-  }
-  return false;
-}
-
+// Chunks of kElementGrain elements (a multiple of 8: each mask byte belongs to one chunk),
+// each cut into runs of contiguous elements whose qparams are constant (step 0) or
+// contiguous themselves (step 1). f32/f16/bf16 runs take the SSE loops, f64 the scalar math:
+// both give every element what qmath::fake_quant gives it, however the runs are cut.
 template <typename T>
 void fake_quantize_typed(KernelContext& ctx) {
   using M = math_t<T>;
@@ -129,20 +84,26 @@ void fake_quantize_typed(KernelContext& ctx) {
   const T* px = x.data<T>();
   T* py = ctx.outputs[0].data<T>();
   uint8_t* mask = ctx.outputs[1].data<uint8_t>();
-  if (ctx.outputs[1].numel() > 0) std::memset(mask, 0, ctx.outputs[1].nbytes());
-  if constexpr (std::is_same_v<M, float>) {
-    if (fake_quantize_runs(l, qp, qmin, qmax, px, py, mask)) return;
-  }
-  int64_t k = 0;
-  for (int64_t o = 0; o < l.outer; ++o)
-    for (int64_t a = 0; a < l.axis_len; ++a)
-      for (int64_t i = 0; i < l.inner; ++i, ++k) {
-        int64_t qi = qparam_index(l, o, a, i);
-        auto res = qmath::fake_quant<M>(static_cast<M>(px[k]), qp.inv_scale[qi], qp.scale[qi],
-                                        qp.zero_point[qi], qmin, qmax);
-        py[k] = static_cast<T>(res.y);
-        mask[k >> 3] |= static_cast<uint8_t>(res.in_range) << (k & 7);
+  parallel_for(x.numel(), kElementGrain, [&](int64_t b, int64_t e) {
+    std::memset(mask + b / 8, 0, static_cast<size_t>((e - b + 7) / 8));
+    for_each_scope_run_in(l, b, e, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+      if constexpr (std::is_same_v<M, float>) {
+        if (step == 0)
+          fq_simd::fake_quant_run(px + k0, py + k0, mask, k0, len, run_qparams(qp, q0, qmin, qmax));
+        else
+          fq_simd::fake_quant_lanes(px + k0, py + k0, mask, k0, len,
+                                    lane_qparams(qp, q0, qmin, qmax));
+      } else {
+        for (int64_t j = 0, k = k0; j < len; ++j, ++k) {
+          const int64_t qi = q0 + step * j;
+          auto res = qmath::fake_quant<M>(static_cast<M>(px[k]), qp.inv_scale[qi], qp.scale[qi],
+                                          qp.zero_point[qi], qmin, qmax);
+          py[k] = static_cast<T>(res.y);
+          mask[k >> 3] |= static_cast<uint8_t>(res.in_range) << (k & 7);
+        }
       }
+    });
+  });
 }
 
 }  // namespace
@@ -155,8 +116,12 @@ void fake_quantize_cpu(KernelContext& ctx) {
 void ste_backward_cpu(KernelContext& ctx) {
   dispatch_float(ctx.inputs[0].dtype(), "ste_backward", [&](auto tag) {
     using T = decltype(tag);
-    fq_simd::ste_backward(ctx.inputs[0].data<T>(), ctx.inputs[1].data<uint8_t>(),
-                          ctx.outputs[0].data<T>(), ctx.outputs[0].numel());
+    const T* dy = ctx.inputs[0].data<T>();
+    const uint8_t* mask = ctx.inputs[1].data<uint8_t>();
+    T* dx = ctx.outputs[0].data<T>();
+    parallel_for(ctx.outputs[0].numel(), kElementGrain, [&](int64_t b, int64_t e) {
+      fq_simd::ste_backward(dy + b, mask + b / 8, dx + b, e - b);
+    });
   });
 }
 

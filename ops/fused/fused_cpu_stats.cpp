@@ -134,6 +134,22 @@ Ranges::Ranges(int64_t n)
     : lo(static_cast<size_t>(n), range_key(INFINITY)),
       hi(static_cast<size_t>(n), range_key(-INFINITY)) {}
 
+void merge_ranges(const Ranges& local, int64_t base, Ranges& shared) {
+  for (size_t j = 0; j < local.lo.size(); ++j) {
+    int32_t* lo = &shared.lo[base + j];
+    int32_t* hi = &shared.hi[base + j];
+    int32_t cur = __atomic_load_n(lo, __ATOMIC_RELAXED);
+    while (local.lo[j] < cur && !__atomic_compare_exchange_n(lo, &cur, local.lo[j], true,
+                                                             __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    cur = __atomic_load_n(hi, __ATOMIC_RELAXED);
+    while (local.hi[j] > cur && !__atomic_compare_exchange_n(hi, &cur, local.hi[j], true,
+                                                             __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+  }
+  __atomic_fetch_add(&shared.nonfinite, local.nonfinite, __ATOMIC_RELAXED);
+}
+
 void run_stats(const float* x, int64_t n, int64_t q, Ranges& r) {
   constexpr int64_t kChunk = int64_t{1} << 30;  // keeps batch_stats' 32-bit counters exact
   for (int64_t k = 0; k < n; k += kChunk) fold(r, q, batch_stats(x + k, std::min(kChunk, n - k)));

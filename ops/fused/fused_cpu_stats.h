@@ -37,6 +37,11 @@ struct Ranges {
   float max(int64_t q) const { return key_value(hi[q]); }
 };
 
+// Folds `local` (the ranges of qparams base .. base + local.lo.size() - 1) and its
+// non-finite count into `shared` with atomic min/max/add: parallel tasks merge in any order
+// and leave the same keys.
+void merge_ranges(const Ranges& local, int64_t base, Ranges& shared);
+
 // Folds n contiguous values into the range of qparams index q.
 void run_stats(const float* x, int64_t n, int64_t q, Ranges& r);
 void run_stats(const bf16* x, int64_t n, int64_t q, Ranges& r);

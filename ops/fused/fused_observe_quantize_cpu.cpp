@@ -14,11 +14,15 @@
 // SSE loops (fake_quantize_simd.h), codes as fused_cpu_codes.h, and qparams validated as
 // the quantizer kernels validate them (same error, same state left behind). f64 and empty
 // inputs run the two original kernels.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/graph.h"
 #include "core/half.h"
+#include "core/thread_pool.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
 #include "ops/fake_quantize/fake_quantize_simd.h"
@@ -158,15 +162,88 @@ struct Pass {
   }
 };
 
-// fake_quant_enabled == 0: y = x, every mask bit of an element set (fake_quantize_disabled).
-void write_passthrough(const Tensor& x, Tensor& y, Tensor& mask) {
-  std::memcpy(y.raw_data(), x.raw_data(), x.nbytes());
-  uint8_t* m = mask.data<uint8_t>();
-  std::memset(m, 0xff, mask.nbytes());
-  if (int tail = static_cast<int>(x.numel() & 7))
-    m[mask.numel() - 1] = static_cast<uint8_t>((1u << tail) - 1);
+// Consecutive pieces (or chunks) grouped into tasks of the thread pool: a task closes once
+// it holds kChunk elements, and the next one starts only at an element index that is a
+// multiple of 8, so no two tasks write one mask byte. The cut depends on the layout alone.
+struct TaskList {
+  std::vector<Piece> pieces;
+  std::vector<size_t> starts;  // task t is pieces [starts[t], starts[t + 1])
+  int64_t open = 0;            // elements in the last task so far
+  int64_t total = 0;           // elements in all tasks
+
+  void add(const Piece& p) {
+    if (starts.empty() || (open >= kChunk && p.k0 % 8 == 0)) {
+      starts.push_back(pieces.size());
+      open = 0;
+    }
+    pieces.push_back(p);
+    open += p.rows * p.width;
+    total += p.rows * p.width;
+  }
+  int64_t size() const { return static_cast<int64_t>(starts.size()); }
+  // fn(first, last): the pieces of one task, on the pool.
+  template <typename Fn>
+  void run(const Fn& fn) const {
+    parallel_chunks(
+        size(),
+        [&](int64_t t) {
+          const size_t e = t + 1 < size() ? starts[t + 1] : pieces.size();
+          fn(pieces.data() + starts[t], pieces.data() + e);
+        },
+        total);
+  }
+};
+
+TaskList make_tasks(const ScopeLayout& l, int64_t numel, bool chunked) {
+  TaskList t;
+  for_each_piece(l, numel, [&](const Piece& p) {
+    if (chunked)
+      for_each_chunk(p, [&](const Piece& c) { t.add(c); });
+    else
+      t.add(p);
+  });
+  return t;
 }
 
+// The qparams indices [lo, hi) that the pieces [first, last) touch.
+struct QSpan {
+  int64_t lo, hi;
+};
+QSpan qspan(const Piece* first, const Piece* last) {
+  QSpan s{first->q0, first->q0 + first->num_qparams()};
+  for (const Piece* p = first; p != last; ++p) {
+    s.lo = std::min(s.lo, p->q0);
+    s.hi = std::max(s.hi, p->q0 + p->num_qparams());
+  }
+  return s;
+}
+
+// fake_quant_enabled == 0: y = x, every mask bit of an element set (fake_quantize_disabled).
+void write_passthrough(const Tensor& x, Tensor& y, Tensor& mask) {
+  const auto* src = static_cast<const char*>(x.raw_data());
+  auto* dst = static_cast<char*>(y.raw_data());
+  const int64_t size = dtype_size(x.dtype());
+  uint8_t* m = mask.data<uint8_t>();
+  parallel_for(x.numel(), kElementGrain, [&](int64_t b, int64_t e) {
+    std::memcpy(dst + b * size, src + b * size, static_cast<size_t>((e - b) * size));
+    std::memset(m + b / 8, 0xff, static_cast<size_t>((e - b) / 8));
+    if (int tail = static_cast<int>((e - b) & 7))  // only the last chunk has a tail
+      m[e / 8] = static_cast<uint8_t>((1u << tail) - 1);
+  });
+}
+
+constexpr int64_t kNoBadQParams = std::numeric_limits<int64_t>::max();
+
+// Three schedules, each a deterministic cut of the tensor into tasks:
+//  * qparams known before x is read (delayed, or no update): one parallel pass, statistics
+//    and quantization chunk by chunk;
+//  * every piece its own qparams (token, group, channel of a single outer row): one parallel
+//    pass, each piece read for its statistics, observed and quantized while in cache;
+//  * otherwise (per tensor; channel on the last axis, or a middle axis with several outer
+//    rows: pieces share qparams): parallel statistics, the observer on this thread, then
+//    parallel quantization.
+// Batch ranges are integer keys combined by min/max (order-free) into the shared ranges,
+// so the statistics do not depend on which thread read which chunk.
 template <typename T>
 void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange& range,
                    const ScopeLayout& l) {
@@ -184,11 +261,13 @@ void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange
                std::vector<float>(nq)};
   float* scale = ctx.outputs[2].data<float>();
   int32_t* zp = ctx.outputs[3].data<int32_t>();
-  std::memset(pass.mask, 0, ctx.outputs[1].nbytes());
+  parallel_for(ctx.outputs[1].numel(), kElementGrain, [&](int64_t b, int64_t e) {
+    std::memset(pass.mask + b, 0, static_cast<size_t>(e - b));
+  });
   Ranges ranges(o.update ? nq : 0);
   // The first qparams index the quantizer would reject: from there on nothing is quantized,
   // the observer still runs, and the quantizer's own check throws at the end.
-  int64_t bad = -1;
+  std::atomic<int64_t> bad{kNoBadQParams};
   auto set_qparams = [&](int64_t q) {
     qmath::QParams p = o.qparams(q);
     scale[q] = p.scale;
@@ -198,44 +277,64 @@ void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange
     pass.zp[q] = static_cast<float>(p.zero_point);
     bool ok = std::isfinite(p.scale) && p.scale > 0.0f && p.zero_point >= range.qmin &&
               p.zero_point <= range.qmax;
-    if (!ok && bad < 0 && out != Output::passthrough) bad = q;
-  };
-  auto observe = [&](const Piece& p) {
-    for (int64_t q = p.q0; q < p.q0 + p.num_qparams(); ++q) {
-      o.fold(q, ranges.min(q), ranges.max(q));
-      set_qparams(q);
+    if (!ok && out != Output::passthrough) {
+      int64_t cur = bad.load();
+      while (q < cur && !bad.compare_exchange_weak(cur, q)) {
+      }
     }
   };
   auto quantize = [&](const Piece& p) {
-    if (bad < 0) pass.quantize(p);
+    if (bad.load(std::memory_order_relaxed) == kNoBadQParams) pass.quantize(p);
+  };
+  // Statistics of pieces [first, last) into a task's own ranges, then into the shared ones.
+  auto task_stats = [&](const Piece* first, const Piece* last) {
+    const QSpan span = qspan(first, last);
+    Ranges local(span.hi - span.lo);
+    for (const Piece* p = first; p != last; ++p)
+      pass.stats(Piece{p->k0, p->rows, p->width, p->q0 - span.lo, p->lanes}, local);
+    fused_cpu::merge_ranges(local, span.lo, ranges);
   };
 
+  const bool own_qparams = l.kind == ScopeKind::token || l.kind == ScopeKind::group ||
+                           (l.kind == ScopeKind::channel && l.inner > 1 && l.outer == 1);
   if (o.delayed || !o.update) {
-    // qparams known before x is read: one pass, statistics and quantization chunk by chunk.
     for (int64_t q = 0; q < nq; ++q) set_qparams(q);
-    for_each_piece(l, x.numel(), [&](const Piece& p) {
-      for_each_chunk(p, [&](const Piece& c) {
-        if (o.update) pass.stats(c, ranges);
-        quantize(c);
-      });
+    make_tasks(l, x.numel(), true).run([&](const Piece* first, const Piece* last) {
+      if (o.update) task_stats(first, last);
+      for (const Piece* p = first; p != last; ++p) quantize(*p);
     });
     if (o.update)
       for (int64_t q = 0; q < nq; ++q) o.fold(q, ranges.min(q), ranges.max(q));
-  } else if (l.kind == ScopeKind::channel && l.inner > 1 && l.outer > 1) {
-    for_each_piece(l, x.numel(), [&](const Piece& p) { pass.stats(p, ranges); });
-    observe(Piece{0, 1, nq, 0, true});
-    for_each_piece(l, x.numel(), quantize);
+  } else if (own_qparams) {
+    make_tasks(l, x.numel(), false).run([&](const Piece* first, const Piece* last) {
+      int64_t nonfinite = 0;
+      for (const Piece* p = first; p != last; ++p) {
+        Ranges local(p->num_qparams());
+        pass.stats(Piece{p->k0, p->rows, p->width, 0, p->lanes}, local);
+        nonfinite += local.nonfinite;
+        for (int64_t j = 0; j < p->num_qparams(); ++j) {
+          o.fold(p->q0 + j, local.min(j), local.max(j));
+          set_qparams(p->q0 + j);
+        }
+        quantize(*p);
+      }
+      __atomic_fetch_add(&ranges.nonfinite, nonfinite, __ATOMIC_RELAXED);
+    });
   } else {
-    for_each_piece(l, x.numel(), [&](const Piece& p) {
-      pass.stats(p, ranges);
-      observe(p);
-      quantize(p);
+    const TaskList tasks = make_tasks(l, x.numel(), true);
+    tasks.run(task_stats);
+    for (int64_t q = 0; q < nq; ++q) {
+      o.fold(q, ranges.min(q), ranges.max(q));
+      set_qparams(q);
+    }
+    tasks.run([&](const Piece* first, const Piece* last) {
+      for (const Piece* p = first; p != last; ++p) quantize(*p);
     });
   }
   if (o.update) *o.nonfinite += ranges.nonfinite;
-  if (bad >= 0) {
-    check_scale_value(qop, scale[bad], bad);
-    check_zero_point_value(qop, zp[bad], range, bad);
+  if (const int64_t q = bad.load(); q != kNoBadQParams) {
+    check_scale_value(qop, scale[q], q);
+    check_zero_point_value(qop, zp[q], range, q);
   }
   if (out == Output::passthrough) write_passthrough(x, ctx.outputs[0], ctx.outputs[1]);
 }

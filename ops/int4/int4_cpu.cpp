@@ -47,60 +47,63 @@ void quantize_pack_typed(KernelContext& ctx) {
   uint8_t* packed = ctx.outputs[0].data<uint8_t>();
   M* scale = ctx.outputs[1].data<M>();
   uint8_t* zp = ctx.outputs[2].data<uint8_t>();
-  // Nibbles are OR-ed in, and pad nibbles must read 0.
-  if (ctx.outputs[0].numel() > 0) std::memset(packed, 0, ctx.outputs[0].nbytes());
+  // Nibbles are OR-ed in, and pad nibbles must read 0: parallel_packed_rows zeroes them.
   // Groups along the last axis are contiguous runs: the range and codes loops of
   // int4_cpu_runs.h, one group at a time while it is in cache.
   if (l.inner == 1) {
-    for (int64_t o = 0; o < l.outer; ++o) {
-      for (int64_t g = 0; g < l.num_groups; ++g) {
-        const int64_t k0 = o * l.axis_len + g * l.group_size;
-        const int64_t n = std::min(l.group_size, l.axis_len - g * l.group_size);
-        int4::GroupParams<M> p;
-        if (symmetric) {
-          p = int4::symmetric_params<M>(int4_cpu::finite_absmax(px + k0, n));
-        } else {
-          const int4_cpu::Range<M> r = int4_cpu::finite_range(px + k0, n);
-          p = int4::asymmetric_params<M>(r.min, r.max);
+    parallel_packed_rows(l.outer, l.axis_len, packed, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        for (int64_t g = 0; g < l.num_groups; ++g) {
+          const int64_t k0 = o * l.axis_len + g * l.group_size;
+          const int64_t n = std::min(l.group_size, l.axis_len - g * l.group_size);
+          int4::GroupParams<M> p;
+          if (symmetric) {
+            p = int4::symmetric_params<M>(int4_cpu::finite_absmax(px + k0, n));
+          } else {
+            const int4_cpu::Range<M> r = int4_cpu::finite_range(px + k0, n);
+            p = int4::asymmetric_params<M>(r.min, r.max);
+          }
+          const int64_t qi = o * l.num_groups + g;
+          scale[qi] = p.scale;
+          zp[qi] = static_cast<uint8_t>(p.zero_point);
+          int4_cpu::encode_pack(px + k0, n, k0, p, high_first, packed);
         }
-        const int64_t qi = o * l.num_groups + g;
-        scale[qi] = p.scale;
-        zp[qi] = static_cast<uint8_t>(p.zero_point);
-        int4_cpu::encode_pack(px + k0, n, k0, p, high_first, packed);
       }
-    }
+    });
     return;
   }
   const M inf = std::numeric_limits<M>::infinity();
-  for (int64_t o = 0; o < l.outer; ++o) {
-    for (int64_t g = 0; g < l.num_groups; ++g) {
-      const int64_t a0 = g * l.group_size;
-      const int64_t a1 = std::min(a0 + l.group_size, l.axis_len);
-      for (int64_t i = 0; i < l.inner; ++i) {
-        // 1. The group's range over its finite values.
-        M mn = inf, mx = -inf, amax = M(0);
-        for (int64_t a = a0; a < a1; ++a) {
-          M v = static_cast<M>(px[(o * l.axis_len + a) * l.inner + i]);
-          if (!qmath::is_finite(v)) continue;
-          mn = v < mn ? v : mn;
-          mx = v > mx ? v : mx;
-          M av = v < M(0) ? -v : v;
-          amax = av > amax ? av : amax;
-        }
-        const auto p =
-            symmetric ? int4::symmetric_params<M>(amax) : int4::asymmetric_params<M>(mn, mx);
-        const int64_t qi = (o * l.num_groups + g) * l.inner + i;
-        scale[qi] = p.scale;
-        zp[qi] = static_cast<uint8_t>(p.zero_point);
-        // 2. Its codes, into the flat nibble stream.
-        for (int64_t a = a0; a < a1; ++a) {
-          const int64_t k = (o * l.axis_len + a) * l.inner + i;
-          uint8_t c = int4::encode<M>(static_cast<M>(px[k]), p);
-          packed[k >> 1] |= static_cast<uint8_t>(c << int4::nibble_shift(k, high_first));
+  parallel_packed_rows(l.outer, l.axis_len * l.inner, packed, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      for (int64_t g = 0; g < l.num_groups; ++g) {
+        const int64_t a0 = g * l.group_size;
+        const int64_t a1 = std::min(a0 + l.group_size, l.axis_len);
+        for (int64_t i = 0; i < l.inner; ++i) {
+          // 1. The group's range over its finite values.
+          M mn = inf, mx = -inf, amax = M(0);
+          for (int64_t a = a0; a < a1; ++a) {
+            M v = static_cast<M>(px[(o * l.axis_len + a) * l.inner + i]);
+            if (!qmath::is_finite(v)) continue;
+            mn = v < mn ? v : mn;
+            mx = v > mx ? v : mx;
+            M av = v < M(0) ? -v : v;
+            amax = av > amax ? av : amax;
+          }
+          const auto p =
+              symmetric ? int4::symmetric_params<M>(amax) : int4::asymmetric_params<M>(mn, mx);
+          const int64_t qi = (o * l.num_groups + g) * l.inner + i;
+          scale[qi] = p.scale;
+          zp[qi] = static_cast<uint8_t>(p.zero_point);
+          // 2. Its codes, into the flat nibble stream.
+          for (int64_t a = a0; a < a1; ++a) {
+            const int64_t k = (o * l.axis_len + a) * l.inner + i;
+            uint8_t c = int4::encode<M>(static_cast<M>(px[k]), p);
+            packed[k >> 1] |= static_cast<uint8_t>(c << int4::nibble_shift(k, high_first));
+          }
         }
       }
     }
-  }
+  });
 }
 
 template <typename S, typename T>
@@ -121,14 +124,13 @@ void unpack_dequantize_typed(KernelContext& ctx) {
     zp[q] = static_cast<M>(z);
   }
   T* py = ctx.outputs[0].data<T>();
-  int64_t k = 0;
-  for (int64_t o = 0; o < l.outer; ++o)
-    for (int64_t a = 0; a < l.axis_len; ++a)
-      for (int64_t i = 0; i < l.inner; ++i, ++k) {
-        const int64_t qi = qparam_index(l, o, a, i);
-        py[k] = narrow_cast<T>(
-            int4::decode<M>(int4::get_code(packed, k, high_first), scale[qi], zp[qi]));
-      }
+  parallel_unpack_runs(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t k = k0 + j, qi = q0 + step * j;
+      py[k] =
+          narrow_cast<T>(int4::decode<M>(int4::get_code(packed, k, high_first), scale[qi], zp[qi]));
+    }
+  });
 }
 
 }  // namespace

@@ -7,15 +7,17 @@
 #include "core/graph.h"
 #include "core/half.h"
 #include "ops/common/schema_helpers.h"
+#include "ops/linalg/gemm_blocks.h"
 
 namespace qg {
 namespace {
 
 template <typename M>
-using RowMat = Eigen::Matrix<M, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using RowMat = gemm::RowMat<M>;
 
-// One GEMM per batch on [rows, cols] row-major slices; f16/bf16 are widened to f32 per
-// batch and rounded once, as matmul does.
+// One GEMM per batch on [rows, cols] row-major slices, on the thread pool: f32/f64 as tasks
+// of (batch, row block) (ops/linalg/gemm_blocks.h), f16/bf16 one task per batch, widened to
+// f32 and rounded once, as matmul does.
 template <typename T>
 void batched_matmul_cpu(const Tensor& a, const Tensor& b, Tensor& y, bool ta, bool tb) {
   using M = math_t<T>;
@@ -26,29 +28,33 @@ void batched_matmul_cpu(const Tensor& a, const Tensor& b, Tensor& y, bool ta, bo
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   T* py = y.data<T>();
-  for (int64_t i = 0; i < batches; ++i) {
-    const T* sa = pa + i * ar * ac;
-    const T* sb = pb + i * br * bc;
-    T* sy = py + i * m * n;
-    if constexpr (std::is_same_v<T, M>) {
-      Eigen::Map<const RowMat<M>> ma(sa, ar, ac), mb(sb, br, bc);
-      Eigen::Map<RowMat<M>> my(sy, m, n);
-      if (!ta && !tb) my.noalias() = ma * mb;
-      if (!ta && tb) my.noalias() = ma * mb.transpose();
-      if (ta && !tb) my.noalias() = ma.transpose() * mb;
-      if (ta && tb) my.noalias() = ma.transpose() * mb.transpose();
-    } else {
-      auto load = [](const T* p, int64_t rows, int64_t cols) {
-        RowMat<M> mat(rows, cols);
-        for (int64_t k = 0; k < rows * cols; ++k) mat.data()[k] = static_cast<M>(p[k]);
-        return mat;
-      };
-      RowMat<M> ma = load(sa, ar, ac), mb = load(sb, br, bc);
-      RowMat<M> ra = ta ? RowMat<M>(ma.transpose()) : ma;
-      RowMat<M> rb = tb ? RowMat<M>(mb.transpose()) : mb;
-      RowMat<M> out = ra * rb;
-      for (int64_t k = 0; k < m * n; ++k) sy[k] = static_cast<T>(out.data()[k]);
-    }
+  if constexpr (std::is_same_v<T, M>) {
+    const int64_t blocks = gemm::row_blocks(m);
+    parallel_chunks(
+        batches * blocks,
+        [&](int64_t task) {
+          const int64_t i = task / blocks;
+          gemm::product_rows<M>(pa + i * ar * ac, ar, ac, pb + i * br * bc, br, bc, py + i * m * n,
+                                n, ta, tb, gemm::row_block(m, task % blocks));
+        },
+        batches * gemm::product_work(m, n, ta ? ar : ac));
+  } else {
+    parallel_chunks(
+        batches,
+        [&](int64_t i) {
+          auto load = [](const T* p, int64_t rows, int64_t cols) {
+            RowMat<M> mat(rows, cols);
+            for (int64_t k = 0; k < rows * cols; ++k) mat.data()[k] = static_cast<M>(p[k]);
+            return mat;
+          };
+          RowMat<M> ma = load(pa + i * ar * ac, ar, ac), mb = load(pb + i * br * bc, br, bc);
+          RowMat<M> ra = ta ? RowMat<M>(ma.transpose()) : ma;
+          RowMat<M> rb = tb ? RowMat<M>(mb.transpose()) : mb;
+          RowMat<M> out = ra * rb;
+          T* sy = py + i * m * n;
+          for (int64_t k = 0; k < m * n; ++k) sy[k] = static_cast<T>(out.data()[k]);
+        },
+        batches * gemm::product_work(m, n, ta ? ar : ac));
   }
 }
 

@@ -6,38 +6,45 @@
 #include "core/graph.h"
 #include "core/half.h"
 #include "ops/common/schema_helpers.h"
+#include "ops/linalg/gemm_blocks.h"
 
 namespace qg {
 namespace {
 
 template <typename M>
-using RowMat = Eigen::Matrix<M, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using RowMat = gemm::RowMat<M>;
 
+// Row blocks of the product on the thread pool (ops/linalg/gemm_blocks.h); f16/bf16 are
+// widened to f32, multiplied, and rounded once.
 template <typename T>
 void matmul_cpu(const Tensor& a, const Tensor& b, Tensor& y, bool ta, bool tb) {
   using M = math_t<T>;
+  const int64_t m = y.size(0), n = y.size(1);
+  if (y.numel() == 0) return;
   if constexpr (std::is_same_v<T, M>) {
-    Eigen::Map<const RowMat<M>> ma(a.data<T>(), a.size(0), a.size(1));
-    Eigen::Map<const RowMat<M>> mb(b.data<T>(), b.size(0), b.size(1));
-    Eigen::Map<RowMat<M>> my(y.data<T>(), y.size(0), y.size(1));
-    if (y.numel() == 0) return;
-    if (!ta && !tb) my.noalias() = ma * mb;
-    if (!ta && tb) my.noalias() = ma * mb.transpose();
-    if (ta && !tb) my.noalias() = ma.transpose() * mb;
-    if (ta && tb) my.noalias() = ma.transpose() * mb.transpose();
+    gemm::product<M>(a.data<T>(), a.size(0), a.size(1), b.data<T>(), b.size(0), b.size(1),
+                     y.data<T>(), m, n, ta, tb);
   } else {
     auto load = [](const Tensor& t) {
-      RowMat<M> m(t.size(0), t.size(1));
+      RowMat<M> mat(t.size(0), t.size(1));
       const T* p = t.data<T>();
-      for (int64_t i = 0; i < t.numel(); ++i) m.data()[i] = static_cast<M>(p[i]);
-      return m;
+      for (int64_t i = 0; i < t.numel(); ++i) mat.data()[i] = static_cast<M>(p[i]);
+      return mat;
     };
     RowMat<M> ma = load(a), mb = load(b);
     RowMat<M> ra = ta ? RowMat<M>(ma.transpose()) : ma;
     RowMat<M> rb = tb ? RowMat<M>(mb.transpose()) : mb;
-    RowMat<M> out = ra * rb;
     T* py = y.data<T>();
-    for (int64_t i = 0; i < y.numel(); ++i) py[i] = static_cast<T>(out.data()[i]);
+    parallel_chunks(
+        gemm::row_blocks(m),
+        [&](int64_t blk) {
+          const gemm::Rows r = gemm::row_block(m, blk);
+          RowMat<M> out(r.count, n);
+          out.noalias() = ra.middleRows(r.begin, r.count) * rb;
+          for (int64_t i = 0; i < r.count * n; ++i)
+            py[r.begin * n + i] = static_cast<T>(out.data()[i]);
+        },
+        gemm::product_work(m, n, ra.cols()));
   }
 }
 

@@ -1,14 +1,17 @@
 // CPU kernels for lsq_fake_quantize and lsq_backward. Both walk the scope as runs of
 // contiguous elements (ops/quantize/scope_runs.h). The forward of f32/bf16/f16 runs the
 // fake-quantize SSE loops (its y is fake_quantize's y); the backward of f32 runs of one
-// qparam runs lsq_simd's loop, and everything else the shared element math. The scale and
-// zero-point sums are f64, added in an order fixed by the shape: deterministic.
+// qparam runs lsq_simd's loop, and everything else the shared element math. Both run on the
+// thread pool. The scale and zero-point sums are f64, added in an order fixed by the shape:
+// per tensor, per-chunk sums added in chunk order; other scopes, each qparam's terms in
+// element order within one task (parallel_scope_runs). Deterministic for any thread count.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
 #include "core/half.h"
+#include "core/thread_pool.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
 #include "ops/fake_quantize/fake_quantize_simd.h"
@@ -72,31 +75,29 @@ void forward_typed(KernelContext& ctx) {
   const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
   const T* px = x.data<T>();
   T* py = ctx.outputs[0].data<T>();
-  if constexpr (std::is_same_v<M, float>) {
-    // lsq::forward is qmath::fake_quant's y with the integer zero point, which is what the
-    // fake-quantize SSE loops compute bit for bit. Their mask bits land in a per-thread
-    // scratch buffer that nobody reads, so it is never cleared, and it is kept between calls
-    // (a fresh 512 KB buffer for f32[1024, 4096] was mapped and zeroed on every call).
-    int64_t longest = 0;
-    for_each_scope_run(
-        l, [&](int64_t, int64_t len, int64_t, int64_t) { longest = std::max(longest, len); });
-    thread_local std::vector<uint8_t> unused_mask;
-    const auto mask_bytes = static_cast<size_t>(longest / 8 + 2);
-    if (unused_mask.size() < mask_bytes) unused_mask.resize(mask_bytes);
-    for_each_scope_run(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
-      if (step == 0)
-        fq_simd::fake_quant_run(px + k0, py + k0, unused_mask.data(), 0, len,
-                                {qp.inv_scale[q0], qp.scale[q0], qp.zp_int[q0], qmin, qmax});
-      else
-        fq_simd::fake_quant_lanes(
-            px + k0, py + k0, unused_mask.data(), 0, len,
-            {qp.inv_scale.data() + q0, qp.scale.data() + q0, qp.zp_int.data() + q0, qmin, qmax});
+  parallel_for(x.numel(), kElementGrain, [&](int64_t b, int64_t e) {
+    for_each_scope_run_in(l, b, e, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+      if constexpr (std::is_same_v<M, float>) {
+        // lsq::forward is qmath::fake_quant's y with the integer zero point, which is what
+        // the fake-quantize SSE loops compute bit for bit. Their mask bits land in a
+        // per-thread scratch buffer that nobody reads, so it is never cleared, and it is
+        // kept between calls (a run is at most one chunk long).
+        thread_local std::vector<uint8_t> unused_mask(kElementGrain / 8 + 2);
+        if (step == 0)
+          fq_simd::fake_quant_run(px + k0, py + k0, unused_mask.data(), 0, len,
+                                  {qp.inv_scale[q0], qp.scale[q0], qp.zp_int[q0], qmin, qmax});
+        else
+          fq_simd::fake_quant_lanes(
+              px + k0, py + k0, unused_mask.data(), 0, len,
+              {qp.inv_scale.data() + q0, qp.scale.data() + q0, qp.zp_int.data() + q0, qmin, qmax});
+      } else {
+        for (int64_t j = 0; j < len; ++j) {
+          const int64_t k = k0 + j, qi = q0 + step * j;
+          py[k] = static_cast<T>(lsq::forward<M>(static_cast<M>(px[k]), qp.inv_scale[qi],
+                                                 qp.scale[qi], qp.zp_int[qi], qmin, qmax));
+        }
+      }
     });
-    return;
-  }
-  for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
-    py[k] = static_cast<T>(lsq::forward<M>(static_cast<M>(px[k]), qp.inv_scale[qi], qp.scale[qi],
-                                           qp.zp_int[qi], qmin, qmax));
   });
 }
 
@@ -128,14 +129,15 @@ void backward_typed(KernelContext& ctx) {
   const T* pdy = dy.data<T>();
   T* pdx = ctx.outputs[0].data<T>();
   std::vector<double> dscale(l.num_qparams, 0.0), dzp(l.num_qparams, 0.0);
-  for_each_scope_run(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+  // One run's dx, and its sums added into sums[q - q_base] (a task's own slots).
+  auto run = [&](int64_t k0, int64_t len, int64_t q0, int64_t step, double* ds, double* dz) {
     if constexpr (std::is_same_v<T, float>) {
       if (step == 0) {  // one qparam for the run: the SSE loop (ops/lsq/lsq_simd.h)
         lsq_simd::RunSums s =
             lsq_simd::backward_run(px + k0, pdy + k0, pdx + k0, len,
                                    {qp.inv_scale[q0], qp.scale[q0], qp.zp_int[q0], qmin, qmax});
-        dscale[q0] += s.dscale;
-        dzp[q0] += s.dzp;
+        ds[0] += s.dscale;
+        dz[0] += s.dzp;
         return;
       }
     }
@@ -144,10 +146,33 @@ void backward_typed(KernelContext& ctx) {
       auto e = lsq::element_grad<M>(static_cast<M>(px[k]), static_cast<M>(pdy[k]), qp.inv_scale[qi],
                                     qp.scale[qi], qp.zp_int[qi], qmin, qmax);
       pdx[k] = static_cast<T>(e.dx);
-      dscale[qi] += e.dscale;
-      dzp[qi] += e.dzp;
+      ds[step * j] += e.dscale;
+      dz[step * j] += e.dzp;
     }
-  });
+  };
+  if (l.kind == ScopeKind::tensor) {
+    // One qparam: per-chunk sums, added in chunk order.
+    struct Sums {
+      double ds = 0, dz = 0;
+    };
+    Sums total = parallel_reduce(
+        x.numel(), kElementGrain, Sums{},
+        [&](int64_t b, int64_t e) {
+          Sums s;
+          run(b, e - b, 0, 0, &s.ds, &s.dz);
+          return s;
+        },
+        [](Sums a, Sums b) {
+          return Sums{a.ds + b.ds, a.dz + b.dz};
+        });
+    dscale[0] = total.ds;
+    dzp[0] = total.dz;
+  } else {
+    // Tasks own disjoint qparams, so each sum adds in element order, as on one thread.
+    parallel_scope_runs(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+      run(k0, len, q0, step, &dscale[q0], &dzp[q0]);
+    });
+  }
   store(ctx.outputs[1], dscale, g);
   store(ctx.outputs[2], dzp, g);
 }

@@ -24,45 +24,49 @@ void quantize_pack_typed(KernelContext& ctx) {
   const T* px = x.data<T>();
   uint8_t* packed = ctx.outputs[0].data<uint8_t>();
   M* absmax_out = ctx.outputs[1].data<M>();
-  if (ctx.outputs[0].numel() > 0) std::memset(packed, 0, ctx.outputs[0].nbytes());
   // Groups along the last axis are contiguous runs: the loops of int4_cpu_runs.h and
-  // nf4_cpu_runs.h, one group at a time while it is in cache.
+  // nf4_cpu_runs.h, one group at a time while it is in cache. parallel_packed_rows zeroes
+  // the packed bytes (nibbles are OR-ed in).
   if (l.inner == 1) {
-    for (int64_t o = 0; o < l.outer; ++o) {
-      for (int64_t g = 0; g < l.num_groups; ++g) {
-        const int64_t k0 = o * l.axis_len + g * l.group_size;
-        const int64_t n = std::min(l.group_size, l.axis_len - g * l.group_size);
-        const M amax = int4_cpu::finite_absmax(px + k0, n);
-        absmax_out[o * l.num_groups + g] = amax;
-        nf4_cpu::encode_pack(px + k0, n, k0, M(1) / amax, high_first, packed);
+    parallel_packed_rows(l.outer, l.axis_len, packed, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        for (int64_t g = 0; g < l.num_groups; ++g) {
+          const int64_t k0 = o * l.axis_len + g * l.group_size;
+          const int64_t n = std::min(l.group_size, l.axis_len - g * l.group_size);
+          const M amax = int4_cpu::finite_absmax(px + k0, n);
+          absmax_out[o * l.num_groups + g] = amax;
+          nf4_cpu::encode_pack(px + k0, n, k0, M(1) / amax, high_first, packed);
+        }
       }
-    }
+    });
     return;
   }
-  for (int64_t o = 0; o < l.outer; ++o) {
-    for (int64_t g = 0; g < l.num_groups; ++g) {
-      const int64_t a0 = g * l.group_size;
-      const int64_t a1 = std::min(a0 + l.group_size, l.axis_len);
-      for (int64_t i = 0; i < l.inner; ++i) {
-        // 1. absmax over the group's finite values.
-        M amax = M(0);
-        for (int64_t a = a0; a < a1; ++a) {
-          M v = static_cast<M>(px[(o * l.axis_len + a) * l.inner + i]);
-          if (!qmath::is_finite(v)) continue;
-          M av = v < M(0) ? -v : v;
-          amax = av > amax ? av : amax;
-        }
-        absmax_out[(o * l.num_groups + g) * l.inner + i] = amax;
-        // 2. Codes (1 / 0 = inf for an all-zero group: 0 * inf is NaN -> the 0.0 code).
-        const M inv = M(1) / amax;
-        for (int64_t a = a0; a < a1; ++a) {
-          const int64_t k = (o * l.axis_len + a) * l.inner + i;
-          uint8_t c = nf4::encode<M>(static_cast<M>(px[k]), inv);
-          packed[k >> 1] |= static_cast<uint8_t>(c << int4::nibble_shift(k, high_first));
+  parallel_packed_rows(l.outer, l.axis_len * l.inner, packed, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      for (int64_t g = 0; g < l.num_groups; ++g) {
+        const int64_t a0 = g * l.group_size;
+        const int64_t a1 = std::min(a0 + l.group_size, l.axis_len);
+        for (int64_t i = 0; i < l.inner; ++i) {
+          // 1. absmax over the group's finite values.
+          M amax = M(0);
+          for (int64_t a = a0; a < a1; ++a) {
+            M v = static_cast<M>(px[(o * l.axis_len + a) * l.inner + i]);
+            if (!qmath::is_finite(v)) continue;
+            M av = v < M(0) ? -v : v;
+            amax = av > amax ? av : amax;
+          }
+          absmax_out[(o * l.num_groups + g) * l.inner + i] = amax;
+          // 2. Codes (1 / 0 = inf for an all-zero group: 0 * inf is NaN -> the 0.0 code).
+          const M inv = M(1) / amax;
+          for (int64_t a = a0; a < a1; ++a) {
+            const int64_t k = (o * l.axis_len + a) * l.inner + i;
+            uint8_t c = nf4::encode<M>(static_cast<M>(px[k]), inv);
+            packed[k >> 1] |= static_cast<uint8_t>(c << int4::nibble_shift(k, high_first));
+          }
         }
       }
     }
-  }
+  });
 }
 
 template <typename S, typename T>
@@ -76,13 +80,13 @@ void unpack_dequantize_typed(KernelContext& ctx) {
              "] = ", static_cast<double>(absmax[q]), " must be finite and >= 0");
   }
   T* py = ctx.outputs[0].data<T>();
-  int64_t k = 0;
-  for (int64_t o = 0; o < l.outer; ++o)
-    for (int64_t a = 0; a < l.axis_len; ++a)
-      for (int64_t i = 0; i < l.inner; ++i, ++k) {
-        const S m = absmax[qparam_index(l, o, a, i)];
-        py[k] = narrow_cast<T>(nf4::decode<S>(int4::get_code(packed, k, high_first), m));
-      }
+  parallel_unpack_runs(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t k = k0 + j;
+      const S m = absmax[q0 + step * j];
+      py[k] = narrow_cast<T>(nf4::decode<S>(int4::get_code(packed, k, high_first), m));
+    }
+  });
 }
 
 template <typename M>

@@ -39,10 +39,7 @@ void minmax_observer_cpu(KernelContext& ctx) {
   if (late) write_range_qparams(ctx, mn, mx, n);  // the state before this batch
   if (should_update(ctx, common)) {
     // min/max are order-independent, so updating in place is deterministic.
-    for_each_finite(ctx.op, ctx.inputs[0], l, common.nonfinite, [&](int64_t q, float v) {
-      mn[q] = obsmath::ordered_min(mn[q], v);
-      mx[q] = obsmath::ordered_max(mx[q], v);
-    });
+    fold_finite_range(ctx.op, ctx.inputs[0], l, common.nonfinite, mn, mx);
   }
   if (!late) write_range_qparams(ctx, mn, mx, n);
 }

@@ -1,10 +1,14 @@
 #include "ops/observer/observer_common.h"
 #include "ops/observer/observer_math.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
+#include "ops/quantize/scope_runs.h"
 
 namespace qg {
 
@@ -49,15 +53,84 @@ bool should_update(const KernelContext& ctx, const CommonStates& s) {
   return ctx.training && s.enabled && ctx.inputs[0].numel() > 0;
 }
 
+namespace {
+
+// The order of ordered_min / ordered_max as integers (-0 below +0; finite values only).
+int32_t order_key(float v) {
+  int32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b ^ ((b >> 31) & 0x7fffffff);
+}
+float key_float(int32_t k) {
+  int32_t b = k ^ ((k >> 31) & 0x7fffffff);
+  float v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
+}
+
+template <typename Better>
+void atomic_improve(int32_t* slot, int32_t v, Better better) {
+  int32_t cur = __atomic_load_n(slot, __ATOMIC_RELAXED);
+  while (better(v, cur) &&
+         !__atomic_compare_exchange_n(slot, &cur, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+}  // namespace
+
+void fold_finite_range(const std::string& op, const Tensor& x, const ScopeLayout& l,
+                       int64_t* nonfinite, float* mn, float* mx) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const int32_t empty_lo = order_key(inf), empty_hi = order_key(-inf);
+  std::vector<int32_t> lo(static_cast<size_t>(l.num_qparams), empty_lo);
+  std::vector<int32_t> hi(static_cast<size_t>(l.num_qparams), empty_hi);
+  int64_t count = 0;
+  dispatch_float(x.dtype(), op.c_str(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    parallel_for(x.numel(), kElementGrain, [&](int64_t b, int64_t e) {
+      // 1. The qparams this chunk touches, 2. its ranges, 3. merged into the shared ones.
+      int64_t q_lo = l.num_qparams, q_hi = 0;
+      for_each_scope_run_in(l, b, e, [&](int64_t, int64_t len, int64_t q0, int64_t step) {
+        q_lo = std::min(q_lo, q0);
+        q_hi = std::max(q_hi, q0 + (step ? len : 1));
+      });
+      std::vector<int32_t> clo(static_cast<size_t>(q_hi - q_lo), empty_lo);
+      std::vector<int32_t> chi(static_cast<size_t>(q_hi - q_lo), empty_hi);
+      int64_t bad = 0;
+      for_each_scope_run_in(l, b, e, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+        for (int64_t j = 0; j < len; ++j) {
+          const float v = static_cast<float>(px[k0 + j]);
+          if (!qmath::is_finite(v)) {
+            ++bad;
+            continue;
+          }
+          const int32_t k = order_key(v);
+          const int64_t q = q0 + step * j - q_lo;
+          clo[q] = std::min(clo[q], k);
+          chi[q] = std::max(chi[q], k);
+        }
+      });
+      for (size_t q = 0; q < clo.size(); ++q) {
+        atomic_improve(&lo[q_lo + q], clo[q], [](int32_t a, int32_t c) { return a < c; });
+        atomic_improve(&hi[q_lo + q], chi[q], [](int32_t a, int32_t c) { return a > c; });
+      }
+      __atomic_fetch_add(&count, bad, __ATOMIC_RELAXED);
+    });
+  });
+  *nonfinite += count;
+  for (int64_t q = 0; q < l.num_qparams; ++q) {
+    mn[q] = obsmath::ordered_min(mn[q], key_float(lo[q]));
+    mx[q] = obsmath::ordered_max(mx[q], key_float(hi[q]));
+  }
+}
+
 void batch_min_max(const std::string& op, const Tensor& x, const ScopeLayout& l, int64_t* nonfinite,
                    std::vector<float>& mn, std::vector<float>& mx) {
   const float inf = std::numeric_limits<float>::infinity();
   mn.assign(static_cast<size_t>(l.num_qparams), inf);
   mx.assign(static_cast<size_t>(l.num_qparams), -inf);
-  for_each_finite(op, x, l, nonfinite, [&](int64_t q, float v) {
-    mn[q] = obsmath::ordered_min(mn[q], v);
-    mx[q] = obsmath::ordered_max(mx[q], v);
-  });
+  fold_finite_range(op, x, l, nonfinite, mn.data(), mx.data());
 }
 
 std::vector<std::vector<float>> gather_finite(const std::string& op, const Tensor& x,

@@ -71,6 +71,13 @@ void for_each_finite(const std::string& op, const Tensor& x, const ScopeLayout& 
   });
 }
 
+// Folds this batch's finite values into the per-qparams ranges mn/mx (ordered_min /
+// ordered_max: -0 below +0) and counts the non-finite ones, on the thread pool. Each chunk
+// keeps its ranges as ordered integer keys and merges them with atomic min/max, so the result
+// is the sequential loop's whatever the thread count.
+void fold_finite_range(const std::string& op, const Tensor& x, const ScopeLayout& l,
+                       int64_t* nonfinite, float* mn, float* mx);
+
 // Per-channel running min/max of this batch's finite values (+inf/-inf where a channel
 // has none).
 void batch_min_max(const std::string& op, const Tensor& x, const ScopeLayout& l, int64_t* nonfinite,

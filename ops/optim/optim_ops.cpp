@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/graph.h"
+#include "core/thread_pool.h"
 #include "ops/common/schema_helpers.h"
 
 namespace qg {
@@ -59,7 +60,10 @@ void for_each_element(KernelContext& ctx, F f) {
   QG_CHECK(p.is_contiguous() && g.is_contiguous(), ctx.op, "param and grad must be contiguous");
   T* pp = p.data<T>();
   const T* pg = g.data<T>();
-  for (int64_t i = 0; i < p.numel(); ++i) f(pp[i], pg[i], i);
+  // Element-wise: chunks of the thread pool, each element updated exactly as on one thread.
+  parallel_for(p.numel(), kElementGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) f(pp[i], pg[i], i);
+  });
 }
 
 template <typename T>

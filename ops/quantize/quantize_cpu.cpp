@@ -1,10 +1,13 @@
 // CPU kernels for quantize, quantize_backward, dequantize and dequantize_backward. Each walks
 // the [outer, axis, inner] view of the scope (ops/common/quant_scope.h); the per-element
-// math is ops/quantize/quantize_math.h, shared with the CUDA kernels.
+// math is ops/quantize/quantize_math.h, shared with the CUDA kernels. The element-wise ones
+// run on the thread pool in chunks fixed by the element count; dequantize_backward in tasks
+// that own disjoint qparams (per tensor: one task), so its sums keep the element order.
 #include <cstring>
 #include <vector>
 
 #include "core/half.h"
+#include "core/thread_pool.h"
 #include "ops/common/bitmask.h"
 #include "ops/common/quant_scope.h"
 #include "ops/quantize/quantize_cpu.h"
@@ -77,21 +80,22 @@ void quantize_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& 
   // Elements arrive in order, so mask bits gather in a register and each byte is stored
   // once (a read-modify-write per element would chain every element on the last store).
   // Pointers captured by value: the byte stores to pq may alias anything, so values reached
-  // through references would be reloaded after every store.
-  uint32_t bits = 0;
+  // through references would be reloaded after every store. Chunks are whole mask bytes.
   const M* inv = qp.inv_scale.data();
   const M* zp = qp.zp.data();
-  for_each_scoped(l, [=, &bits](int64_t k, int64_t qi) QG_ELEMENT {
-    qstore::Code c = qstore::quantize<M>(static_cast<M>(px[k]), inv[qi], zp[qi], qmin, qmax);
-    pq[k] = static_cast<Q>(c.q);
-    bits |= static_cast<uint32_t>(c.in_range) << (k & 7);
-    if ((k & 7) == 7) {
-      mask[k >> 3] = static_cast<uint8_t>(bits);
-      bits = 0;
-    }
+  parallel_for(ctx.inputs[0].numel(), kElementGrain, [=](int64_t b, int64_t e) {
+    uint32_t bits = 0;
+    for_each_scoped_in(l, b, e, [=, &bits](int64_t k, int64_t qi) QG_ELEMENT {
+      qstore::Code c = qstore::quantize<M>(static_cast<M>(px[k]), inv[qi], zp[qi], qmin, qmax);
+      pq[k] = static_cast<Q>(c.q);
+      bits |= static_cast<uint32_t>(c.in_range) << (k & 7);
+      if ((k & 7) == 7) {
+        mask[k >> 3] = static_cast<uint8_t>(bits);
+        bits = 0;
+      }
+    });
+    if (e & 7) mask[e >> 3] = static_cast<uint8_t>(bits);
   });
-  int64_t n = ctx.inputs[0].numel();
-  if (n & 7) mask[n >> 3] = static_cast<uint8_t>(bits);
 }
 
 template <typename Q, typename T>
@@ -101,8 +105,10 @@ void dequantize_typed(KernelContext& ctx, const ScopeLayout& l) {
       load<M>(ctx.op, ctx.inputs[1], &ctx.inputs[2], storage_range(ctx.inputs[0].dtype()));
   const Q* pq = ctx.inputs[0].data<Q>();
   T* py = ctx.outputs[0].data<T>();
-  for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
-    py[k] = static_cast<T>(qstore::dequantize<M>(pq[k], qp.scale[qi], qp.zp[qi]));
+  parallel_for(ctx.inputs[0].numel(), kElementGrain, [&](int64_t b, int64_t e) {
+    for_each_scoped_in(l, b, e, [&](int64_t k, int64_t qi) QG_ELEMENT {
+      py[k] = static_cast<T>(qstore::dequantize<M>(pq[k], qp.scale[qi], qp.zp[qi]));
+    });
   });
 }
 
@@ -138,9 +144,11 @@ void quantize_backward_cpu(KernelContext& ctx) {
     QParams<M> qp = load<M>(ctx.op, ctx.inputs[2], nullptr, QuantRange{});
     const T* pdy = dy.data<T>();
     T* pdx = dx.data<T>();
-    for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
-      pdx[k] = static_cast<T>(
-          qstore::quantize_grad<M>(static_cast<M>(pdy[k]), qp.scale[qi], bitmask_get(mask, k)));
+    parallel_for(dx.numel(), kElementGrain, [&](int64_t b, int64_t e) {
+      for_each_scoped_in(l, b, e, [&](int64_t k, int64_t qi) QG_ELEMENT {
+        pdx[k] = static_cast<T>(
+            qstore::quantize_grad<M>(static_cast<M>(pdy[k]), qp.scale[qi], bitmask_get(mask, k)));
+      });
     });
   });
 }
@@ -169,10 +177,14 @@ void dequantize_backward_cpu(KernelContext& ctx) {
       QParams<M> qp = load<M>(ctx.op, ctx.inputs[2], &ctx.inputs[3], storage_range(q.dtype()));
       const T* pdy = dy.data<T>();
       T* pdq = ctx.outputs[0].data<T>();
-      for_each_scoped(l, [&](int64_t k, int64_t qi) QG_ELEMENT {
-        M d = static_cast<M>(pdy[k]);
-        pdq[k] = static_cast<T>(d * qp.scale[qi]);
-        dscale[qi] += static_cast<double>(d) * (static_cast<double>(pq[k]) - qp.zp[qi]);
+      // Tasks own disjoint qparams: each sum adds in element order, as on one thread.
+      parallel_scope_runs(l, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
+        for (int64_t j = 0; j < len; ++j) {
+          const int64_t k = k0 + j, qi = q0 + step * j;
+          M d = static_cast<M>(pdy[k]);
+          pdq[k] = static_cast<T>(d * qp.scale[qi]);
+          dscale[qi] += static_cast<double>(d) * (static_cast<double>(pq[k]) - qp.zp[qi]);
+        }
       });
     });
   });
