@@ -76,7 +76,8 @@ def test_import_npz_fused_names_and_mapping(tmp_path, rng):
     del file["extra.scale"]
     qg.io.import_weights(ex, file, mapping)
     np.testing.assert_array_equal(params(ex)["fc1.bias"], file["fc1.0.bias"])
-    np.testing.assert_array_equal(nn.read_weight_file(str(path))["head.weight"], file["head.weight"])
+    read_back = nn.read_weight_file(str(path))
+    np.testing.assert_array_equal(read_back["head.weight"], file["head.weight"])
 
 
 def test_import_errors_list_every_name_and_change_nothing(tmp_path, rng):
@@ -117,7 +118,7 @@ def trained(digits, tmp_path_factory):
     train, test = digits
     cfg = nn.TrainConfig()
     cfg.model = "mlp"
-    cfg.mlp.hidden = [16]
+    cfg.mlp.hidden = [32]
     cfg.qconfig = nn.QConfig.w8a8()
     cfg.optimizer = nn.OptimizerConfig("adam", 3e-3)
     trainer = nn.train(cfg, train, test, epochs=3)
@@ -136,7 +137,8 @@ def test_onnx_export_from_checkpoint_and_trainer(trained, digits, tmp_path):
     assert from_ckpt["op_counts"]["QuantizeLinear"] >= 2 and from_ckpt["op_counts"]["Gemm"] == 2
     np.testing.assert_array_equal(from_ckpt["logits"], from_trainer["logits"])
     acc, _ = trainer.integer_accuracy(test)
-    assert acc > 0.8  # a trained model, so the argmax comparison below means something
+    # A trained model (seeded: about 0.88), so the argmax comparison below means something.
+    assert acc > 0.8
     assert (from_ckpt["logits"].argmax(1) == test.labels).mean() == acc
     if importlib.util.find_spec("onnxruntime") is None:
         pytest.skip("onnxruntime is not installed: ONNX file not run")
