@@ -30,15 +30,6 @@ NameMapper mapper_from(nb::handle mapping) {
   return name_table(std::move(table));
 }
 
-std::map<std::string, qg::Tensor> tensors_from(const nb::dict& tensors) {
-  std::map<std::string, qg::Tensor> out;
-  for (auto [name, value] : tensors) {
-    qg::Tensor t = to_tensor(value);
-    out[nb::cast<std::string>(name)] = t.device().is_cpu() ? t : t.to(qg::Device::cpu());
-  }
-  return out;
-}
-
 }  // namespace
 
 void bind_import(nb::module_& m) {
@@ -51,7 +42,7 @@ void bind_import(nb::module_& m) {
   nn.def(
       "import_weights",
       [](qg::Executor& exec, nb::dict tensors, nb::handle mapping, const std::string& what) {
-        return import_weights(exec, tensors_from(tensors), mapper_from(mapping), what);
+        return import_weights(exec, to_cpu_tensors(tensors), mapper_from(mapping), what);
       },
       nb::arg("executor"), nb::arg("tensors"), nb::arg("mapping") = nb::none(),
       nb::arg("what") = "weights",

@@ -17,15 +17,6 @@ nb::dict to_python(const std::map<std::string, qg::Tensor>& tensors, nb::handle 
   return d;
 }
 
-std::map<std::string, qg::Tensor> from_python(const nb::dict& tensors) {
-  std::map<std::string, qg::Tensor> out;
-  for (auto [name, value] : tensors) {
-    qg::Tensor t = to_tensor(value);
-    out[nb::cast<std::string>(name)] = t.device().is_cpu() ? t : t.to(qg::Device::cpu());
-  }
-  return out;
-}
-
 }  // namespace
 
 void bind_io(nb::module_& m) {
@@ -42,7 +33,7 @@ void bind_io(nb::module_& m) {
       "save_safetensors",
       [](const std::string& path, nb::dict tensors,
          const std::map<std::string, std::string>& metadata) {
-        qg::save_safetensors(path, from_python(tensors), metadata);
+        qg::save_safetensors(path, to_cpu_tensors(tensors), metadata);
       },
       nb::arg("path"), nb::arg("tensors"),
       nb::arg("metadata") = std::map<std::string, std::string>{},

@@ -249,4 +249,13 @@ nb::object attr_to_python(const qg::Attr& a) {
   return nb::none();
 }
 
+std::map<std::string, qg::Tensor> to_cpu_tensors(const nb::dict& tensors) {
+  std::map<std::string, qg::Tensor> out;
+  for (auto [name, value] : tensors) {
+    qg::Tensor t = to_tensor(value);
+    out[nb::cast<std::string>(name)] = t.device().is_cpu() ? t : t.to(qg::Device::cpu());
+  }
+  return out;
+}
+
 }  // namespace qgpy

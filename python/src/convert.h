@@ -5,6 +5,7 @@
 
 #include <nanobind/nanobind.h>
 
+#include <map>
 #include <string>
 
 #include "core/attrs.h"
@@ -30,6 +31,9 @@ qg::Tensor to_tensor(nb::handle obj, bool copy = false);
 // alive). NumPy has no bfloat16: such tensors are refused with a qg::Error.
 nb::object from_tensor(const qg::Tensor& t, Framework framework);
 nb::object from_tensor(const qg::Tensor& t, nb::handle framework);
+
+// A dict of name -> tensor-like as CPU tensors (device tensors are copied to the host).
+std::map<std::string, qg::Tensor> to_cpu_tensors(const nb::dict& tensors);
 
 qg::Device parse_device(const std::string& s);  // "cpu", "cuda", "cuda:N"
 

@@ -18,27 +18,12 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "runtime/executor.h"
+#include "tests/threads/thread_test_util.h"
 
 namespace qg {
 namespace {
 
-// Sets the thread count, with every loop of two or more chunks on the pool however small
-// (min_parallel_work 0), and restores both.
-class ThreadCount {
- public:
-  explicit ThreadCount(int n) : old_(num_threads()), old_work_(min_parallel_work()) {
-    set_num_threads(n);
-    set_min_parallel_work(0);
-  }
-  ~ThreadCount() {
-    set_num_threads(old_);
-    set_min_parallel_work(old_work_);
-  }
-
- private:
-  int old_;
-  int64_t old_work_;
-};
+using threads_test::ThreadCount;
 
 TEST(ThreadPool, ChunksDependOnTheSizeOnlyAndRunOnce) {
   for (int threads : {1, 2, 3, 8}) {
