@@ -32,7 +32,8 @@ void parallel_packed_rows(int64_t outer, int64_t row, uint8_t* packed, const Fn&
       outer, grain,
       [&](int64_t o0, int64_t o1) {
         const int64_t b = o0 * row / 2, e = (o1 * row + 1) / 2;
-        std::memset(packed + b, 0, static_cast<size_t>(e - b));
+        // Rows of zero elements have no bytes (and `packed` may then be null).
+        if (e > b) std::memset(packed + b, 0, static_cast<size_t>(e - b));
         fn(o0, o1);
       },
       outer * row);
