@@ -1,5 +1,5 @@
-"""Conformance of batch_norm, layer_norm and their backward ops against torch 1.13's
-F.batch_norm / F.layer_norm and torch.autograd (gradients of x, gamma, beta).
+"""Conformance of batch_norm, layer_norm, channel_div and their backward ops against torch
+1.13's F.batch_norm / F.layer_norm / broadcast division and torch.autograd.
 
 Random cases: batch_norm on [N, C] and [N, C, H, W] (N * H * W >= 2), in training (batch
 statistics: y, the saved batch mean and 1/sqrt(var + eps), used_batch_stats = 1) and in eval
@@ -121,6 +121,31 @@ def layer_norm_case(qat, tally, rng, dtype):
     close(tally, bop, back["dbeta"], t["beta"].grad.numpy(), gscale, dtype, "dbeta")
 
 
+def channel_div_case(qat, tally, rng, dtype):
+    """channel_div (conv-bn's rescale) is torch's x / s[None, :, None, None]: y and dx are one
+    IEEE division each, so they must equal torch's in the same dtype bit for bit; ds is a sum,
+    checked against torch's f64 autograd within the tolerance above."""
+    n, c = int(rng.integers(1, 5)), int(rng.integers(1, 6))
+    shape = [n, c] + [int(rng.integers(1, 6)) for _ in range(int(rng.integers(0, 3)))]
+    x = rng.normal(0, 2, size=shape).astype(dtype)
+    s = (rng.uniform(0.25, 4.0, c) * rng.choice([-1.0, 1.0], c)).astype(dtype)
+    dy = rng.normal(size=shape).astype(dtype)
+    view = [1, c] + [1] * (len(shape) - 2)
+    op = f"channel_div {np.dtype(dtype).name}"
+    y = run_op(qat, "channel_div", {"x": x, "s": s}, ["y"])["y"]
+    y_torch = (torch.from_numpy(x) / torch.from_numpy(s).reshape(view)).numpy()
+    tally.check(op, np.array_equal(y, y_torch), f"y {shape} differs from torch's division")
+    back = run_op(qat, "channel_div_backward", {"dy": dy, "y": y, "s": s}, ["dx", "ds"])
+    bop = f"channel_div_backward {np.dtype(dtype).name}"
+    dx_torch = (torch.from_numpy(dy) / torch.from_numpy(s).reshape(view)).numpy()
+    tally.check(bop, np.array_equal(back["dx"], dx_torch), f"dx {shape} differs from torch's")
+    xt = torch.tensor(x, dtype=torch.float64)
+    st = torch.tensor(s, dtype=torch.float64, requires_grad=True)
+    (xt / st.reshape(view)).backward(torch.tensor(dy, dtype=torch.float64))
+    gscale = float(np.sum(np.abs(dy.astype(np.float64) * y))) / max(1, c)
+    close(tally, bop, back["ds"], st.grad.numpy(), gscale, dtype, "ds")
+
+
 def bad_inputs(qat, tally):
     x = np.zeros((2, 3, 2, 2), np.float32)
     c3, c4 = np.ones(3, np.float32), np.ones(4, np.float32)
@@ -130,6 +155,7 @@ def bad_inputs(qat, tally):
         ("batch_norm", {"x": x, "gamma": c3, "beta": c3, "running_mean": c3, "running_var": c3},
          ["y"], {"eps": -1.0}, "'eps'"),
         ("layer_norm", {"x": x, "gamma": c3, "beta": c3}, ["y"], {}, "must be [2]"),
+        ("channel_div", {"x": x, "s": c4}, ["y"], {}, "s must be [3]"),
     ]
     for op, ins, outs, attrs, frag in cases:
         proc = run_op(qat, op, ins, outs, attrs, expect_failure=True)
@@ -147,6 +173,7 @@ def main():
             batch_norm_case(args.qat, tally, rng, dtype, training=True)
             batch_norm_case(args.qat, tally, rng, dtype, training=False)
             layer_norm_case(args.qat, tally, rng, dtype)
+            channel_div_case(args.qat, tally, rng, dtype)
     bad_inputs(args.qat, tally)
     tally.finish()
 
