@@ -14,33 +14,22 @@
 #include <memory>
 
 #include "nn/checkpoint.h"
+#include "tests/common/qat_process.h"
 #include "tests/train/train_util.h"
 
 namespace qg {
 namespace {
 
-#ifdef QG_WITH_ONNX
+using testing::CmdResult;
+using testing::find_qat;
+using testing::run_qat;
 
-std::string find_qat() {
-  if (const char* env = std::getenv("QG_QAT")) return env;
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return "";
-  std::string exe(self, static_cast<size_t>(n));
-  std::string dir = exe.substr(0, exe.rfind('/'));
-  std::string candidate = dir.substr(0, dir.rfind('/')) + "/apps/qat";
-  return ::access(candidate.c_str(), X_OK) == 0 ? candidate : "";
-}
+#ifdef QG_WITH_ONNX
 
 bool exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
 }
-
-struct CmdResult {
-  int status = -1;
-  std::string output;
-};
 
 class QatExport : public ::testing::Test, public testing::DigitsFixture {
  protected:
@@ -60,16 +49,7 @@ class QatExport : public ::testing::Test, public testing::DigitsFixture {
   void TearDown() override {
     if (!dir_.empty()) std::system(("rm -rf '" + dir_ + "'").c_str());
   }
-  CmdResult run(const std::string& args) const {
-    CmdResult r;
-    std::string cmd = "'" + qat_ + "' export " + args + " 2>&1";
-    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-    std::array<char, 512> buf;
-    while (fgets(buf.data(), buf.size(), pipe.get()) != nullptr) r.output += buf.data();
-    int raw = pclose(pipe.release());
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    return r;
-  }
+  CmdResult run(const std::string& args) const { return run_qat(qat_, "export " + args); }
   // Exit 2 with every fragment in the message, and no output file (nor its temporary).
   void expect_failure(const std::string& args, const std::vector<std::string>& fragments,
                       const std::string& out) const {

@@ -10,27 +10,14 @@
 #include <string>
 
 #include "core/npy.h"
+#include "tests/common/qat_process.h"
 
 namespace qg {
 namespace {
 
-// The qat binary: $QG_QAT when set, else the build tree's apps/qat next to this test's
-// folder (CMake puts tests/test_io and apps/qat side by side in the build directory).
-std::string find_qat() {
-  if (const char* env = std::getenv("QG_QAT")) return env;
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return "";
-  std::string exe(self, static_cast<size_t>(n));
-  std::string dir = exe.substr(0, exe.rfind('/'));
-  std::string candidate = dir.substr(0, dir.rfind('/')) + "/apps/qat";
-  return ::access(candidate.c_str(), X_OK) == 0 ? candidate : "";
-}
-
-struct CmdResult {
-  int status = -1;
-  std::string output;
-};
+using testing::CmdResult;
+using testing::find_qat;
+using testing::run_qat;
 
 class QatOp : public ::testing::Test {
  protected:
@@ -48,16 +35,7 @@ class QatOp : public ::testing::Test {
     save_npy(path(name), t);
     return path(name);
   }
-  CmdResult run(const std::string& args) const {
-    CmdResult r;
-    std::string cmd = "'" + qat_ + "' op " + args + " 2>&1";
-    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-    std::array<char, 512> buf;
-    while (fgets(buf.data(), buf.size(), pipe.get()) != nullptr) r.output += buf.data();
-    int raw = pclose(pipe.release());
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    return r;
-  }
+  CmdResult run(const std::string& args) const { return run_qat(qat_, "op " + args); }
   void expect_error(const std::string& args, const std::string& needle) const {
     CmdResult r = run(args);
     EXPECT_EQ(r.status, 2) << r.output;
