@@ -9,12 +9,13 @@ Labels match ours: "<case> <dtype>[<shape>]".
 """
 import argparse
 import json
+import re
 import statistics
 import time
 
 import torch
 
-DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
 def timer(device, fn, reps, warmup=5):
@@ -67,11 +68,11 @@ def cases(device, quick):
     if quick:
         shapes = [(64, 768)]
     for shape in shapes:
-        for dname in ("f32", "bf16"):
+        for dname in ("f32", "bf16") if device == "cpu" else ("f32", "bf16", "f16"):
             yield shape, dname
 
 
-def run(device, reps, quick, compile_too):
+def run(device, reps, quick, compile_too, keep=None):
     cache = (64 << 20) if device == "cpu" else (128 << 20)
     results = {}
     for shape, dname in cases(device, quick):
@@ -85,6 +86,8 @@ def run(device, reps, quick, compile_too):
         dev = xs[0].device
 
         def add(name, eager_fn, compiled=None):
+            if keep is not None and not keep.search(label(name)):
+                return
             try:
                 r = {"copy_us": copy, "eager_us": timer(device, eager_fn, reps)}
                 if compiled is not None:
@@ -137,10 +140,12 @@ def run(device, reps, quick, compile_too):
     if quick:
         nchw = [(4, 64, 8, 8)]
     for shape in nchw:
-        for dname in ("f32", "bf16"):
+        for dname in ("f32", "bf16") if device == "cpu" else ("f32", "bf16", "f16"):
             xs = inputs(shape, DTYPES[dname], device, cache)
             dev = xs[0].device
             label = f"obs+fq per-channel axis 1 {dname}[{', '.join(map(str, shape))}]"
+            if keep is not None and not keep.search(label):
+                continue
             copy = timer(device, lambda i: xs[i % len(xs)].clone(), reps)
             # fused_moving_avg_obs_fake_quant takes channels of 2-D inputs only ("dimensions of
             # scale and zero-point are not consistent" for axis 1 of NCHW), so PyTorch's side is
@@ -165,10 +170,13 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--json", required=True)
+    p.add_argument("--filter", help="'|'-separated texts: time only the cases whose label contains one "
+                   "(the same rule as `qat bench --filter`)")
     a = p.parse_args()
     if a.device == "cpu":
         torch.set_num_threads(1)
-    res = run(a.device, a.reps, a.quick, compile_too=(a.device == "cuda" and not a.no_compile))
+    keep = re.compile("|".join(re.escape(t) for t in a.filter.split("|"))) if a.filter else None
+    res = run(a.device, a.reps, a.quick, compile_too=(a.device == "cuda" and not a.no_compile), keep=keep)
     with open(a.json, "w") as f:
         json.dump({"torch": torch.__version__, "device": a.device, "results": res}, f, indent=1)
 

@@ -13,5 +13,6 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
   ${QUICK:+--quick} ${FILTER:+--filter "$FILTER"} 2>&1 | tee "$out/ours.txt"
 [ -n "${SKIP_TORCH:-}" ] && exit 0
 python3 bench/torch_bench.py --device cuda --reps "${REPS:-100}" --json "$out/torch.json" ${QUICK:+--quick} \
+  ${FILTER:+--filter "$FILTER"} \
   > /tmp/qg_torch.log 2>&1 || tail -20 /tmp/qg_torch.log
 python3 bench/compare.py "$out/ours.json" "$out/torch.json" | tee "$out/table.md"

@@ -96,7 +96,11 @@ std::vector<PerfCase> perf_cases(DeviceType device, bool quick, const Shape& sha
     for (const Shape& s : big)
       for (DType d : dtypes) cases.push_back({name, s, d, fusable, b});
   };
-  std::vector<DType> both = {DType::f32, DType::bf16};
+  // The 16-bit rows: bf16 everywhere, f16 too on the GPU (its kernels share the 16-bit paths
+  // but convert differently).
+  std::vector<DType> both = device == DeviceType::cpu
+                                ? std::vector<DType>{DType::f32, DType::bf16}
+                                : std::vector<DType>{DType::f32, DType::bf16, DType::f16};
   std::vector<DType> f32 = {DType::f32};
   add("obs+fq per-tensor", true, observer_fq(false), both);
   add("obs+fq per-channel", true, observer_fq(true), both);
