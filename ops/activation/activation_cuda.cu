@@ -3,6 +3,7 @@
 // gelu and silu (and their backward ops) evaluate ops/activation/activation_math.h, the CPU
 // kernels' expressions, with CUDA's erff/tanhf/expf: within a few ulps of the CPU's libm.
 #include "core/graph.h"
+#include "ops/activation/activation_grad.cuh"
 #include "ops/activation/activation_math.h"
 #include "ops/common/cuda_common.cuh"
 
@@ -15,12 +16,6 @@ struct ReluF {
   template <typename M>
   __device__ M operator()(M v, M) const {
     return v > 0 ? v : (v != v ? v : M(0));
-  }
-};
-struct ReluBackwardF {
-  template <typename M>
-  __device__ M operator()(M dy, M x) const {
-    return x > 0 ? dy : M(0);
   }
 };
 
@@ -36,28 +31,10 @@ struct GeluTanhF {
     return act::gelu_tanh(x);
   }
 };
-struct GeluErfBackwardF {
-  template <typename M>
-  __device__ M operator()(M dy, M x) const {
-    return dy * act::gelu_erf_grad(x);
-  }
-};
-struct GeluTanhBackwardF {
-  template <typename M>
-  __device__ M operator()(M dy, M x) const {
-    return dy * act::gelu_tanh_grad(x);
-  }
-};
 struct SiluF {
   template <typename M>
   __device__ M operator()(M x, M) const {
     return act::silu(x);
-  }
-};
-struct SiluBackwardF {
-  template <typename M>
-  __device__ M operator()(M dy, M x) const {
-    return dy * act::silu_grad(x);
   }
 };
 

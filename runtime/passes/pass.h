@@ -35,7 +35,7 @@ struct PassRecord {
   int rewrites = 0;
 };
 
-// The default pipeline, in order: fuse_observer_quantize.
+// The default pipeline, in order: fuse_observer_quantize, fuse_ste_backward.
 std::vector<std::unique_ptr<Pass>> default_passes();
 std::vector<std::string> default_pass_names();
 

@@ -2,6 +2,7 @@
 #include <sstream>
 
 #include "runtime/passes/fuse_observer_quantize.h"
+#include "runtime/passes/fuse_ste_backward.h"
 #include "runtime/passes/pass.h"
 
 namespace qg {
@@ -19,6 +20,7 @@ PassOptions PassOptions::from_env(PassOptions base) {
 std::vector<std::unique_ptr<Pass>> default_passes() {
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(std::make_unique<FuseObserverQuantizePass>());
+  passes.push_back(std::make_unique<FuseSteBackwardPass>());
   return passes;
 }
 

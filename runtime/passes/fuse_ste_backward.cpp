@@ -1,0 +1,74 @@
+// Straight-through estimator + activation backward fusion.
+//
+//   before:                                      after:
+//     dy ──► ste_backward ──► t ──► relu_backward ──► dx      dy ─┐
+//     mask ──┘                x ────┘                         mask ┼─► fused_ste_backward ──► dx
+//                                                             x ──┘
+//
+// Where a fake-quantizer follows an activation (conv-bn-relu, the MLP's GELU), the gradient
+// of the activation's output is the STE-masked gradient and nothing else reads it. Legal
+// only when the masked gradient t has exactly one reader, the activation backward reading
+// it as its dy (not as its x), and t is neither a graph output nor named (fusion removes
+// it, so nothing may fetch it).
+#include "runtime/passes/fuse_ste_backward.h"
+
+#include <algorithm>
+
+#include "ops/fused/fused_ste_backward.h"
+
+namespace qg {
+
+std::string ste_fusion_blocker(const Graph& g, NodeId ste_id, NodeId act_id) {
+  const Node& ste = g.node(ste_id);
+  const Node& act = g.node(act_id);
+  if (ste.op->name != "ste_backward") return ste.op->name + " is not ste_backward";
+  const auto& ok = ste_fusible_consumers();
+  if (std::find(ok.begin(), ok.end(), act.op->name) == ok.end())
+    return act.op->name + " is not a fusible activation backward";
+  const ValueId t = ste.outputs.at(0);
+  if (g.is_output(t)) return "the masked gradient is a graph output";
+  if (!g.value(t).name.empty()) return "the masked gradient is named (a run may fetch it)";
+  const auto readers = g.consumers(t);
+  if (readers.size() != 1 || readers[0] != act_id) return "the masked gradient has another reader";
+  if (act.inputs.size() != 2 || act.inputs[0] != t || act.inputs[1] == t)
+    return "the activation backward does not read the masked gradient as dy only";
+  return "";
+}
+
+int FuseSteBackwardPass::run(Graph& g) {
+  std::vector<std::pair<NodeId, NodeId>> pairs;
+  for (NodeId id : g.topological_order()) {
+    const Node& n = g.node(id);
+    if (n.op->name != "ste_backward") continue;
+    const auto readers = g.consumers(n.outputs.at(0));
+    if (readers.size() == 1 && ste_fusion_blocker(g, id, readers[0]).empty())
+      pairs.emplace_back(id, readers[0]);
+  }
+  const OpDef& fused_op = OpRegistry::instance().get("fused_ste_backward");
+  for (auto [ste_id, act_id] : pairs) {
+    Node ste = g.node(ste_id);
+    Node act = g.node(act_id);
+    Node fused;
+    fused.op = &fused_op;
+    fused.name = ste.name + "+" + act.name;
+    fused.inputs = {ste.inputs.at(0), ste.inputs.at(1), act.inputs.at(1)};
+    fused.fused_from = {ste, act};
+    NodeId f = g.add_raw_node(fused, {g.value(act.outputs[0]).type});
+    const ValueId out = g.node(f).outputs[0], old = act.outputs[0];
+    for (NodeId reader : g.consumers(old)) {
+      const Node& r = g.node(reader);
+      for (size_t slot = 0; slot < r.inputs.size(); ++slot)
+        if (g.node(reader).inputs[slot] == old)
+          g.replace_input(reader, static_cast<int>(slot), out);
+    }
+    const bool marked = g.is_output(old);
+    const std::string name = g.value(old).name;
+    g.remove_node(act_id);
+    g.remove_node(ste_id);
+    if (!name.empty()) g.set_name(out, name);
+    if (marked) g.mark_output(out);
+  }
+  return static_cast<int>(pairs.size());
+}
+
+}  // namespace qg
