@@ -33,27 +33,51 @@ struct ChannelDims {
 ChannelDims channel_dims(const Shape& x) {
   norm::ChannelLayout l = norm::channel_layout(x);
   ChannelDims d{l.n, l.c, l.s, l.n * l.s, 0, 1};
-  int64_t want = (4 * multiprocessor_count() + l.c - 1) / std::max<int64_t>(l.c, 1);
+  // Enough (channel, stretch) blocks of kThreads to fill every SM (8 x 256 threads each).
+  int64_t want = (8 * multiprocessor_count() + l.c - 1) / std::max<int64_t>(l.c, 1);
   int64_t by_size = (d.m + kThreads * 8 - 1) / (kThreads * 8);
   d.splits = static_cast<int>(std::max<int64_t>(1, std::min({want, by_size, int64_t{65535}})));
   d.per_split = (d.m + d.splits - 1) / d.splits;
   return d;
 }
 
-// Per (stretch, channel): the sum of f(offset) over the stretch's elements, two components,
-// into partial. A stretch is a range of the channel's N * S values (image-major); it is
-// walked one image plane at a time, so the threads read contiguous elements and the index
-// arithmetic costs one division per plane, not per element.
-template <typename F>
-__device__ void stretch_sums(const ChannelDims& d, double2* partial, F f) {
+// Two values loaded together by a reduction's load step.
+template <typename T>
+struct Pair2 {
+  T a, b;
+};
+template <typename T>
+__device__ __forceinline__ Pair2<T> make_pair2(T a, T b) {
+  return {a, b};
+}
+
+// Per (stretch, channel): the sum of use(channel, offset, load(offset)) over the stretch's
+// elements, two components, into partial. A stretch is a range of the channel's N * S values
+// (image-major); it is walked one image plane at a time, so the threads read contiguous elements
+// and the index arithmetic costs one division per plane, not per element.
+template <typename Load, typename Use>
+__device__ void stretch_sums(const ChannelDims& d, double2* partial, Load load, Use use) {
   const int64_t ch = blockIdx.y, begin = blockIdx.x * d.per_split;
   const int64_t end = begin + d.per_split < d.m ? begin + d.per_split : d.m;
   double2 acc = make_double2(0, 0);
+  const int64_t step = blockDim.x;
   for (int64_t k = begin; k < end;) {
     const int64_t image = k / d.s, plane_end = (image + 1) * d.s < end ? (image + 1) * d.s : end;
     const int64_t shift = (image * d.c + ch) * d.s - image * d.s;  // x offset of value k
-    for (int64_t kk = k + threadIdx.x; kk < plane_end; kk += blockDim.x)
-      acc = add2(acc, f(ch, shift + kk));
+    int64_t kk = k + threadIdx.x;
+    // Four elements per iteration, all loaded before any is used, so four loads are in
+    // flight per thread: one at a time (or loads held behind a division's slow-path branch)
+    // left these reductions latency-bound at about half the copy bandwidth. The order of
+    // the f64 sum is still fixed by the launch shape.
+    for (; kk + 3 * step < plane_end; kk += 4 * step) {
+      const int64_t i = shift + kk;
+      const auto v0 = load(i), v1 = load(i + step), v2 = load(i + 2 * step),
+                 v3 = load(i + 3 * step);
+      const double2 a = use(ch, i, v0), b = use(ch, i + step, v1);
+      const double2 c = use(ch, i + 2 * step, v2), e = use(ch, i + 3 * step, v3);
+      acc = add2(acc, add2(add2(a, b), add2(c, e)));
+    }
+    for (; kk < plane_end; kk += step) acc = add2(acc, use(ch, shift + kk, load(shift + kk)));
     k = plane_end;
   }
   acc = block_reduce(acc, add2);
@@ -63,26 +87,41 @@ __device__ void stretch_sums(const ChannelDims& d, double2* partial, F f) {
 // Calls f(i, ch) for every element i of x (channel ch): per image plane when planes are
 // long enough to occupy a block, else flat over the elements.
 constexpr int64_t kPlaneMin = 128;
-template <typename F>
-__device__ void for_each_channel_element(const ChannelDims& d, F f) {
+template <typename Load, typename Body>
+__device__ void for_each_channel_element(const ChannelDims& d, Load load, Body body) {
   if (d.s >= kPlaneMin) {
+    const int64_t step = blockDim.x;
     for (int64_t plane = blockIdx.x; plane < d.n * d.c; plane += gridDim.x) {
       const int64_t ch = plane % d.c, base = plane * d.s;
-      for (int64_t i = threadIdx.x; i < d.s; i += blockDim.x) f(base + i, ch);
+      int64_t i = threadIdx.x;
+      // Four elements loaded before any is written (as in stretch_sums): four loads in flight.
+      for (; i + 3 * step < d.s; i += 4 * step) {
+        const int64_t k = base + i;
+        const auto v0 = load(k), v1 = load(k + step), v2 = load(k + 2 * step),
+                   v3 = load(k + 3 * step);
+        body(k, ch, v0);
+        body(k + step, ch, v1);
+        body(k + 2 * step, ch, v2);
+        body(k + 3 * step, ch, v3);
+      }
+      for (; i < d.s; i += step) body(base + i, ch, load(base + i));
     }
   } else {
     for (int64_t i = global_thread(); i < d.n * d.c * d.s; i += global_stride())
-      f(i, (i / d.s) % d.c);
+      body(i, (i / d.s) % d.c, load(i));
   }
 }
 
 template <typename T>
-__global__ void bn_stats_kernel(const T* x, const float* frozen, ChannelDims d, double2* partial) {
+__global__ void bn_stats_kernel(const T* __restrict__ x, const float* frozen, ChannelDims d,
+                                double2* partial) {
   if (*frozen != 0.0f) return;  // running statistics: nothing to reduce
-  stretch_sums(d, partial, [&](int64_t, int64_t i) {
-    double v = static_cast<double>(x[i]);
-    return make_double2(v, v * v);
-  });
+  stretch_sums(
+      d, partial, [&](int64_t i) { return x[i]; },
+      [](int64_t, int64_t, T xv) {
+        const double v = static_cast<double>(xv);
+        return make_double2(v, v * v);
+      });
 }
 
 template <typename T>
@@ -114,20 +153,27 @@ __global__ void bn_finalize_kernel(const double2* partial, const float* frozen, 
 }
 
 template <typename T>
-__global__ void bn_apply_kernel(const T* x, const T* gamma, const T* beta, const T* mean,
-                                const T* invstd, ChannelDims d, T* y) {
-  for_each_channel_element(d, [&](int64_t i, int64_t ch) {
-    y[i] = (x[i] - mean[ch]) * invstd[ch] * gamma[ch] + beta[ch];
-  });
+__global__ void bn_apply_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
+                                const T* __restrict__ beta, const T* __restrict__ mean,
+                                const T* __restrict__ invstd, ChannelDims d, T* __restrict__ y) {
+  for_each_channel_element(
+      d, [&](int64_t i) { return x[i]; },
+      [&](int64_t i, int64_t ch, T xv) {
+        y[i] = (xv - mean[ch]) * invstd[ch] * gamma[ch] + beta[ch];
+      });
 }
 
 template <typename T>
-__global__ void bn_grad_stats_kernel(const T* dy, const T* x, const T* mean, const T* invstd,
+__global__ void bn_grad_stats_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                     const T* __restrict__ mean, const T* __restrict__ invstd,
                                      ChannelDims d, double2* partial) {
-  stretch_sums(d, partial, [&](int64_t ch, int64_t i) {
-    double g = static_cast<double>(dy[i]);
-    return make_double2(g, g * static_cast<double>((x[i] - mean[ch]) * invstd[ch]));
-  });
+  const T m = mean[blockIdx.y], is = invstd[blockIdx.y];
+  stretch_sums(
+      d, partial, [&](int64_t i) { return make_pair2(dy[i], x[i]); },
+      [&](int64_t, int64_t, Pair2<T> v) {
+        const double g = static_cast<double>(v.a);
+        return make_double2(g, g * static_cast<double>((v.b - m) * is));
+      });
 }
 
 // dbeta, dgamma, and the per-channel coefficients of dx (as the CPU rounds them).
@@ -149,12 +195,15 @@ __global__ void bn_grad_finalize_kernel(const double2* partial, const T* gamma, 
 }
 
 template <typename T>
-__global__ void bn_dx_kernel(const T* dy, const T* x, const T* mean, const T* invstd, const T* coef,
-                             ChannelDims d, T* dx) {
-  for_each_channel_element(d, [&](int64_t i, int64_t ch) {
-    T xhat = (x[i] - mean[ch]) * invstd[ch];
-    dx[i] = coef[3 * ch] * (dy[i] - coef[3 * ch + 1] - xhat * coef[3 * ch + 2]);
-  });
+__global__ void bn_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                             const T* __restrict__ mean, const T* __restrict__ invstd,
+                             const T* __restrict__ coef, ChannelDims d, T* __restrict__ dx) {
+  for_each_channel_element(
+      d, [&](int64_t i) { return make_pair2(dy[i], x[i]); },
+      [&](int64_t i, int64_t ch, Pair2<T> v) {
+        T xhat = (v.b - mean[ch]) * invstd[ch];
+        dx[i] = coef[3 * ch] * (v.a - coef[3 * ch + 1] - xhat * coef[3 * ch + 2]);
+      });
 }
 
 template <typename T>
@@ -226,19 +275,25 @@ void batch_norm_backward_cuda(KernelContext& ctx) {
 // over dy and y: dx per element and per-(stretch, channel) partial sums of dx * y, folded in
 // stretch order (dx and dx * y rounded in T as on the CPU; the sum in f64).
 template <typename T>
-__global__ void channel_div_kernel(const T* x, const T* s, ChannelDims d, T* y) {
-  for_each_channel_element(d, [&](int64_t i, int64_t ch) { y[i] = x[i] / s[ch]; });
+__global__ void channel_div_kernel(const T* __restrict__ x, const T* __restrict__ s, ChannelDims d,
+                                   T* __restrict__ y) {
+  for_each_channel_element(
+      d, [&](int64_t i) { return x[i]; }, [&](int64_t i, int64_t ch, T xv) { y[i] = xv / s[ch]; });
 }
 
 template <typename T>
-__global__ void channel_div_grad_kernel(const T* dy, const T* y, const T* s, ChannelDims d, T* dx,
+__global__ void channel_div_grad_kernel(const T* __restrict__ dy, const T* __restrict__ y,
+                                        const T* __restrict__ s, ChannelDims d, T* __restrict__ dx,
                                         double2* partial) {
-  stretch_sums(d, partial, [&](int64_t ch, int64_t i) {
-    const T g = dy[i] / s[ch];
-    dx[i] = g;
-    const T product = g * y[i];
-    return make_double2(static_cast<double>(product), 0.0);
-  });
+  const T sc = s[blockIdx.y];
+  stretch_sums(
+      d, partial, [&](int64_t i) { return make_pair2(dy[i], y[i]); },
+      [&](int64_t, int64_t i, Pair2<T> v) {
+        const T g = v.a / sc;
+        dx[i] = g;
+        const T product = g * v.b;
+        return make_double2(static_cast<double>(product), 0.0);
+      });
 }
 
 template <typename T>
