@@ -3,6 +3,7 @@
 // limit is checked on the host with a qg::Error.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "ops/common/cuda_common.cuh"
@@ -92,6 +93,9 @@ struct ReducePlan {
   int64_t kept_shape[kMaxRank] = {}, kept_stride[kMaxRank] = {};
   int64_t red_shape[kMaxRank] = {}, red_stride[kMaxRank] = {};
   int64_t n_out = 1, n_red = 1;
+  // Every reduced axis precedes every kept axis: x is [n_red, n_out] row-major (a bias
+  // gradient, a column sum), and output o is the sum of column o.
+  bool columns = true;
 };
 
 inline ReducePlan reduce_plan(const std::string& op, const Shape& x, const Shape& keep) {
@@ -100,6 +104,7 @@ inline ReducePlan reduce_plan(const std::string& op, const Shape& x, const Shape
   Shape st = contiguous_strides(x);
   for (size_t d = 0; d < x.size(); ++d) {
     if (x[d] == 1) continue;
+    if (keep[d] == 1 && p.kept_rank > 0) p.columns = false;
     if (keep[d] == 1) {
       p.red_shape[p.red_rank] = x[d];
       p.red_stride[p.red_rank++] = st[d];
@@ -145,6 +150,30 @@ __global__ void reduce_partial_kernel(const T* x, ReducePlan p, int64_t splits, 
   }
 }
 
+// Column sums of x viewed as [n_red, n_out]: thread column o of block (column tile, split s)
+// sums rows [s * chunk, (s + 1) * chunk) in f64 into partial[o * splits + s]. Threads of a
+// warp read neighbouring columns (coalesced; the general kernel's block per output read one
+// column with a row stride per thread), four rows per iteration for loads in flight. Fixed
+// assignment and order: deterministic.
+template <typename T>
+__global__ void column_partial_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
+                                      int64_t splits, int64_t chunk, double* __restrict__ partial) {
+  const int64_t o = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, s = blockIdx.y;
+  if (o >= cols) return;
+  const int64_t lo = s * chunk, hi = lo + chunk < rows ? lo + chunk : rows;
+  double acc = 0;
+  int64_t r = lo;
+  for (; r + 3 < hi; r += 4) {
+    const T* p = x + r * cols + o;
+    const double a = static_cast<double>(to_math(p[0])), b = static_cast<double>(to_math(p[cols]));
+    const double c = static_cast<double>(to_math(p[2 * cols])),
+                 e = static_cast<double>(to_math(p[3 * cols]));
+    acc += (a + b) + (c + e);
+  }
+  for (; r < hi; ++r) acc += static_cast<double>(to_math(x[r * cols + o]));
+  partial[o * splits + s] = acc;
+}
+
 // y[o] = sum of the partials of o in split order (divided by `count` for a mean, as the CPU
 // divides), rounded once to T.
 template <typename T>
@@ -167,6 +196,25 @@ void launch_reduce(const std::string& op, const Tensor& x, const Shape& keep, bo
   const int threads = 256;
   int64_t sms = multiprocessor_count();
   int64_t splits = 1;
+  if (p.columns && p.kept_rank > 0 && p.n_out >= 32 && p.n_red > 0) {
+    // Enough (column tile, row stretch) blocks to fill the SMs, at least 32 rows each.
+    const int64_t tiles = (p.n_out + threads - 1) / threads;
+    const int64_t by_occupancy = (8 * sms + tiles - 1) / tiles;
+    const int64_t by_size = (p.n_red + 31) / 32;
+    splits = std::max<int64_t>(1, std::min({by_occupancy, by_size, int64_t{65535}}));
+    const int64_t chunk = (p.n_red + splits - 1) / splits;
+    splits = (p.n_red + chunk - 1) / chunk;
+    Tensor partial = Tensor::empty({p.n_out * splits}, DType::f64, y.device());
+    column_partial_kernel<T>
+        <<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)), threads, 0, stream>>>(
+            in_ptr<T>(x), p.n_red, p.n_out, splits, chunk, out_ptr<double>(partial));
+    QG_CUDA_CHECK_LAUNCH(op);
+    auto shape = elementwise_launch(p.n_out);
+    reduce_finish_kernel<T><<<shape.blocks, shape.threads, 0, stream>>>(
+        in_ptr<double>(partial), p.n_out, splits, mean, count, out_ptr<T>(y));
+    QG_CUDA_CHECK_LAUNCH(op);
+    return;
+  }
   if (p.n_out < 2 * sms && p.n_red > threads * 16) {
     int64_t by_size = (p.n_red + threads * 16 - 1) / (threads * 16);
     int64_t by_occupancy = (4 * sms + p.n_out - 1) / p.n_out;

@@ -57,5 +57,41 @@ TEST(ArithBroadcastGpu, MatchesCpuBitForBit) {
         }
 }
 
+// sum_to down to trailing axes (bias gradients): the coalesced column-sum path of
+// launch_reduce. Identical bits run to run; the CPU sums in f64 in another order, so the
+// results may differ by the final rounding only (one unit in the last place of the dtype).
+TEST(ArithBroadcastGpu, ColumnSumsAreDeterministicAndMatchTheCpu) {
+  QG_REQUIRE_GPU();
+  struct Case {
+    Shape x, y;
+  };
+  const std::vector<Case> cases = {{{4096, 768}, {768}},    {{8, 512, 768}, {1, 768}},
+                                   {{3000, 33}, {33}},      {{5, 7, 40}, {7, 40}},
+                                   {{2, 100003}, {100003}}, {{4096, 31}, {31}}};
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16})
+    for (const auto& c : cases) {
+      Tensor x = data(c.x, t, 3);
+      // No NaN or infinity here: the comparison below is of finite sums.
+      std::vector<double> v = x.to_doubles();
+      for (double& e : v)
+        if (!std::isfinite(e)) e = 1.5;
+      x = Tensor::from_doubles(c.x, v, t);
+      const Attrs a{{"shape", c.y}};
+      auto g1 = run_op(Device::cuda(), "sum_to", {x}, a);
+      auto g2 = run_op(Device::cuda(), "sum_to", {x}, a);
+      auto cpu = run_op(Device::cpu(), "sum_to", {x}, a);
+      EXPECT_TRUE(same_bits(g1[0], g2[0])) << dtype_name(t) << " " << shape_str(c.x);
+      const double ulp = t == DType::f64    ? 0x1p-52
+                         : t == DType::f32  ? 0x1p-23
+                         : t == DType::bf16 ? 0x1p-7
+                                            : 0x1p-10;
+      const auto gv = g1[0].to_doubles(), cv = cpu[0].to_doubles();
+      for (size_t i = 0; i < gv.size(); ++i)
+        ASSERT_LE(std::abs(gv[i] - cv[i]), ulp * std::abs(cv[i]) + 1e-300)
+            << dtype_name(t) << " " << shape_str(c.x) << " column " << i << ": gpu " << gv[i]
+            << ", cpu " << cv[i];
+    }
+}
+
 }  // namespace
 }  // namespace qg
