@@ -2,7 +2,8 @@
 // over the collapsed plan of permute_plan.h (at most kMaxRank dimensions after merging), and
 // for plans that are a (batched) swap of the last two axes, a 32 x 32 shared-memory tile
 // transpose so that both the reads and the writes are coalesced. Elements move as unsigned
-// integers of their size, so every dtype is bit-exact with the CPU copy.
+// integers of their size (or as 16-byte units when whole innermost runs move together), so
+// every dtype is bit-exact with the CPU copy.
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/schema_helpers.h"
@@ -21,14 +22,21 @@ struct GatherDims {
   int64_t src_strides[kMaxRank];
 };
 
-template <typename E>
-__global__ void permute_gather_kernel(const E* src, E* dst, int64_t n, GatherDims g) {
-  for (int64_t k = global_thread(); k < n; k += global_stride()) {
-    int64_t rest = k, off = 0;
+// I: uint32_t when every element offset fits (a 32-bit division costs a fraction of a
+// 64-bit one, and there is one per dimension per element), else int64_t.
+template <typename E, typename I>
+__global__ void permute_gather_kernel(const E* __restrict__ src, E* __restrict__ dst, int64_t n64,
+                                      GatherDims g) {
+  const I n = static_cast<I>(n64);
+  const I stride = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I k = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + threadIdx.x; k < n;
+       k += stride) {
+    I rest = k, off = 0;
     for (int d = g.rank - 1; d >= 0; --d) {
-      const int64_t i = rest % g.sizes[d];
-      rest /= g.sizes[d];
-      off += i * g.src_strides[d];
+      const I size = static_cast<I>(g.sizes[d]);
+      const I i = rest % size;
+      rest /= size;
+      off += i * static_cast<I>(g.src_strides[d]);
     }
     dst[k] = src[off];
   }
@@ -102,10 +110,40 @@ void launch_gather(KernelContext& ctx, const PermutePlan& plan, const GatherDims
   if (as_tiled_transpose(plan, batches, rows, cols))
     return launch_tiles<E>(ctx, batches, rows, cols);
   auto shape = elementwise_launch(n);
-  permute_gather_kernel<E>
-      <<<shape.blocks, shape.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
-          in_ptr<E>(ctx.inputs[0]), out_ptr<E>(ctx.outputs[0]), n, g);
+  auto go = [&](auto kernel) {
+    kernel<<<shape.blocks, shape.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
+        static_cast<const E*>(ctx.inputs[0].raw_data()), static_cast<E*>(ctx.outputs[0].raw_data()),
+        n, g);
+  };
+  // Offsets are below n (a permutation), so 32 bits suffice whenever n does.
+  if (n < (int64_t{1} << 31))
+    go(permute_gather_kernel<E, uint32_t>);
+  else
+    go(permute_gather_kernel<E, int64_t>);
   QG_CUDA_CHECK_LAUNCH(ctx.op);
+}
+
+// When the innermost axis stays innermost and its run (and every stride) is a whole number
+// of 16-byte units on aligned buffers, the permutation moves 16-byte units: the same bytes
+// with a fraction of the index arithmetic (attention's head split and merge move runs of
+// 64 f32). Rewrites plan and g in units of 16 bytes; false when it does not apply.
+bool as_16_byte_units(const KernelContext& ctx, int64_t elem_size, PermutePlan& plan, GatherDims& g,
+                      int64_t& n) {
+  const size_t r = plan.sizes.size();
+  if (r < 2 || plan.src_strides[r - 1] != 1 || (plan.sizes[r - 1] * elem_size) % 16 != 0 ||
+      !aligned16(ctx.inputs[0].raw_data()) || !aligned16(ctx.outputs[0].raw_data()))
+    return false;
+  for (size_t d = 0; d + 1 < r; ++d)
+    if ((plan.src_strides[d] * elem_size) % 16 != 0) return false;
+  const int64_t per_unit = 16 / elem_size;  // elem_size divides 16 (1, 2, 4 or 8 bytes)
+  plan.sizes[r - 1] /= per_unit;
+  for (size_t d = 0; d + 1 < r; ++d) plan.src_strides[d] /= per_unit;
+  for (size_t d = 0; d < r; ++d) {
+    g.sizes[d] = plan.sizes[d];
+    g.src_strides[d] = plan.src_strides[d];
+  }
+  n /= per_unit;
+  return true;
 }
 
 void permute_cuda(KernelContext& ctx) {
@@ -122,6 +160,9 @@ void permute_cuda(KernelContext& ctx) {
     g.sizes[d] = plan.sizes[d];
     g.src_strides[d] = plan.src_strides[d];
   }
+  int64_t units = n;
+  if (as_16_byte_units(ctx, dtype_size(x.dtype()), plan, g, units))
+    return launch_gather<uint4>(ctx, plan, g, units);
   switch (dtype_size(x.dtype())) {
     case 1:
       return launch_gather<uint8_t>(ctx, plan, g, n);

@@ -124,6 +124,11 @@ TEST(ShapeGpu, BitExactForEveryElementSize) {
       {{2, 3, 4, 5}, {2, 0, 3, 1}},
       {{3, 1, 4, 2, 5, 3}, {5, 4, 3, 2, 1, 0}},
       {{2, 3, 2, 3, 2, 3, 2}, {4, 5, 6, 0, 1, 2, 3}},  // rank 7, merges to 2
+      // The innermost axis stays: whole runs move as 16-byte units where the run is a
+      // multiple of 16 bytes for the dtype (attention's head split), else element by element.
+      {{2, 5, 3, 64}, {0, 2, 1, 3}},
+      {{3, 4, 2, 16}, {2, 0, 1, 3}},
+      {{2, 5, 3, 6}, {0, 2, 1, 3}},
       {{0, 4}, {1, 0}},
       {{}, {}}};
   std::mt19937 rng(3);
