@@ -5,7 +5,7 @@
 # table.md, ours.json, torch.json and logs.tgz (every log), so at most a few files return.
 # Environment: TESTS (test targets, default "test_gpu test_gpu_fused"), FILTER (bench rows,
 # `qat bench --filter` syntax; default the issue-14 rows), REPS (100), CROSSCHECK (1; 0
-# skips it), SKIP_TORCH (non-empty: ours only), STEPS (non-empty: also `qat steps --profile`),
+# skips it), SKIP_TORCH (non-empty: ours only), TORCH_ARGS (e.g. --no-compile), STEPS (non-empty: also `qat steps --profile`),
 # EXTRA (a command run last, its output logged, e.g. a CPU thread-scaling run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +42,8 @@ fi
 "$build/apps/qat" bench --device cuda --fused-only --reps "${REPS:-100}" --filter "$filter" \
   --json "$out/ours.json" >"$logs/ours.txt" 2>&1 || tail -20 "$logs/ours.txt"
 if [ -z "${SKIP_TORCH:-}" ]; then
-  python3 bench/torch_bench.py --device cuda --reps "${REPS:-100}" --filter "$filter" \
+  # shellcheck disable=SC2086
+  python3 bench/torch_bench.py --device cuda --reps "${REPS:-100}" --filter "$filter" ${TORCH_ARGS:-} \
     --json "$out/torch.json" >"$logs/torch.log" 2>&1 || tail -20 "$logs/torch.log"
   python3 bench/compare.py "$out/ours.json" "$out/torch.json" >"$out/table.md"
 else
