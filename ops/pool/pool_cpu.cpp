@@ -189,9 +189,13 @@ void global_avg_pool2d(KernelContext& ctx) {
     const T* px = x.data<T>();
     T* py = ctx.outputs[0].data<T>();
     for (int64_t p = 0; p < planes; ++p) {
-      M sum = M(0);
-      for (int64_t i = 0; i < hw; ++i) sum += static_cast<M>(px[p * hw + i]);
-      py[p] = static_cast<T>(sum / static_cast<M>(hw));
+      // The order the CUDA kernel's warp per plane sums in (pool_geometry.h, kPlaneSumLanes).
+      M part[pool::kPlaneSumLanes] = {};
+      for (int64_t i = 0; i < hw; ++i)
+        part[i % pool::kPlaneSumLanes] += static_cast<M>(px[p * hw + i]);
+      for (int off = pool::kPlaneSumLanes / 2; off > 0; off /= 2)
+        for (int j = 0; j < off; ++j) part[j] = part[j] + part[j + off];
+      py[p] = static_cast<T>(part[0] / static_cast<M>(hw));
     }
   });
 }

@@ -93,13 +93,22 @@ __global__ void avg_pool_backward_kernel(const T* dy, T* dx, PoolGeom g, int64_t
   }
 }
 
+// One warp per plane (the summation order of pool::kPlaneSumLanes): lane j sums elements
+// j, j + 32, ... in order, then the lanes fold with shuffles, j + off into j.
 template <typename T>
-__global__ void global_avg_kernel(const T* x, T* y, int64_t planes, int64_t hw) {
+__global__ void global_avg_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t planes,
+                                  int64_t hw) {
+  static_assert(pool::kPlaneSumLanes == 32, "one warp per plane");
   using M = math_of<T>;
-  for (int64_t p = global_thread(); p < planes; p += global_stride()) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  for (int64_t p = global_thread() / 32; p < planes; p += warps) {
+    const T* plane = x + p * hw;
     M sum = M(0);
-    for (int64_t i = 0; i < hw; ++i) sum += to_math(x[p * hw + i]);
-    y[p] = from_math<T>(sum / static_cast<M>(hw));
+#pragma unroll 4
+    for (int64_t i = lane; i < hw; i += 32) sum += to_math(plane[i]);
+    for (int off = 16; off > 0; off /= 2) sum = sum + __shfl_down_sync(0xffffffffu, sum, off);
+    if (lane == 0) y[p] = from_math<T>(sum / static_cast<M>(hw));
   }
 }
 
@@ -162,7 +171,7 @@ void global_avg_cuda(KernelContext& ctx) {
   const Shape& s = ctx.inputs[0].shape();
   dispatch_float(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
-    launch(ctx, s[0] * s[1], global_avg_kernel<T>, in_ptr<T>(ctx.inputs[0]),
+    launch(ctx, s[0] * s[1] * 32, global_avg_kernel<T>, in_ptr<T>(ctx.inputs[0]),
            out_ptr<T>(ctx.outputs[0]), s[0] * s[1], s[2] * s[3]);
   });
 }

@@ -20,6 +20,12 @@
 
 namespace qg::pool {
 
+// Global average pooling sums each plane in kPlaneSumLanes interleaved partial sums (partial
+// j takes elements j, j + 32, ... in order), then folds them pairwise (j += j + 16, then
+// j += j + 8, ..., 1): the order of one warp per plane reading coalesced and reducing with
+// shuffles on the GPU, and of the CPU loop, so the two agree bit for bit.
+constexpr int kPlaneSumLanes = 32;
+
 struct PoolGeom {
   int64_t planes = 0;  // N * C
   int64_t H = 0, W = 0, OH = 0, OW = 0;

@@ -155,7 +155,9 @@ void define_avg_pool(OpRegistry& r) {
 
 void define_global_avg_pool(OpRegistry& r) {
   OpDef& op = r.define("global_avg_pool2d");
-  op.doc = "y[n, c] = mean of x[n, c, :, :] (summed in order, then divided by H * W).";
+  op.doc =
+      "y[n, c] = mean of x[n, c, :, :] (32 interleaved partial sums folded pairwise, then "
+      "divided by H * W).";
   op.inputs = {"x"};
   op.outputs = {"y"};
   op.differentiable_inputs = {true};
