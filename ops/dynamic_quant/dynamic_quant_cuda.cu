@@ -14,6 +14,7 @@
 // folds its stretches and computes (scale, zero_point), (3) every element is quantized
 // with qstore::quantize and its scope's reciprocal scale.
 #include "core/graph.h"
+#include "ops/common/cuda_rows.cuh"
 #include "ops/common/cuda_vec.cuh"
 #include "ops/common/quant_attrs.h"
 #include "ops/dynamic_quant/dynamic_quant_math.h"
@@ -96,16 +97,34 @@ __global__ void dyn_quantize_kernel(const T* x, const math_of<T>* inv, const mat
 
 // ---- Fast path: one team of `tpr` lanes per contiguous segment, data held in registers.
 
-// Elements per register slot: 8 (a Pack8, 16-byte loads) or 1 (scalar loads).
+// Elements per register slot: 8 (a Pack8, 16-byte loads) or 1 (scalar loads). A pack of a
+// 16-bit type is held as 4 words of two elements each (kPairs): its range is reduced two
+// elements per instruction (HFMA2 / HMNMX2) and each half is widened to f32 by one
+// instruction.
+template <typename T, int W>
+inline constexpr bool kPairs = W == 8 && sizeof(T) == 2;
+
 template <typename T, int W>
 struct Slot {
   T v[W];
 };
+template <typename T>
+struct WordSlot {
+  uint32_t w[4];
+};
+template <typename T, int W>
+using SlotOf = std::conditional_t<kPairs<T, W>, WordSlot<T>, Slot<T, W>>;
 
 template <typename T, int W>
-__device__ __forceinline__ Slot<T, W> load_slot(const T* __restrict__ row, uint32_t p) {
-  Slot<T, W> s;
-  if constexpr (W == 8) {
+__device__ __forceinline__ SlotOf<T, W> load_slot(const T* __restrict__ row, uint32_t p) {
+  SlotOf<T, W> s;
+  if constexpr (kPairs<T, W>) {
+    const uint4 u = reinterpret_cast<const uint4*>(row)[p];
+    s.w[0] = u.x;
+    s.w[1] = u.y;
+    s.w[2] = u.z;
+    s.w[3] = u.w;
+  } else if constexpr (W == 8) {
     Pack8<T> pk = reinterpret_cast<const Pack8<T>*>(row)[p];
 #pragma unroll
     for (int j = 0; j < 8; ++j) s.v[j] = pk.v[j];
@@ -113,6 +132,56 @@ __device__ __forceinline__ Slot<T, W> load_slot(const T* __restrict__ row, uint3
     s.v[0] = row[p];
   }
   return s;
+}
+
+// Folds a slot's finite values into [lo, hi] (the 16-bit types: into the half-wise
+// [lo2, hi2], folded to f32 after the last slot).
+template <typename T, int W>
+__device__ __forceinline__ void add_range(const SlotOf<T, W>& s, Range<math_of<T>>& r,
+                                          uint32_t& lo2, uint32_t& hi2) {
+  if constexpr (kPairs<T, W>) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t f = finite_or_nan2<T>(s.w[k]);
+      lo2 = min2<T>(lo2, f);
+      hi2 = max2<T>(hi2, f);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      // Non-finite values become NaN, which fmin/fmax skip: no branch per element.
+      const math_of<T> v = to_math(s.v[e]);
+      math_of<T> m;
+      if constexpr (std::is_same_v<math_of<T>, float>)
+        m = finite_or_nan_fma(v);
+      else
+        m = finite_or_nan(v);
+      r.lo = fmin_of(r.lo, m);
+      r.hi = fmax_of(r.hi, m);
+    }
+  }
+}
+
+// The codes of a slot: qstore::quantize with M = f32 through code_of (same codes, see
+// cuda_rows.cuh), with M = f64 as written.
+template <typename T, int W>
+__device__ __forceinline__ void slot_codes(const SlotOf<T, W>& s, math_of<T> inv, math_of<T> zpm,
+                                           int32_t zp, const DynArgs& a, int32_t* c) {
+  using M = math_of<T>;
+  if constexpr (kPairs<T, W>) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      c[2 * k] = code_of(low_as_float<T>(s.w[k]) * inv, zp, a.qmin, a.qmax);
+      c[2 * k + 1] = code_of(high_as_float<T>(s.w[k]) * inv, zp, a.qmin, a.qmax);
+    }
+  } else if constexpr (std::is_same_v<M, float>) {
+#pragma unroll
+    for (int e = 0; e < W; ++e) c[e] = code_of(to_math(s.v[e]) * inv, zp, a.qmin, a.qmax);
+  } else {
+    const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
+#pragma unroll
+    for (int e = 0; e < W; ++e) c[e] = qstore::quantize<M>(to_math(s.v[e]), inv, zpm, qmin, qmax).q;
+  }
 }
 
 template <typename Q, int W>
@@ -143,7 +212,6 @@ __global__ void __launch_bounds__(512)
   const int rows_per_block = blockDim.x / tpr, team = threadIdx.x / tpr, lane = threadIdx.x % tpr;
   const uint32_t nslots = static_cast<uint32_t>(len / W);
   const int64_t nseg = a.d.num_qparams;
-  const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
   CombineRange<M> combine;
   // Every thread runs the same number of iterations, so the __syncthreads below are uniform.
   for (int64_t r0 = int64_t{blockIdx.x} * rows_per_block; r0 < nseg;
@@ -151,8 +219,13 @@ __global__ void __launch_bounds__(512)
     const int64_t q = r0 + team;
     const bool valid = q < nseg;
     const T* row = x + (valid ? q : 0) * len;
-    Slot<T, W> v[V];
+    SlotOf<T, W> v[V];
     Range<M> r{static_cast<M>(INFINITY), static_cast<M>(-INFINITY)};
+    uint32_t lo2 = 0, hi2 = 0;
+    if constexpr (kPairs<T, W>) {
+      lo2 = pos_inf2<T>();
+      hi2 = neg_inf2<T>();
+    }
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const uint32_t p = lane + j * static_cast<uint32_t>(tpr);
@@ -161,14 +234,11 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const uint32_t p = lane + j * static_cast<uint32_t>(tpr);
-      if (!(valid && p < nslots)) continue;
-#pragma unroll
-      for (int e = 0; e < W; ++e) {
-        // Non-finite values become NaN, which fmin/fmax skip: no branch per element.
-        const M m = finite_or_nan(to_math(v[j].v[e]));
-        r.lo = fmin_of(r.lo, m);
-        r.hi = fmax_of(r.hi, m);
-      }
+      if (valid && p < nslots) add_range<T, W>(v[j], r, lo2, hi2);
+    }
+    if constexpr (kPairs<T, W>) {
+      r.lo = fminf(low_as_float<T>(lo2), high_as_float<T>(lo2));
+      r.hi = fmaxf(low_as_float<T>(hi2), high_as_float<T>(hi2));
     }
     const int team_in_warp = tpr < 32 ? tpr : 32;
     r.lo = team_reduce(r.lo, team_in_warp, [](M u, M w) { return min_of(u, w); });
@@ -200,27 +270,35 @@ __global__ void __launch_bounds__(512)
       const uint32_t s = lane + j * static_cast<uint32_t>(tpr);
       if (s >= nslots) continue;
       int32_t c[W];
-#pragma unroll
-      for (int e = 0; e < W; ++e)
-        c[e] = qstore::quantize<M>(to_math(v[j].v[e]), inv, zpm, qmin, qmax).q;
+      slot_codes<T, W>(v[j], inv, zpm, p.zero_point, a, c);
       store_codes<Q, W>(orow, s, c);
     }
   }
 }
 
-// The team shape of a segment of `len` elements read `w` at a time: a power-of-two team
-// with at most 4 slots per lane; false when the segment does not fit (16384 elements).
+// The team shape of a segment of `len` elements read `w` at a time: a power-of-two team of
+// at most 512 lanes with at most `max_slots` (a power of two <= 8) slots per lane; false
+// when the segment does not fit.
 struct TeamShape {
   int tpr, slots;
 };
-bool team_shape(int64_t len, int w, TeamShape& t) {
+bool team_shape(int64_t len, int w, int max_slots, TeamShape& t) {
   int64_t nslots = len / w;
   int64_t tpr = 1;
-  while (tpr * 4 < nslots) tpr *= 2;
+  while (tpr * max_slots < nslots) tpr *= 2;
   if (tpr > 32 * kMaxTeamWarps) return false;
   int64_t per = (nslots + tpr - 1) / tpr;
-  t = {static_cast<int>(tpr), per <= 1 ? 1 : (per <= 2 ? 2 : 4)};
+  int slots = 1;
+  while (slots < per) slots *= 2;
+  t = {static_cast<int>(tpr), slots};
   return true;
+}
+
+// Slots per lane: 8 packs of a 16-bit type take the registers (and keep the bytes in
+// flight) of 4 packs of f32; 4 otherwise.
+template <typename T, int W>
+constexpr int max_slots() {
+  return kPairs<T, W> ? 8 : 4;
 }
 
 template <typename T, typename Q, int W>
@@ -241,6 +319,8 @@ void launch_segments(const Tensor& x, KernelContext& ctx, const DynArgs& a, int6
   if (t.slots == 1) go(std::integral_constant<int, 1>{});
   if (t.slots == 2) go(std::integral_constant<int, 2>{});
   if (t.slots == 4) go(std::integral_constant<int, 4>{});
+  if constexpr (max_slots<T, W>() == 8)
+    if (t.slots == 8) go(std::integral_constant<int, 8>{});
 }
 
 // Runs the fast path when the layout allows it; false otherwise.
@@ -251,7 +331,8 @@ bool try_segments(const Tensor& x, KernelContext& ctx, const DynArgs& a, cudaStr
   const bool packs = len % 8 == 0 && aligned16(x.raw_data()) &&
                      (reinterpret_cast<uintptr_t>(ctx.outputs[0].raw_data()) & 7u) == 0;
   TeamShape t;
-  if (!team_shape(len, packs ? 8 : 1, t)) return false;
+  if (!team_shape(len, packs ? 8 : 1, packs ? max_slots<T, 8>() : max_slots<T, 1>(), t))
+    return false;
   const bool i8 = ctx.outputs[0].dtype() == DType::i8;
   if (packs && i8) launch_segments<T, int8_t, 8>(x, ctx, a, len, t, s);
   if (packs && !i8) launch_segments<T, uint8_t, 8>(x, ctx, a, len, t, s);
