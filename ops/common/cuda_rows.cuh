@@ -95,7 +95,7 @@ __device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b) {
 }
 template <typename T>
 __device__ __forceinline__ uint32_t abs2(uint32_t a) {
-  return a & 0x7fff7fffu;  // NaN stays NaN: only the sign bit changes
+  return as_word<T>(__habs2(as_pair<T>(a)));  // |NaN| is NaN; |-0| = +0
 }
 
 // clamp(rint(y) + zp, qmin, qmax), NaN -> zp, for |qmin|, |qmax|, |zp| < 2^15 - 256: the

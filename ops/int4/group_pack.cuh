@@ -9,44 +9,89 @@
 //
 // A Codec<M> supplies: setup() (run once per block by every thread), Stats, init(), add(Stats, M),
 // reduce(Stats, team) (team_reduce of each field), Params params(const Stats&, int64_t group, bool
-// write), uint8_t encode(M, const Params&) and kMaxPacksPerLane (more packs per lane keep more
-// loads in flight; fewer leave registers and warps for a costly encode).
+// write), encode(M, const Params&) (the code, in [0, 15]), kMaxPacksPerLane (more packs per lane
+// keep more loads in flight; fewer leave registers and warps for a costly encode) and
+// kMaxPacksPerLane16 (the same for 16-bit types, whose packs take half the registers). With
+// kPairStats it also supplies Stats2, init2<T>(), add2<T>(Stats2, word) and fold2<T>(Stats2)
+// -> Stats: the statistics of a 16-bit type two elements per instruction (cuda_rows.cuh).
 #pragma once
 
+#include "ops/common/cuda_rows.cuh"
 #include "ops/common/cuda_vec.cuh"
 #include "ops/int4/int4_math.h"
 
 namespace qg::cuda {
 
+// A pack of 8 elements in registers; a 16-bit type's as 4 words of two elements, each
+// widened to f32 by one instruction.
+template <typename T>
+struct RegPack {
+  Pack8<T> p;
+  __device__ __forceinline__ math_of<T> get(int e) const { return to_math(p.v[e]); }
+};
+template <typename T>
+struct RegWords {
+  uint32_t w[4];
+  __device__ __forceinline__ float get(int e) const {
+    return e % 2 == 0 ? low_as_float<T>(w[e / 2]) : high_as_float<T>(w[e / 2]);
+  }
+};
+template <typename T>
+using RegPackOf = std::conditional_t<sizeof(T) == 2, RegWords<T>, RegPack<T>>;
+
+template <typename T>
+__device__ __forceinline__ RegPackOf<T> load_regs(const T* __restrict__ p, int64_t b) {
+  RegPackOf<T> r;
+  if constexpr (sizeof(T) == 2) {
+    const uint4 u = reinterpret_cast<const uint4*>(p)[b];
+    r.w[0] = u.x;
+    r.w[1] = u.y;
+    r.w[2] = u.z;
+    r.w[3] = u.w;
+  } else {
+    r.p = reinterpret_cast<const Pack8<T>*>(p)[b];
+  }
+  return r;
+}
+
 template <typename T, int V, typename Codec>
 __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
     group_pack_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, int64_t ngroups,
                       int group_size, int tpg, int rounds, bool high_first, Codec codec) {
-  using M = math_of<T>;
+  constexpr bool kPairs = sizeof(T) == 2 && Codec::kPairStats;
+  using Regs = RegPackOf<T>;
   codec.setup();  // block-wide (may fill shared tables and sync)
   const int groups_per_block = blockDim.x / tpg, team = threadIdx.x / tpg;
   const int lane = threadIdx.x % tpg, ppt = group_size / 8 / tpg;
-  // Nibble offset of code e of a pack in its 32-bit word: byte e / 2, low or high nibble by
-  // e's parity (a pack starts on an even element) and the nibble order.
-  const int even_shift = high_first ? 4 : 0, odd_shift = 4 - even_shift;
-  auto load = [&](int64_t g0, Pack8<T>(&v)[V]) {
+  auto load = [&](int64_t g0, Regs(&v)[V]) {
     const int64_t q = g0 + team;
     if (q >= ngroups) return;
-    const Pack8<T>* gx = reinterpret_cast<const Pack8<T>*>(x + q * group_size);
+    const T* gx = x + q * group_size;
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      if (j < ppt) v[j] = gx[lane + j * tpg];
+      if (j < ppt) v[j] = load_regs<T>(gx, lane + j * tpg);
   };
-  auto process = [&](int64_t g0, const Pack8<T>(&v)[V]) {
+  auto process = [&](int64_t g0, const Regs(&v)[V]) {
     const int64_t q = g0 + team;
     const bool valid = q < ngroups;
     typename Codec::Stats st = codec.init();
+    if constexpr (kPairs) {
+      auto st2 = codec.template init2<T>();
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      if (valid && j < ppt) {
+      for (int j = 0; j < V; ++j)
+        if (valid && j < ppt) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) st = codec.add(st, to_math(v[j].v[e]));
-      }
+          for (int k = 0; k < 4; ++k) st2 = codec.template add2<T>(st2, v[j].w[k]);
+        }
+      st = codec.template fold2<T>(st2);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (valid && j < ppt) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) st = codec.add(st, v[j].get(e));
+        }
+    }
     st = codec.reduce(st, tpg);  // every lane of the warp takes part
     if (!valid) return;
     const auto p = codec.params(st, q, lane == 0);
@@ -54,11 +99,14 @@ __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
 #pragma unroll
     for (int j = 0; j < V; ++j)
       if (j < ppt) {
+        // Code e in nibble e (low_first: the even element in the low nibble of its byte).
+        // Codes are below 16, so + is | and compiles to one shift-add (LEA) per code.
         uint32_t word = 0;
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          word |= static_cast<uint32_t>(codec.encode(to_math(v[j].v[e]), p))
-                  << (8 * (e / 2) + (e % 2 == 0 ? even_shift : odd_shift));
+          word += static_cast<uint32_t>(codec.encode(v[j].get(e), p)) << (4 * e);
+        // high_first: swap the two nibbles of every byte (one branch per 8 codes, uniform).
+        if (high_first) word = ((word & 0x0f0f0f0fu) << 4) | ((word >> 4) & 0x0f0f0f0fu);
         out[lane + j * tpg] = word;
       }
   };
@@ -68,7 +116,7 @@ __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
   const int64_t first = int64_t{blockIdx.x} * rounds * groups_per_block;
   auto round_start = [&](int r) { return first + int64_t{r} * groups_per_block; };
   if constexpr (Codec::kPipelined) {
-    Pack8<T> v0[V], v1[V];
+    Regs v0[V], v1[V];
     load(round_start(0), v0);
     for (int r = 0; r < rounds; r += 2) {
       if (r + 1 < rounds) load(round_start(r + 1), v1);
@@ -80,7 +128,7 @@ __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
     }
   } else {
     for (int r = 0; r < rounds; ++r) {
-      Pack8<T> v[V];
+      Regs v[V];
       load(round_start(r), v);
       process(round_start(r), v);
     }
@@ -88,7 +136,7 @@ __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
 }
 
 // Team shape of a group of `packs` packs of 8: the fewest lanes (a power of two dividing
-// `packs`, <= 32) that leave at most `max_per_lane` (<= 4) packs per lane; lanes = 0 when
+// `packs`, <= 32) that leave at most `max_per_lane` (<= 8) packs per lane; lanes = 0 when
 // none does.
 struct GroupTeam {
   int lanes, packs_per_lane;
@@ -108,7 +156,9 @@ bool launch_group_pack(const ScopeLayout& l, const T* x, uint8_t* packed, bool h
       l.group_size > (int64_t{1} << 20) || l.num_qparams == 0 || !aligned16(x) ||
       (reinterpret_cast<uintptr_t>(packed) & 3u) != 0)
     return false;
-  const GroupTeam t = group_team(l.group_size / 8, Codec::kMaxPacksPerLane);
+  constexpr int kMaxPerLane = sizeof(T) == 2 ? Codec::kMaxPacksPerLane16 : Codec::kMaxPacksPerLane;
+  static_assert(kMaxPerLane <= 8, "group_pack_kernel instances go up to 8 packs per lane");
+  const GroupTeam t = group_team(l.group_size / 8, kMaxPerLane);
   if (t.lanes == 0) return false;
   const int gs = static_cast<int>(l.group_size);
   auto go = [&](auto kernel) {
@@ -133,8 +183,10 @@ bool launch_group_pack(const ScopeLayout& l, const T* x, uint8_t* packed, bool h
     go(group_pack_kernel<T, 1, Codec>);
   else if (t.packs_per_lane == 2)
     go(group_pack_kernel<T, 2, Codec>);
-  else
+  else if (t.packs_per_lane <= 4)
     go(group_pack_kernel<T, 4, Codec>);
+  else if constexpr (kMaxPerLane > 4)
+    go(group_pack_kernel<T, 8, Codec>);
   return true;
 }
 
