@@ -3,12 +3,16 @@
 // CPU bit for bit whatever the reduction order. An affine range too wide for f32 is recorded
 // in the device error buffer, as the CPU raises.
 //
-// Fast path, when each scope owns one contiguous segment of at most 16384 elements (per
-// token, channel axis 0 of an outer == 1 layout, full groups along the last axis): a team
-// of lanes per segment loads it once into registers (16-byte packs when aligned), reduces
-// the finite min/max (shuffles within a warp, shared memory across warps), computes the
-// qparams with the shared dynq::qparams, quantizes from the registers and writes the codes
-// (8 per 8-byte store) and the segment's scale and zero point. One read, one write.
+// Fast path, when each scope owns one contiguous segment of at most 16384 elements (32768
+// for 16-bit types in aligned packs) (per token, channel axis 0 of an outer == 1 layout,
+// full groups along the last axis): a team of lanes per segment loads it once into
+// registers (16-byte packs when aligned; up to 4 packs per lane, 8 for 16-bit types, the
+// same register bytes), reduces the finite min/max (16-bit types two elements per
+// instruction; shuffles within a warp, shared memory across warps), computes the qparams
+// with the shared dynq::qparams, quantizes from the registers (cuda_rows.cuh's code_of, the
+// codes of qstore::quantize) and writes the codes (8 per 8-byte store) and the segment's
+// scale and zero point. One read, one write. The kernel is issue-bound once its loads are
+// in flight, so the per-element steps are counted in SASS instructions (commit messages).
 // General path, three launches that never leave the device: (1) blocks reduce fixed
 // stretches of each scope to a finite (min, max) in the math type, (2) one thread per scope
 // folds its stretches and computes (scale, zero_point), (3) every element is quantized

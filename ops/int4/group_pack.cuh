@@ -2,10 +2,10 @@
 // groups are contiguous and whole: groups along the last axis, axis_len % group_size == 0,
 // group_size a multiple of 8, x 16-byte and the packed buffer 4-byte aligned. A team of
 // `tpg` lanes (a power of two <= 32) owns one group: each lane loads up to V packs of 8
-// elements into registers, the team reduces the group's statistics with shuffles (min, max
-// and absmax are exact, so the order does not matter), every lane derives the group's
-// parameters with the shared math, encodes its packs from the registers and writes 4 bytes
-// (8 codes) per pack. Lane 0 writes the group's parameters. The input is read once.
+// elements into registers (V <= 8), the team reduces the group's statistics with shuffles
+// (min, max and absmax are exact, so the order does not matter), every lane derives the
+// group's parameters with the shared math, encodes its packs from the registers and writes
+// 4 bytes (8 codes) per pack. Lane 0 writes the group's parameters. The input is read once.
 //
 // A Codec<M> supplies: setup() (run once per block by every thread), Stats, init(), add(Stats, M),
 // reduce(Stats, team) (team_reduce of each field), Params params(const Stats&, int64_t group, bool
