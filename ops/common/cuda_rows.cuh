@@ -83,7 +83,7 @@ __device__ __forceinline__ uint32_t neg_inf2() {
   return pos_inf2<T>() | 0x80008000u;
 }
 
-// Half-wise min / max / absmax: a NaN operand yields the other one (like fminf / fmaxf), so
+// Half-wise min / max: a NaN operand yields the other one (like fminf / fmaxf), so
 // the NaNs of finite_or_nan2 drop out. Exact, like every min / max.
 template <typename T>
 __device__ __forceinline__ uint32_t min2(uint32_t a, uint32_t b) {
@@ -93,19 +93,17 @@ template <typename T>
 __device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b) {
   return as_word<T>(__hmax2(as_pair<T>(a), as_pair<T>(b)));
 }
-template <typename T>
-__device__ __forceinline__ uint32_t abs2(uint32_t a) {
-  return as_word<T>(__habs2(as_pair<T>(a)));  // |NaN| is NaN; |-0| = +0
-}
 
-// clamp(rint(y) + zp, qmin, qmax), NaN -> zp, for |qmin|, |qmax|, |zp| < 2^15 - 256: the
-// codes of qstore::quantize and int4::encode computed in f32. cvt.rni.sat.s16 rounds half
-// to even as rintf does, maps NaN to 0 and saturates to [-32768, 32767]. Whenever the
-// saturation applies, rint(y) + zp lies past the same end of [qmin, qmax] as the saturated
-// value + zp does, so the clamp gives the CPU's end code; a NaN gives clamp(0 + zp) = zp,
-// the CPU's NaN code (zp lies in [qmin, qmax]); otherwise r = rint(y) exactly and the f32
-// sum rint(y) + zp of the CPU is exact (below 2^24), so both clamp the same integer. No
-// 32-bit add can overflow (|r + zp| < 2^16).
+// clamp(rint(y) + zp, qmin, qmax), NaN -> zp, where zp lies in [qmin, qmax] and
+// [qmin - zp, qmax - zp] within [-32768, 32767] (any 8-bit or 4-bit code range): the codes
+// of qstore::quantize and int4::encode computed in f32. cvt.rni.sat.s16 rounds half to even
+// as rintf does, maps NaN to 0 and saturates to [-32768, 32767]:
+//  - rint(y) within that range: r = rint(y) exactly, and the CPU's f32 sum rint(y) + zp is
+//    exact (below 2^24), so both clamp the same integer;
+//  - rint(y) (or y = +/-Inf) past it: r = 32767 >= qmax - zp (or -32768 <= qmin - zp), and
+//    rint(y) + zp lies past the same end, so both give qmax (qmin);
+//  - NaN: r = 0 and clamp(zp) = zp, the CPU's NaN code.
+// |r + zp| < 2^16, so the 32-bit add of VIADDMNMX cannot overflow.
 __device__ __forceinline__ int32_t code_of(float y, int32_t zp, int32_t qmin, int32_t qmax) {
   short r;
   asm("cvt.rni.sat.s16.f32 %0, %1;" : "=h"(r) : "f"(y));
