@@ -205,15 +205,19 @@ __device__ __forceinline__ void store_codes(Q* __restrict__ row, uint32_t p, con
 
 constexpr int kMaxTeamWarps = 16;  // teams of up to 512 lanes
 
-// Segment q = elements [q * len, (q + 1) * len). Block = rows_per_block teams of tpr lanes
-// (tpr a power of two); lane t of a team holds slots t, t + tpr, ..., up to V of them.
+// Segment q = elements [q * len, (q + 1) * len). Block = rows_per_block teams of tpr =
+// 2^tpr_log2 lanes; lane t of a team holds slots t, t + tpr, ..., up to V of them. (The
+// team size comes as a shift: three 32-bit divisions by a runtime tpr cost ~50
+// instructions per thread, about one per element of a lane.)
 template <typename T, typename Q, int W, int V>
 __global__ void __launch_bounds__(512)
     dyn_segment_kernel(const T* __restrict__ x, Q* __restrict__ out, float* __restrict__ scale,
-                       int32_t* __restrict__ zp, DynArgs a, int64_t len, int tpr) {
+                       int32_t* __restrict__ zp, DynArgs a, int64_t len, int tpr_log2) {
   using M = math_of<T>;
   __shared__ M s_lo[kMaxTeamWarps], s_hi[kMaxTeamWarps];
-  const int rows_per_block = blockDim.x / tpr, team = threadIdx.x / tpr, lane = threadIdx.x % tpr;
+  const int tpr = 1 << tpr_log2, rows_per_block = static_cast<int>(blockDim.x >> tpr_log2);
+  const int team = static_cast<int>(threadIdx.x >> tpr_log2);
+  const int lane = static_cast<int>(threadIdx.x & static_cast<unsigned>(tpr - 1));
   const uint32_t nslots = static_cast<uint32_t>(len / W);
   const int64_t nseg = a.d.num_qparams;
   CombineRange<M> combine;
@@ -284,17 +288,18 @@ __global__ void __launch_bounds__(512)
 // at most 512 lanes with at most `max_slots` (a power of two <= 8) slots per lane; false
 // when the segment does not fit.
 struct TeamShape {
-  int tpr, slots;
+  int tpr, slots, tpr_log2;
 };
 bool team_shape(int64_t len, int w, int max_slots, TeamShape& t) {
   int64_t nslots = len / w;
   int64_t tpr = 1;
-  while (tpr * max_slots < nslots) tpr *= 2;
+  int log2 = 0;
+  for (; tpr * max_slots < nslots; ++log2) tpr *= 2;
   if (tpr > 32 * kMaxTeamWarps) return false;
   int64_t per = (nslots + tpr - 1) / tpr;
   int slots = 1;
   while (slots < per) slots *= 2;
-  t = {static_cast<int>(tpr), slots};
+  t = {static_cast<int>(tpr), slots, log2};
   return true;
 }
 
@@ -318,7 +323,7 @@ void launch_segments(const Tensor& x, KernelContext& ctx, const DynArgs& a, int6
     constexpr int V = decltype(vtag)::value;
     dyn_segment_kernel<T, Q, W, V><<<grid, threads, 0, s>>>(
         in_ptr<T>(x), out_ptr<Q>(ctx.outputs[0]), out_ptr<float>(ctx.outputs[1]),
-        out_ptr<int32_t>(ctx.outputs[2]), a, len, t.tpr);
+        out_ptr<int32_t>(ctx.outputs[2]), a, len, t.tpr_log2);
   };
   if (t.slots == 1) go(std::integral_constant<int, 1>{});
   if (t.slots == 2) go(std::integral_constant<int, 2>{});

@@ -57,12 +57,16 @@ __device__ __forceinline__ RegPackOf<T> load_regs(const T* __restrict__ p, int64
 template <typename T, int V, typename Codec>
 __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
     group_pack_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, int64_t ngroups,
-                      int group_size, int tpg, int rounds, bool high_first, Codec codec) {
+                      int group_size, int tpg_log2, int rounds, bool high_first, Codec codec) {
   constexpr bool kPairs = sizeof(T) == 2 && Codec::kPairStats;
   using Regs = RegPackOf<T>;
   codec.setup();  // block-wide (may fill shared tables and sync)
-  const int groups_per_block = blockDim.x / tpg, team = threadIdx.x / tpg;
-  const int lane = threadIdx.x % tpg, ppt = group_size / 8 / tpg;
+  // tpg = 2^tpg_log2: shifts, where divisions by a runtime tpg cost ~50 instructions per
+  // thread (about one per element of a lane).
+  const int tpg = 1 << tpg_log2, groups_per_block = static_cast<int>(blockDim.x >> tpg_log2);
+  const int team = static_cast<int>(threadIdx.x >> tpg_log2);
+  const int lane = static_cast<int>(threadIdx.x & static_cast<unsigned>(tpg - 1));
+  const int ppt = (group_size / 8) >> tpg_log2;
   auto load = [&](int64_t g0, Regs(&v)[V]) {
     const int64_t q = g0 + team;
     if (q >= ngroups) return;
@@ -139,13 +143,15 @@ __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
 // `packs`, <= 32) that leave at most `max_per_lane` (<= 8) packs per lane; lanes = 0 when
 // none does.
 struct GroupTeam {
-  int lanes, packs_per_lane;
+  int lanes, packs_per_lane, lanes_log2;
 };
 inline GroupTeam group_team(int64_t packs, int max_per_lane) {
-  for (int lanes = 1; lanes <= 32; lanes *= 2)
+  for (int log2 = 0; log2 <= 5; ++log2) {
+    const int lanes = 1 << log2;
     if (packs % lanes == 0 && packs / lanes <= max_per_lane)
-      return {lanes, static_cast<int>(packs / lanes)};
-  return {0, 0};
+      return {lanes, static_cast<int>(packs / lanes), log2};
+  }
+  return {0, 0, 0};
 }
 
 // Launches the one-pass kernel when `l` and the pointers allow it; false otherwise.
@@ -177,7 +183,7 @@ bool launch_group_pack(const ScopeLayout& l, const T* x, uint8_t* packed, bool h
     const int64_t rounds = (total_rounds + blocks - 1) / blocks;
     blocks = (total_rounds + rounds - 1) / rounds;
     kernel<<<static_cast<unsigned>(blocks), 256, 0, s>>>(
-        x, packed, l.num_qparams, gs, t.lanes, static_cast<int>(rounds), high_first, codec);
+        x, packed, l.num_qparams, gs, t.lanes_log2, static_cast<int>(rounds), high_first, codec);
   };
   if (t.packs_per_lane == 1)
     go(group_pack_kernel<T, 1, Codec>);
