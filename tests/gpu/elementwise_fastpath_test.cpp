@@ -179,10 +179,11 @@ TEST(GpuFastPaths, DynamicRangeQuantizeMatchesCpu) {
   }
   // Rows of zeros (signed and unsigned) and rows without finite values, 16, 64 and 4096
   // long (16-bit types: one lane x 2 and x 8 slots, 64 lanes x 8), rows where only some
-  // lanes of the team see a finite value (the others fold +inf / -inf), and a row of f16
-  // subnormals (a flush to zero in the half-wise range would give scale 1).
+  // lanes of the team see a finite value (the others fold +inf / -inf), a row of f16
+  // subnormals (a flush to zero in the half-wise range would give scale 1) and one of
+  // f32 / bf16 subnormals below a normal maximum (a flush would change the affine scale).
   for (int64_t len : {16, 64, 4096}) {
-    std::vector<double> v(static_cast<size_t>(7 * len), 0.0);
+    std::vector<double> v(static_cast<size_t>(8 * len), 0.0);
     const double inf = std::numeric_limits<double>::infinity();
     for (int64_t i = 0; i < len; ++i) {
       v[len + i] = i % 2 ? -0.0 : 0.0;
@@ -191,9 +192,11 @@ TEST(GpuFastPaths, DynamicRangeQuantizeMatchesCpu) {
       v[4 * len + i] = i == len / 2 ? -0.75 : (i % 2 ? inf : std::nan(""));
       v[5 * len + i] = i == 0 ? 3.5 : (i == len - 1 ? -1e-3 : -inf);
       v[6 * len + i] = 3e-6 * static_cast<double>(i % 5 - 2);  // f16 subnormals
+      // f32 / bf16 subnormal minimum: the affine scale (1e-35 + 1e-39 * k) / 255 sees it.
+      v[7 * len + i] = i == len - 1 ? 1e-35 : -1e-39 * static_cast<double>(1 + i % 3);
     }
     for (DType d : {DType::f32, DType::bf16, DType::f16}) {
-      Tensor x = Tensor::from_doubles({7, len}, v, d);
+      Tensor x = Tensor::from_doubles({8, len}, v, d);
       const std::string what = "special rows " + std::to_string(len) + " " + dtype_name(d);
       expect_same("dynamic_range_quantize", {x}, token, what);
       Attrs affine = token;
@@ -242,19 +245,20 @@ TEST(GpuFastPaths, Int4AndNf4PackMatchCpu) {
   expect_same("nf4_quantize_pack", {x}, {{"group_size", 64}}, "zero group");
   // 128-long groups of 16-bit types (2 lanes x 8 packs): signed zeros, no finite value,
   // one finite value (the other lane folds nothing: min +inf, max -inf, absmax 0), NaN and
-  // +/-Inf around a small range, f16 subnormals.
+  // +/-Inf around a small range, f16 subnormals, f32 / bf16 subnormals below a normal max.
   const double inf = std::numeric_limits<double>::infinity();
-  std::vector<double> g(6 * 128, 0.0);
+  std::vector<double> g(7 * 128, 0.0);
   for (int i = 0; i < 128; ++i) {
     g[i] = i % 2 ? -0.0 : 0.0;
     g[128 + i] = i % 3 == 0 ? inf : (i % 3 == 1 ? -inf : std::nan(""));
     g[256 + i] = i == 5 ? -2.5 : (i % 2 ? -inf : std::nan(""));
     g[384 + i] = i == 77 ? 0.25 : inf;
     g[512 + i] = i % 7 == 0 ? (i % 2 ? inf : -std::nan("")) : 0.001 * (i - 64);
-    g[640 + i] = 3e-6 * static_cast<double>(i % 5 - 2);  // f16 subnormals
+    g[640 + i] = 3e-6 * static_cast<double>(i % 5 - 2);                       // f16 subnormals
+    g[768 + i] = i == 127 ? 1e-35 : -1e-39 * static_cast<double>(1 + i % 3);  // f32 / bf16
   }
   for (DType d : {DType::f32, DType::bf16, DType::f16}) {
-    Tensor gx = Tensor::from_doubles({6, 128}, g, d);
+    Tensor gx = Tensor::from_doubles({7, 128}, g, d);
     for (const char* order : {"low_first", "high_first"}) {
       for (const char* mode : {"symmetric", "asymmetric"})
         expect_same("int4_quantize_pack", {gx},
