@@ -208,8 +208,11 @@ constexpr int kMaxTeamWarps = 16;  // teams of up to 512 lanes
 // Segment q = elements [q * len, (q + 1) * len). Block = rows_per_block teams of tpr =
 // 2^tpr_log2 lanes; lane t of a team holds slots t, t + tpr, ..., up to V of them. (The
 // team size comes as a shift: three 32-bit divisions by a runtime tpr cost ~50
-// instructions per thread, about one per element of a lane.)
-template <typename T, typename Q, int W, int V>
+// instructions per thread, about one per element of a lane.) kFull: every lane holds
+// exactly V slots (len = V * tpr * W), so the slots need no bound check: one branch per
+// row (the team's row exists) instead of one per slot (~3 instructions per pack each in
+// the range and the quantize loops).
+template <typename T, typename Q, int W, int V, bool kFull>
 __global__ void __launch_bounds__(512)
     dyn_segment_kernel(const T* __restrict__ x, Q* __restrict__ out, float* __restrict__ scale,
                        int32_t* __restrict__ zp, DynArgs a, int64_t len, int tpr_log2) {
@@ -234,15 +237,16 @@ __global__ void __launch_bounds__(512)
       lo2 = pos_inf2<T>();
       hi2 = neg_inf2<T>();
     }
+    auto holds = [&](int j) {
+      return kFull || (valid && lane + j * static_cast<uint32_t>(tpr) < nslots);
+    };
+    if (!kFull || valid) {
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const uint32_t p = lane + j * static_cast<uint32_t>(tpr);
-      if (valid && p < nslots) v[j] = load_slot<T, W>(row, p);
-    }
+      for (int j = 0; j < V; ++j)
+        if (holds(j)) v[j] = load_slot<T, W>(row, lane + j * static_cast<uint32_t>(tpr));
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const uint32_t p = lane + j * static_cast<uint32_t>(tpr);
-      if (valid && p < nslots) add_range<T, W>(v[j], r, lo2, hi2);
+      for (int j = 0; j < V; ++j)
+        if (holds(j)) add_range<T, W>(v[j], r, lo2, hi2);
     }
     if constexpr (kPairs<T, W>) {
       r.lo = fminf(low_as_float<T>(lo2), high_as_float<T>(lo2));
@@ -276,7 +280,7 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const uint32_t s = lane + j * static_cast<uint32_t>(tpr);
-      if (s >= nslots) continue;
+      if (!kFull && s >= nslots) continue;
       int32_t c[W];
       slot_codes<T, W>(v[j], inv, zpm, p.zero_point, a, c);
       store_codes<Q, W>(orow, s, c);
@@ -319,11 +323,18 @@ void launch_segments(const Tensor& x, KernelContext& ctx, const DynArgs& a, int6
   const int64_t rows_per_block = threads / t.tpr;
   const int64_t blocks = (a.d.num_qparams + rows_per_block - 1) / rows_per_block;
   const unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
+  // Full teams (every lane V slots) only matter for packs; scalar rows keep the checks, and
+  // so does f64 (its full kernel needs 128 registers where the checked one takes ~100).
+  constexpr bool kMayBeFull = W == 8 && sizeof(T) <= 4;
+  const bool full = kMayBeFull && len == int64_t{t.slots} * t.tpr * W;
   auto go = [&](auto vtag) {
     constexpr int V = decltype(vtag)::value;
-    dyn_segment_kernel<T, Q, W, V><<<grid, threads, 0, s>>>(
-        in_ptr<T>(x), out_ptr<Q>(ctx.outputs[0]), out_ptr<float>(ctx.outputs[1]),
-        out_ptr<int32_t>(ctx.outputs[2]), a, len, t.tpr_log2);
+    auto kernel = dyn_segment_kernel<T, Q, W, V, false>;
+    if constexpr (kMayBeFull)
+      if (full) kernel = dyn_segment_kernel<T, Q, W, V, true>;
+    kernel<<<grid, threads, 0, s>>>(in_ptr<T>(x), out_ptr<Q>(ctx.outputs[0]),
+                                    out_ptr<float>(ctx.outputs[1]),
+                                    out_ptr<int32_t>(ctx.outputs[2]), a, len, t.tpr_log2);
   };
   if (t.slots == 1) go(std::integral_constant<int, 1>{});
   if (t.slots == 2) go(std::integral_constant<int, 2>{});
