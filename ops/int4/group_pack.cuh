@@ -54,7 +54,9 @@ __device__ __forceinline__ RegPackOf<T> load_regs(const T* __restrict__ p, int64
   return r;
 }
 
-template <typename T, int V, typename Codec>
+// kFull: every lane holds exactly V packs (ppt == V), so no pack needs a bound check (the
+// checked loops spend an ISETP and a BSSY/BRA/BSYNC per pack in each pass).
+template <typename T, int V, bool kFull, typename Codec>
 __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
     group_pack_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, int64_t ngroups,
                       int group_size, int tpg_log2, int rounds, bool high_first, Codec codec) {
@@ -73,7 +75,7 @@ __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
     const T* gx = x + q * group_size;
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      if (j < ppt) v[j] = load_regs<T>(gx, lane + j * tpg);
+      if (kFull || j < ppt) v[j] = load_regs<T>(gx, lane + j * tpg);
   };
   auto process = [&](int64_t g0, const Regs(&v)[V]) {
     const int64_t q = g0 + team;
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
       auto st2 = codec.template init2<T>();
 #pragma unroll
       for (int j = 0; j < V; ++j)
-        if (valid && j < ppt) {
+        if (valid && (kFull || j < ppt)) {
 #pragma unroll
           for (int k = 0; k < 4; ++k) st2 = codec.template add2<T>(st2, v[j].w[k]);
         }
@@ -91,7 +93,7 @@ __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
     } else {
 #pragma unroll
       for (int j = 0; j < V; ++j)
-        if (valid && j < ppt) {
+        if (valid && (kFull || j < ppt)) {
 #pragma unroll
           for (int e = 0; e < 8; ++e) st = codec.add(st, v[j].get(e));
         }
@@ -102,7 +104,7 @@ __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
     uint32_t* out = reinterpret_cast<uint32_t*>(packed + q * (group_size / 2));
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      if (j < ppt) {
+      if (kFull || j < ppt) {
         // Code e in nibble e (low_first: the even element in the low nibble of its byte).
         // Codes are below 16, so + is | and compiles to one shift-add (LEA) per code.
         uint32_t word = 0;
@@ -185,14 +187,17 @@ bool launch_group_pack(const ScopeLayout& l, const T* x, uint8_t* packed, bool h
     kernel<<<static_cast<unsigned>(blocks), 256, 0, s>>>(
         x, packed, l.num_qparams, gs, t.lanes_log2, static_cast<int>(rounds), high_first, codec);
   };
-  if (t.packs_per_lane == 1)
-    go(group_pack_kernel<T, 1, Codec>);
-  else if (t.packs_per_lane == 2)
-    go(group_pack_kernel<T, 2, Codec>);
-  else if (t.packs_per_lane <= 4)
-    go(group_pack_kernel<T, 4, Codec>);
+  // 1 and 2 packs per lane are always full; 3 runs the checked 4-pack kernel, 5..7 the
+  // checked 8-pack one.
+  const int ppl = t.packs_per_lane;
+  if (ppl == 1)
+    go(group_pack_kernel<T, 1, true, Codec>);
+  else if (ppl == 2)
+    go(group_pack_kernel<T, 2, true, Codec>);
+  else if (ppl <= 4)
+    go(ppl == 4 ? group_pack_kernel<T, 4, true, Codec> : group_pack_kernel<T, 4, false, Codec>);
   else if constexpr (kMaxPerLane > 4)
-    go(group_pack_kernel<T, 8, Codec>);
+    go(ppl == 8 ? group_pack_kernel<T, 8, true, Codec> : group_pack_kernel<T, 8, false, Codec>);
   return true;
 }
 

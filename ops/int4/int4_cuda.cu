@@ -29,7 +29,9 @@ struct Int4Codec {
   static constexpr int kMaxPacksPerLane16 = 8;
   static constexpr bool kPipelined = false;
   static constexpr bool kPairStats = true;
-  static constexpr int kMinBlocksPerSm = 3;
+  // f32 math: 4 blocks of 256 (at most 64 registers; the full 8-pack kernels would take 80
+  // and leave 3). f64 keeps 3: at 64 registers it spills.
+  static constexpr int kMinBlocksPerSm = std::is_same_v<M, float> ? 4 : 3;
   M* scale;
   uint8_t* zp;
   struct Stats {
