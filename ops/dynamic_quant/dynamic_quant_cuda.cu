@@ -3,17 +3,22 @@
 // CPU bit for bit whatever the reduction order. An affine range too wide for f32 is recorded
 // in the device error buffer, as the CPU raises.
 //
-// Fast path, when each scope owns one contiguous segment of at most 16384 elements (per
-// token, channel axis 0 of an outer == 1 layout, full groups along the last axis): a team
-// of lanes per segment loads it once into registers (16-byte packs when aligned), reduces
-// the finite min/max (shuffles within a warp, shared memory across warps), computes the
-// qparams with the shared dynq::qparams, quantizes from the registers and writes the codes
-// (8 per 8-byte store) and the segment's scale and zero point. One read, one write.
+// Fast path, when each scope owns one contiguous segment of at most 16384 elements (32768
+// for 16-bit types in aligned packs) (per token, channel axis 0 of an outer == 1 layout,
+// full groups along the last axis): a team of lanes per segment loads it once into
+// registers (16-byte packs when aligned; up to 4 packs per lane, 8 for 16-bit types, the
+// same register bytes), reduces the finite min/max (16-bit types two elements per
+// instruction; shuffles within a warp, shared memory across warps), computes the qparams
+// with the shared dynq::qparams, quantizes from the registers (cuda_rows.cuh's code_of, the
+// codes of qstore::quantize) and writes the codes (8 per 8-byte store) and the segment's
+// scale and zero point. One read, one write. The kernel is issue-bound once its loads are
+// in flight, so the per-element steps are counted in SASS instructions (commit messages).
 // General path, three launches that never leave the device: (1) blocks reduce fixed
 // stretches of each scope to a finite (min, max) in the math type, (2) one thread per scope
 // folds its stretches and computes (scale, zero_point), (3) every element is quantized
 // with qstore::quantize and its scope's reciprocal scale.
 #include "core/graph.h"
+#include "ops/common/cuda_rows.cuh"
 #include "ops/common/cuda_vec.cuh"
 #include "ops/common/quant_attrs.h"
 #include "ops/dynamic_quant/dynamic_quant_math.h"
@@ -96,16 +101,34 @@ __global__ void dyn_quantize_kernel(const T* x, const math_of<T>* inv, const mat
 
 // ---- Fast path: one team of `tpr` lanes per contiguous segment, data held in registers.
 
-// Elements per register slot: 8 (a Pack8, 16-byte loads) or 1 (scalar loads).
+// Elements per register slot: 8 (a Pack8, 16-byte loads) or 1 (scalar loads). A pack of a
+// 16-bit type is held as 4 words of two elements each (kPairs): its range is reduced two
+// elements per instruction (HFMA2 / HMNMX2) and each half is widened to f32 by one
+// instruction.
+template <typename T, int W>
+inline constexpr bool kPairs = W == 8 && sizeof(T) == 2;
+
 template <typename T, int W>
 struct Slot {
   T v[W];
 };
+template <typename T>
+struct WordSlot {
+  uint32_t w[4];
+};
+template <typename T, int W>
+using SlotOf = std::conditional_t<kPairs<T, W>, WordSlot<T>, Slot<T, W>>;
 
 template <typename T, int W>
-__device__ __forceinline__ Slot<T, W> load_slot(const T* __restrict__ row, uint32_t p) {
-  Slot<T, W> s;
-  if constexpr (W == 8) {
+__device__ __forceinline__ SlotOf<T, W> load_slot(const T* __restrict__ row, uint32_t p) {
+  SlotOf<T, W> s;
+  if constexpr (kPairs<T, W>) {
+    const uint4 u = reinterpret_cast<const uint4*>(row)[p];
+    s.w[0] = u.x;
+    s.w[1] = u.y;
+    s.w[2] = u.z;
+    s.w[3] = u.w;
+  } else if constexpr (W == 8) {
     Pack8<T> pk = reinterpret_cast<const Pack8<T>*>(row)[p];
 #pragma unroll
     for (int j = 0; j < 8; ++j) s.v[j] = pk.v[j];
@@ -113,6 +136,56 @@ __device__ __forceinline__ Slot<T, W> load_slot(const T* __restrict__ row, uint3
     s.v[0] = row[p];
   }
   return s;
+}
+
+// Folds a slot's finite values into [lo, hi] (the 16-bit types: into the half-wise
+// [lo2, hi2], folded to f32 after the last slot).
+template <typename T, int W>
+__device__ __forceinline__ void add_range(const SlotOf<T, W>& s, Range<math_of<T>>& r,
+                                          uint32_t& lo2, uint32_t& hi2) {
+  if constexpr (kPairs<T, W>) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t f = finite_or_nan2<T>(s.w[k]);
+      lo2 = min2<T>(lo2, f);
+      hi2 = max2<T>(hi2, f);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      // Non-finite values become NaN, which fmin/fmax skip: no branch per element.
+      const math_of<T> v = to_math(s.v[e]);
+      math_of<T> m;
+      if constexpr (std::is_same_v<math_of<T>, float>)
+        m = finite_or_nan_fma(v);
+      else
+        m = finite_or_nan(v);
+      r.lo = fmin_of(r.lo, m);
+      r.hi = fmax_of(r.hi, m);
+    }
+  }
+}
+
+// The codes of a slot: qstore::quantize with M = f32 through code_of (same codes, see
+// cuda_rows.cuh), with M = f64 as written.
+template <typename T, int W>
+__device__ __forceinline__ void slot_codes(const SlotOf<T, W>& s, math_of<T> inv, math_of<T> zpm,
+                                           int32_t zp, const DynArgs& a, int32_t* c) {
+  using M = math_of<T>;
+  if constexpr (kPairs<T, W>) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      c[2 * k] = code_of(low_as_float<T>(s.w[k]) * inv, zp, a.qmin, a.qmax);
+      c[2 * k + 1] = code_of(high_as_float<T>(s.w[k]) * inv, zp, a.qmin, a.qmax);
+    }
+  } else if constexpr (std::is_same_v<M, float>) {
+#pragma unroll
+    for (int e = 0; e < W; ++e) c[e] = code_of(to_math(s.v[e]) * inv, zp, a.qmin, a.qmax);
+  } else {
+    const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
+#pragma unroll
+    for (int e = 0; e < W; ++e) c[e] = qstore::quantize<M>(to_math(s.v[e]), inv, zpm, qmin, qmax).q;
+  }
 }
 
 template <typename Q, int W>
@@ -132,18 +205,24 @@ __device__ __forceinline__ void store_codes(Q* __restrict__ row, uint32_t p, con
 
 constexpr int kMaxTeamWarps = 16;  // teams of up to 512 lanes
 
-// Segment q = elements [q * len, (q + 1) * len). Block = rows_per_block teams of tpr lanes
-// (tpr a power of two); lane t of a team holds slots t, t + tpr, ..., up to V of them.
-template <typename T, typename Q, int W, int V>
+// Segment q = elements [q * len, (q + 1) * len). Block = rows_per_block teams of tpr =
+// 2^tpr_log2 lanes; lane t of a team holds slots t, t + tpr, ..., up to V of them. (The
+// team size comes as a shift: three 32-bit divisions by a runtime tpr cost ~50
+// instructions per thread, about one per element of a lane.) kFull: every lane holds
+// exactly V slots (len = V * tpr * W), so the slots need no bound check: one branch per
+// row (the team's row exists) instead of one per slot (~3 instructions per pack each in
+// the range and the quantize loops).
+template <typename T, typename Q, int W, int V, bool kFull>
 __global__ void __launch_bounds__(512)
     dyn_segment_kernel(const T* __restrict__ x, Q* __restrict__ out, float* __restrict__ scale,
-                       int32_t* __restrict__ zp, DynArgs a, int64_t len, int tpr) {
+                       int32_t* __restrict__ zp, DynArgs a, int64_t len, int tpr_log2) {
   using M = math_of<T>;
   __shared__ M s_lo[kMaxTeamWarps], s_hi[kMaxTeamWarps];
-  const int rows_per_block = blockDim.x / tpr, team = threadIdx.x / tpr, lane = threadIdx.x % tpr;
+  const int tpr = 1 << tpr_log2, rows_per_block = static_cast<int>(blockDim.x >> tpr_log2);
+  const int team = static_cast<int>(threadIdx.x >> tpr_log2);
+  const int lane = static_cast<int>(threadIdx.x & static_cast<unsigned>(tpr - 1));
   const uint32_t nslots = static_cast<uint32_t>(len / W);
   const int64_t nseg = a.d.num_qparams;
-  const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
   CombineRange<M> combine;
   // Every thread runs the same number of iterations, so the __syncthreads below are uniform.
   for (int64_t r0 = int64_t{blockIdx.x} * rows_per_block; r0 < nseg;
@@ -151,24 +230,27 @@ __global__ void __launch_bounds__(512)
     const int64_t q = r0 + team;
     const bool valid = q < nseg;
     const T* row = x + (valid ? q : 0) * len;
-    Slot<T, W> v[V];
+    SlotOf<T, W> v[V];
     Range<M> r{static_cast<M>(INFINITY), static_cast<M>(-INFINITY)};
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const uint32_t p = lane + j * static_cast<uint32_t>(tpr);
-      if (valid && p < nslots) v[j] = load_slot<T, W>(row, p);
+    uint32_t lo2 = 0, hi2 = 0;
+    if constexpr (kPairs<T, W>) {
+      lo2 = pos_inf2<T>();
+      hi2 = neg_inf2<T>();
     }
+    auto holds = [&](int j) {
+      return kFull || (valid && lane + j * static_cast<uint32_t>(tpr) < nslots);
+    };
+    if (!kFull || valid) {
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const uint32_t p = lane + j * static_cast<uint32_t>(tpr);
-      if (!(valid && p < nslots)) continue;
+      for (int j = 0; j < V; ++j)
+        if (holds(j)) v[j] = load_slot<T, W>(row, lane + j * static_cast<uint32_t>(tpr));
 #pragma unroll
-      for (int e = 0; e < W; ++e) {
-        // Non-finite values become NaN, which fmin/fmax skip: no branch per element.
-        const M m = finite_or_nan(to_math(v[j].v[e]));
-        r.lo = fmin_of(r.lo, m);
-        r.hi = fmax_of(r.hi, m);
-      }
+      for (int j = 0; j < V; ++j)
+        if (holds(j)) add_range<T, W>(v[j], r, lo2, hi2);
+    }
+    if constexpr (kPairs<T, W>) {
+      r.lo = fminf(low_as_float<T>(lo2), high_as_float<T>(lo2));
+      r.hi = fmaxf(low_as_float<T>(hi2), high_as_float<T>(hi2));
     }
     const int team_in_warp = tpr < 32 ? tpr : 32;
     r.lo = team_reduce(r.lo, team_in_warp, [](M u, M w) { return min_of(u, w); });
@@ -198,29 +280,38 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const uint32_t s = lane + j * static_cast<uint32_t>(tpr);
-      if (s >= nslots) continue;
+      if (!kFull && s >= nslots) continue;
       int32_t c[W];
-#pragma unroll
-      for (int e = 0; e < W; ++e)
-        c[e] = qstore::quantize<M>(to_math(v[j].v[e]), inv, zpm, qmin, qmax).q;
+      slot_codes<T, W>(v[j], inv, zpm, p.zero_point, a, c);
       store_codes<Q, W>(orow, s, c);
     }
   }
 }
 
-// The team shape of a segment of `len` elements read `w` at a time: a power-of-two team
-// with at most 4 slots per lane; false when the segment does not fit (16384 elements).
+// The team shape of a segment of `len` elements read `w` at a time: a power-of-two team of
+// at most 512 lanes with at most `max_slots` (a power of two <= 8) slots per lane; false
+// when the segment does not fit.
 struct TeamShape {
-  int tpr, slots;
+  int tpr, slots, tpr_log2;
 };
-bool team_shape(int64_t len, int w, TeamShape& t) {
+bool team_shape(int64_t len, int w, int max_slots, TeamShape& t) {
   int64_t nslots = len / w;
   int64_t tpr = 1;
-  while (tpr * 4 < nslots) tpr *= 2;
+  int log2 = 0;
+  for (; tpr * max_slots < nslots; ++log2) tpr *= 2;
   if (tpr > 32 * kMaxTeamWarps) return false;
   int64_t per = (nslots + tpr - 1) / tpr;
-  t = {static_cast<int>(tpr), per <= 1 ? 1 : (per <= 2 ? 2 : 4)};
+  int slots = 1;
+  while (slots < per) slots *= 2;
+  t = {static_cast<int>(tpr), slots, log2};
   return true;
+}
+
+// Slots per lane: 8 packs of a 16-bit type take the registers (and keep the bytes in
+// flight) of 4 packs of f32; 4 otherwise.
+template <typename T, int W>
+constexpr int max_slots() {
+  return kPairs<T, W> ? 8 : 4;
 }
 
 template <typename T, typename Q, int W>
@@ -232,15 +323,24 @@ void launch_segments(const Tensor& x, KernelContext& ctx, const DynArgs& a, int6
   const int64_t rows_per_block = threads / t.tpr;
   const int64_t blocks = (a.d.num_qparams + rows_per_block - 1) / rows_per_block;
   const unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
+  // Full teams (every lane V slots) only matter for packs; scalar rows keep the checks, and
+  // so does f64 (its full kernel needs 128 registers where the checked one takes ~100).
+  constexpr bool kMayBeFull = W == 8 && sizeof(T) <= 4;
+  const bool full = kMayBeFull && len == int64_t{t.slots} * t.tpr * W;
   auto go = [&](auto vtag) {
     constexpr int V = decltype(vtag)::value;
-    dyn_segment_kernel<T, Q, W, V><<<grid, threads, 0, s>>>(
-        in_ptr<T>(x), out_ptr<Q>(ctx.outputs[0]), out_ptr<float>(ctx.outputs[1]),
-        out_ptr<int32_t>(ctx.outputs[2]), a, len, t.tpr);
+    auto kernel = dyn_segment_kernel<T, Q, W, V, false>;
+    if constexpr (kMayBeFull)
+      if (full) kernel = dyn_segment_kernel<T, Q, W, V, true>;
+    kernel<<<grid, threads, 0, s>>>(in_ptr<T>(x), out_ptr<Q>(ctx.outputs[0]),
+                                    out_ptr<float>(ctx.outputs[1]),
+                                    out_ptr<int32_t>(ctx.outputs[2]), a, len, t.tpr_log2);
   };
   if (t.slots == 1) go(std::integral_constant<int, 1>{});
   if (t.slots == 2) go(std::integral_constant<int, 2>{});
   if (t.slots == 4) go(std::integral_constant<int, 4>{});
+  if constexpr (max_slots<T, W>() == 8)
+    if (t.slots == 8) go(std::integral_constant<int, 8>{});
 }
 
 // Runs the fast path when the layout allows it; false otherwise.
@@ -251,7 +351,8 @@ bool try_segments(const Tensor& x, KernelContext& ctx, const DynArgs& a, cudaStr
   const bool packs = len % 8 == 0 && aligned16(x.raw_data()) &&
                      (reinterpret_cast<uintptr_t>(ctx.outputs[0].raw_data()) & 7u) == 0;
   TeamShape t;
-  if (!team_shape(len, packs ? 8 : 1, t)) return false;
+  if (!team_shape(len, packs ? 8 : 1, packs ? max_slots<T, 8>() : max_slots<T, 1>(), t))
+    return false;
   const bool i8 = ctx.outputs[0].dtype() == DType::i8;
   if (packs && i8) launch_segments<T, int8_t, 8>(x, ctx, a, len, t, s);
   if (packs && !i8) launch_segments<T, uint8_t, 8>(x, ctx, a, len, t, s);

@@ -2,63 +2,117 @@
 // groups are contiguous and whole: groups along the last axis, axis_len % group_size == 0,
 // group_size a multiple of 8, x 16-byte and the packed buffer 4-byte aligned. A team of
 // `tpg` lanes (a power of two <= 32) owns one group: each lane loads up to V packs of 8
-// elements into registers, the team reduces the group's statistics with shuffles (min, max
-// and absmax are exact, so the order does not matter), every lane derives the group's
-// parameters with the shared math, encodes its packs from the registers and writes 4 bytes
-// (8 codes) per pack. Lane 0 writes the group's parameters. The input is read once.
+// elements into registers (V <= 8), the team reduces the group's statistics with shuffles
+// (min, max and absmax are exact, so the order does not matter), every lane derives the
+// group's parameters with the shared math, encodes its packs from the registers and writes
+// 4 bytes (8 codes) per pack. Lane 0 writes the group's parameters. The input is read once.
 //
 // A Codec<M> supplies: setup() (run once per block by every thread), Stats, init(), add(Stats, M),
 // reduce(Stats, team) (team_reduce of each field), Params params(const Stats&, int64_t group, bool
-// write), uint8_t encode(M, const Params&) and kMaxPacksPerLane (more packs per lane keep more
-// loads in flight; fewer leave registers and warps for a costly encode).
+// write), encode(M, const Params&) (the code, in [0, 15]), kMaxPacksPerLane (more packs per lane
+// keep more loads in flight; fewer leave registers and warps for a costly encode) and
+// kMaxPacksPerLane16 (the same for 16-bit types, whose packs take half the registers). With
+// kPairStats it also supplies Stats2, init2<T>(), add2<T>(Stats2, word) and fold2<T>(Stats2)
+// -> Stats: the statistics of a 16-bit type two elements per instruction (cuda_rows.cuh).
 #pragma once
 
+#include "ops/common/cuda_rows.cuh"
 #include "ops/common/cuda_vec.cuh"
 #include "ops/int4/int4_math.h"
 
 namespace qg::cuda {
 
-template <typename T, int V, typename Codec>
+// A pack of 8 elements in registers; a 16-bit type's as 4 words of two elements, each
+// widened to f32 by one instruction.
+template <typename T>
+struct RegPack {
+  Pack8<T> p;
+  __device__ __forceinline__ math_of<T> get(int e) const { return to_math(p.v[e]); }
+};
+template <typename T>
+struct RegWords {
+  uint32_t w[4];
+  __device__ __forceinline__ float get(int e) const {
+    return e % 2 == 0 ? low_as_float<T>(w[e / 2]) : high_as_float<T>(w[e / 2]);
+  }
+};
+template <typename T>
+using RegPackOf = std::conditional_t<sizeof(T) == 2, RegWords<T>, RegPack<T>>;
+
+template <typename T>
+__device__ __forceinline__ RegPackOf<T> load_regs(const T* __restrict__ p, int64_t b) {
+  RegPackOf<T> r;
+  if constexpr (sizeof(T) == 2) {
+    const uint4 u = reinterpret_cast<const uint4*>(p)[b];
+    r.w[0] = u.x;
+    r.w[1] = u.y;
+    r.w[2] = u.z;
+    r.w[3] = u.w;
+  } else {
+    r.p = reinterpret_cast<const Pack8<T>*>(p)[b];
+  }
+  return r;
+}
+
+// kFull: every lane holds exactly V packs (ppt == V), so no pack needs a bound check (the
+// checked loops spend an ISETP and a BSSY/BRA/BSYNC per pack in each pass).
+template <typename T, int V, bool kFull, typename Codec>
 __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
     group_pack_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, int64_t ngroups,
-                      int group_size, int tpg, int rounds, bool high_first, Codec codec) {
-  using M = math_of<T>;
+                      int group_size, int tpg_log2, int rounds, bool high_first, Codec codec) {
+  constexpr bool kPairs = sizeof(T) == 2 && Codec::kPairStats;
+  using Regs = RegPackOf<T>;
   codec.setup();  // block-wide (may fill shared tables and sync)
-  const int groups_per_block = blockDim.x / tpg, team = threadIdx.x / tpg;
-  const int lane = threadIdx.x % tpg, ppt = group_size / 8 / tpg;
-  // Nibble offset of code e of a pack in its 32-bit word: byte e / 2, low or high nibble by
-  // e's parity (a pack starts on an even element) and the nibble order.
-  const int even_shift = high_first ? 4 : 0, odd_shift = 4 - even_shift;
-  auto load = [&](int64_t g0, Pack8<T>(&v)[V]) {
+  // tpg = 2^tpg_log2: shifts, where divisions by a runtime tpg cost ~50 instructions per
+  // thread (about one per element of a lane).
+  const int tpg = 1 << tpg_log2, groups_per_block = static_cast<int>(blockDim.x >> tpg_log2);
+  const int team = static_cast<int>(threadIdx.x >> tpg_log2);
+  const int lane = static_cast<int>(threadIdx.x & static_cast<unsigned>(tpg - 1));
+  const int ppt = (group_size / 8) >> tpg_log2;
+  auto load = [&](int64_t g0, Regs(&v)[V]) {
     const int64_t q = g0 + team;
     if (q >= ngroups) return;
-    const Pack8<T>* gx = reinterpret_cast<const Pack8<T>*>(x + q * group_size);
+    const T* gx = x + q * group_size;
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      if (j < ppt) v[j] = gx[lane + j * tpg];
+      if (kFull || j < ppt) v[j] = load_regs<T>(gx, lane + j * tpg);
   };
-  auto process = [&](int64_t g0, const Pack8<T>(&v)[V]) {
+  auto process = [&](int64_t g0, const Regs(&v)[V]) {
     const int64_t q = g0 + team;
     const bool valid = q < ngroups;
     typename Codec::Stats st = codec.init();
+    if constexpr (kPairs) {
+      auto st2 = codec.template init2<T>();
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      if (valid && j < ppt) {
+      for (int j = 0; j < V; ++j)
+        if (valid && (kFull || j < ppt)) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) st = codec.add(st, to_math(v[j].v[e]));
-      }
+          for (int k = 0; k < 4; ++k) st2 = codec.template add2<T>(st2, v[j].w[k]);
+        }
+      st = codec.template fold2<T>(st2);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (valid && (kFull || j < ppt)) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) st = codec.add(st, v[j].get(e));
+        }
+    }
     st = codec.reduce(st, tpg);  // every lane of the warp takes part
     if (!valid) return;
     const auto p = codec.params(st, q, lane == 0);
     uint32_t* out = reinterpret_cast<uint32_t*>(packed + q * (group_size / 2));
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      if (j < ppt) {
+      if (kFull || j < ppt) {
+        // Code e in nibble e (low_first: the even element in the low nibble of its byte).
+        // Codes are below 16, so + is | and compiles to one shift-add (LEA) per code.
         uint32_t word = 0;
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          word |= static_cast<uint32_t>(codec.encode(to_math(v[j].v[e]), p))
-                  << (8 * (e / 2) + (e % 2 == 0 ? even_shift : odd_shift));
+          word += static_cast<uint32_t>(codec.encode(v[j].get(e), p)) << (4 * e);
+        // high_first: swap the two nibbles of every byte (one branch per 8 codes, uniform).
+        if (high_first) word = ((word & 0x0f0f0f0fu) << 4) | ((word >> 4) & 0x0f0f0f0fu);
         out[lane + j * tpg] = word;
       }
   };
@@ -68,7 +122,7 @@ __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
   const int64_t first = int64_t{blockIdx.x} * rounds * groups_per_block;
   auto round_start = [&](int r) { return first + int64_t{r} * groups_per_block; };
   if constexpr (Codec::kPipelined) {
-    Pack8<T> v0[V], v1[V];
+    Regs v0[V], v1[V];
     load(round_start(0), v0);
     for (int r = 0; r < rounds; r += 2) {
       if (r + 1 < rounds) load(round_start(r + 1), v1);
@@ -80,7 +134,7 @@ __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
     }
   } else {
     for (int r = 0; r < rounds; ++r) {
-      Pack8<T> v[V];
+      Regs v[V];
       load(round_start(r), v);
       process(round_start(r), v);
     }
@@ -88,16 +142,18 @@ __global__ void __launch_bounds__(256, Codec::kMinBlocksPerSm)
 }
 
 // Team shape of a group of `packs` packs of 8: the fewest lanes (a power of two dividing
-// `packs`, <= 32) that leave at most `max_per_lane` (<= 4) packs per lane; lanes = 0 when
+// `packs`, <= 32) that leave at most `max_per_lane` (<= 8) packs per lane; lanes = 0 when
 // none does.
 struct GroupTeam {
-  int lanes, packs_per_lane;
+  int lanes, packs_per_lane, lanes_log2;
 };
 inline GroupTeam group_team(int64_t packs, int max_per_lane) {
-  for (int lanes = 1; lanes <= 32; lanes *= 2)
+  for (int log2 = 0; log2 <= 5; ++log2) {
+    const int lanes = 1 << log2;
     if (packs % lanes == 0 && packs / lanes <= max_per_lane)
-      return {lanes, static_cast<int>(packs / lanes)};
-  return {0, 0};
+      return {lanes, static_cast<int>(packs / lanes), log2};
+  }
+  return {0, 0, 0};
 }
 
 // Launches the one-pass kernel when `l` and the pointers allow it; false otherwise.
@@ -108,7 +164,9 @@ bool launch_group_pack(const ScopeLayout& l, const T* x, uint8_t* packed, bool h
       l.group_size > (int64_t{1} << 20) || l.num_qparams == 0 || !aligned16(x) ||
       (reinterpret_cast<uintptr_t>(packed) & 3u) != 0)
     return false;
-  const GroupTeam t = group_team(l.group_size / 8, Codec::kMaxPacksPerLane);
+  constexpr int kMaxPerLane = sizeof(T) == 2 ? Codec::kMaxPacksPerLane16 : Codec::kMaxPacksPerLane;
+  static_assert(kMaxPerLane <= 8, "group_pack_kernel instances go up to 8 packs per lane");
+  const GroupTeam t = group_team(l.group_size / 8, kMaxPerLane);
   if (t.lanes == 0) return false;
   const int gs = static_cast<int>(l.group_size);
   auto go = [&](auto kernel) {
@@ -127,14 +185,19 @@ bool launch_group_pack(const ScopeLayout& l, const T* x, uint8_t* packed, bool h
     const int64_t rounds = (total_rounds + blocks - 1) / blocks;
     blocks = (total_rounds + rounds - 1) / rounds;
     kernel<<<static_cast<unsigned>(blocks), 256, 0, s>>>(
-        x, packed, l.num_qparams, gs, t.lanes, static_cast<int>(rounds), high_first, codec);
+        x, packed, l.num_qparams, gs, t.lanes_log2, static_cast<int>(rounds), high_first, codec);
   };
-  if (t.packs_per_lane == 1)
-    go(group_pack_kernel<T, 1, Codec>);
-  else if (t.packs_per_lane == 2)
-    go(group_pack_kernel<T, 2, Codec>);
-  else
-    go(group_pack_kernel<T, 4, Codec>);
+  // 1 and 2 packs per lane are always full; 3 runs the checked 4-pack kernel, 5..7 the
+  // checked 8-pack one.
+  const int ppl = t.packs_per_lane;
+  if (ppl == 1)
+    go(group_pack_kernel<T, 1, true, Codec>);
+  else if (ppl == 2)
+    go(group_pack_kernel<T, 2, true, Codec>);
+  else if (ppl <= 4)
+    go(ppl == 4 ? group_pack_kernel<T, 4, true, Codec> : group_pack_kernel<T, 4, false, Codec>);
+  else if constexpr (kMaxPerLane > 4)
+    go(ppl == 8 ? group_pack_kernel<T, 8, true, Codec> : group_pack_kernel<T, 8, false, Codec>);
   return true;
 }
 

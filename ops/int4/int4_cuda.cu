@@ -26,12 +26,20 @@ using namespace cuda;
 template <typename M, bool kSymmetric>
 struct Int4Codec {
   static constexpr int kMaxPacksPerLane = 4;
+  static constexpr int kMaxPacksPerLane16 = 8;
   static constexpr bool kPipelined = false;
-  static constexpr int kMinBlocksPerSm = 3;
+  static constexpr bool kPairStats = true;
+  // f32 math: 4 blocks of 256 (at most 64 registers; the full 8-pack kernels would take 80
+  // and leave 3). f64 keeps 3: at 64 registers it spills.
+  static constexpr int kMinBlocksPerSm = std::is_same_v<M, float> ? 4 : 3;
   M* scale;
   uint8_t* zp;
   struct Stats {
     M mn, mx, amax;
+  };
+  struct Params {
+    M inv_scale, zpm;
+    int32_t zp;
   };
   __device__ void setup() {}
   __device__ Stats init() const {
@@ -40,7 +48,11 @@ struct Int4Codec {
   // Branch-free: non-finite values become NaN, which fmin/fmax skip. |v| is taken with
   // fabs, so a -0.0 counts as +0.0 and the absmax is the CPU's.
   __device__ Stats add(Stats s, M v) const {
-    const M w = finite_or_nan(v);
+    M w;
+    if constexpr (std::is_same_v<M, float>)
+      w = finite_or_nan_fma(v);
+    else
+      w = finite_or_nan(v);
     if (!kSymmetric) {
       s.mn = fmin_of(s.mn, w);
       s.mx = fmax_of(s.mx, w);
@@ -48,28 +60,56 @@ struct Int4Codec {
     s.amax = fmax_of(s.amax, fabs(w));
     return s;
   }
+  // The same statistics of a 16-bit type, half-wise on words of two elements (exact, as
+  // min / max are). Both modes fold the finite min and max (two 3-input HMNMX2 per 4
+  // words, where an absmax would need an extra |.| per word); the absmax is then
+  // max(|min|, |max|), or 0 when the lane saw no finite value (min > max).
+  struct Stats2 {
+    uint32_t mn, mx;
+  };
+  template <typename T>
+  __device__ Stats2 init2() const {
+    return {pos_inf2<T>(), neg_inf2<T>()};
+  }
+  template <typename T>
+  __device__ Stats2 add2(Stats2 s, uint32_t w) const {
+    const uint32_t f = finite_or_nan2<T>(w);
+    return {min2<T>(s.mn, f), max2<T>(s.mx, f)};
+  }
+  template <typename T>
+  __device__ Stats fold2(const Stats2& s) const {
+    const float mn = fminf(low_as_float<T>(s.mn), high_as_float<T>(s.mn));
+    const float mx = fmaxf(low_as_float<T>(s.mx), high_as_float<T>(s.mx));
+    return {mn, mx, mn <= mx ? fmaxf(fabsf(mn), fabsf(mx)) : 0.0f};
+  }
   __device__ Stats reduce(Stats s, int team) const {
     if (!kSymmetric) {
       s.mn = team_reduce(s.mn, team, [](M a, M b) { return min_of(a, b); });
       s.mx = team_reduce(s.mx, team, [](M a, M b) { return max_of(a, b); });
+    } else {
+      s.amax = team_reduce(s.amax, team, [](M a, M b) { return max_of(a, b); });
     }
-    s.amax = team_reduce(s.amax, team, [](M a, M b) { return max_of(a, b); });
     return s;
   }
-  __device__ int4::GroupParams<M> params(const Stats& s, int64_t q, bool write) const {
+  __device__ Params params(const Stats& s, int64_t q, bool write) const {
     auto p =
         kSymmetric ? int4::symmetric_params<M>(s.amax) : int4::asymmetric_params<M>(s.mn, s.mx);
     if (write) {
       scale[q] = p.scale;
       zp[q] = static_cast<uint8_t>(p.zero_point);
     }
-    return p;
+    return {p.inv_scale, p.zero_point, static_cast<int32_t>(p.zero_point)};
   }
-  // int4::encode with a select for NaN instead of an early return (same codes).
-  __device__ uint8_t encode(M x, const int4::GroupParams<M>& p) const {
-    const M q = qmath::round_even(x * p.inv_scale) + p.zero_point;
-    const M c = qmath::clamp(q, M(0), M(15));
-    return static_cast<uint8_t>(qmath::is_nan(x) ? p.zero_point : c);
+  // int4::encode: f32 through code_of (same codes, see cuda_rows.cuh: clamp(rint(x * inv) +
+  // zp, 0, 15), NaN -> zp); f64 with a select for NaN instead of an early return.
+  __device__ uint32_t encode(M x, const Params& p) const {
+    if constexpr (std::is_same_v<M, float>) {
+      return static_cast<uint32_t>(code_of(x * p.inv_scale, p.zp, 0, 15));
+    } else {
+      const M q = qmath::round_even(x * p.inv_scale) + p.zpm;
+      const M c = qmath::clamp(q, M(0), M(15));
+      return static_cast<uint32_t>(qmath::is_nan(x) ? p.zpm : c);
+    }
   }
 };
 

@@ -30,7 +30,9 @@ __shared__ uint8_t g_nf4_base[64];
 template <typename M>
 struct Nf4Codec {
   static constexpr int kMaxPacksPerLane = 2;
+  static constexpr int kMaxPacksPerLane16 = 2;
   static constexpr bool kPipelined = true;
+  static constexpr bool kPairStats = false;
   static constexpr int kMinBlocksPerSm = 4;
   M* absmax;
   struct Stats {

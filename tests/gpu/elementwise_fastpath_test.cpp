@@ -142,13 +142,18 @@ TEST(GpuFastPaths, DynamicRangeQuantizeMatchesCpu) {
     Attrs attrs;
   };
   const Attrs token{{"scope", "token"}};
+  // Team shapes (lanes x slots): f32 takes up to 4 packs per lane, the 16-bit types 8.
   const std::vector<Case> cases = {
-      {{64, 4096}, token},  // packs, 128-lane teams, 4 slots
-      {{64, 768}, token},   // packs, 32-lane teams
+      {{64, 4096}, token},  // f32 128 x 4; bf16/f16 64 x 8
+      {{64, 768}, token},   // f32 32 x 3 (slots 4); 16-bit 16 x 6 (slots 8)
+      {{50, 72}, token},    // 9 packs: f32 4 x 3 (slots 4); 16-bit 2 x 5 (slots 8), ragged
       {{33, 129}, token},   // scalar slots
       {{100, 8}, token},    // one lane per row
-      {{4, 16384}, token},  // 512-lane teams
-      {{2, 20000}, token},  // too long for registers: general path
+      {{7, 64}, token},     // f32 2 x 4; 16-bit one lane x 8
+      {{4, 16384}, token},  // f32 512 x 4; 16-bit 256 x 8
+      {{2, 20000}, token},  // f32: too long for registers, general path; 16-bit 512 x 5 (slots 8)
+      {{2, 32768}, token},  // f32 general path; 16-bit 512 x 8, the longest fast row
+      {{2, 32776}, token},  // longer than the 16-bit fast path too
       {{9, 128}, {{"scope", "group"}, {"axis", -1}, {"group_size", 32}}},
       {{9, 100}, {{"scope", "group"}, {"axis", -1}, {"group_size", 32}}},
       {{64, 300}, {{"scope", "channel"}, {"axis", 0}}},
@@ -156,25 +161,50 @@ TEST(GpuFastPaths, DynamicRangeQuantizeMatchesCpu) {
       {{257, 1031}, {}},
   };
   for (const Case& c : cases) {
-    for (DType d : {DType::f32, DType::bf16, DType::f64}) {
-      for (const char* mode : {"symmetric", "affine"}) {
+    for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+      // affine u8 (zp >= 0) and affine i8 (zp may be negative).
+      for (const char* mode : {"symmetric", "affine", "affine signed"}) {
         Attrs a = c.attrs;
-        a.set("mode", std::string(mode));
-        if (std::string(mode) == "affine") {
-          a.set("signed", false);
+        const bool affine = std::string(mode) != "symmetric";
+        a.set("mode", std::string(affine ? "affine" : "symmetric"));
+        if (affine) {
+          a.set("signed", std::string(mode) == "affine signed");
           a.set("narrow_range", false);
         }
+        // Mostly positive data: affine signed zero points are then negative.
         expect_same("dynamic_range_quantize", {data(c.x, d, -2, 5)}, a,
                     shape_str(c.x) + " " + dtype_name(d) + " " + mode);
       }
     }
   }
-  // Rows of zeros (signed and unsigned) and rows without finite values.
-  std::vector<double> v(4 * 16, 0.0);
-  for (int i = 16; i < 32; i += 2) v[i] = -0.0;
-  for (int i = 32; i < 48; ++i) v[i] = std::nan("");
-  for (int i = 48; i < 64; ++i) v[i] = i % 2 ? std::numeric_limits<double>::infinity() : -0.0;
-  expect_same("dynamic_range_quantize", {Tensor::from_doubles({4, 16}, v)}, token, "zero rows");
+  // Rows of zeros (signed and unsigned) and rows without finite values, 16, 64 and 4096
+  // long (16-bit types: one lane x 2 and x 8 slots, 64 lanes x 8), rows where only some
+  // lanes of the team see a finite value (the others fold +inf / -inf), a row of f16
+  // subnormals (a flush to zero in the half-wise range would give scale 1) and one of
+  // f32 / bf16 subnormals below a normal maximum (a flush would change the affine scale).
+  for (int64_t len : {16, 64, 4096}) {
+    std::vector<double> v(static_cast<size_t>(8 * len), 0.0);
+    const double inf = std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < len; ++i) {
+      v[len + i] = i % 2 ? -0.0 : 0.0;
+      v[2 * len + i] = std::nan("");
+      v[3 * len + i] = i % 3 == 0 ? inf : (i % 3 == 1 ? -inf : -std::nan(""));
+      v[4 * len + i] = i == len / 2 ? -0.75 : (i % 2 ? inf : std::nan(""));
+      v[5 * len + i] = i == 0 ? 3.5 : (i == len - 1 ? -1e-3 : -inf);
+      v[6 * len + i] = 3e-6 * static_cast<double>(i % 5 - 2);  // f16 subnormals
+      // f32 / bf16 subnormal minimum: the affine scale (1e-35 + 1e-39 * k) / 255 sees it.
+      v[7 * len + i] = i == len - 1 ? 1e-35 : -1e-39 * static_cast<double>(1 + i % 3);
+    }
+    for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+      Tensor x = Tensor::from_doubles({8, len}, v, d);
+      const std::string what = "special rows " + std::to_string(len) + " " + dtype_name(d);
+      expect_same("dynamic_range_quantize", {x}, token, what);
+      Attrs affine = token;
+      affine.set("mode", std::string("affine"));
+      affine.set("narrow_range", false);
+      expect_same("dynamic_range_quantize", {x}, affine, what + " affine");
+    }
+  }
 }
 
 TEST(GpuFastPaths, Int4AndNf4PackMatchCpu) {
@@ -183,13 +213,15 @@ TEST(GpuFastPaths, Int4AndNf4PackMatchCpu) {
     Shape x;
     int64_t group;
   };
-  // INT4 team shapes: 128 -> 4 lanes x 4 packs, 64 -> 2 x 4, 8 -> 1 x 1, 96 -> 4 x 3,
-  // 1024 -> 32 x 4; 40 (5 packs) and 101-long rows take the general path.
+  // INT4 team shapes, f32 (up to 4 packs per lane) / 16-bit (up to 8): 128 -> 4 x 4 /
+  // 2 x 8, 64 -> 2 x 4 / 1 x 8, 8 -> 1 x 1, 96 -> 4 x 3 / 2 x 6, 1024 -> 32 x 4 / 16 x 8;
+  // 40 (5 packs) and 56 (7): general path / 1 x 5, 1 x 7; 72 (9 packs) and 101-long rows
+  // take the general path. NF4 takes up to 2 packs per lane for every type.
   const std::vector<Case> cases = {{{33, 256}, 128}, {{16, 256}, 64},   {{5, 64}, 8},
                                    {{5, 192}, 96},   {{3, 2048}, 1024}, {{4, 80}, 40},
-                                   {{7, 101}, 32}};
+                                   {{6, 112}, 56},   {{3, 144}, 72},    {{7, 101}, 32}};
   for (const Case& c : cases) {
-    for (DType d : {DType::f32, DType::bf16, DType::f64}) {
+    for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
       for (const char* order : {"low_first", "high_first"}) {
         Tensor x = data(c.x, d, -1, 4);
         std::string what =
@@ -211,6 +243,34 @@ TEST(GpuFastPaths, Int4AndNf4PackMatchCpu) {
   Tensor x = Tensor::from_doubles({2, 64}, v);
   expect_same("int4_quantize_pack", {x}, {{"group_size", 64}}, "zero group");
   expect_same("nf4_quantize_pack", {x}, {{"group_size", 64}}, "zero group");
+  // 128-long groups of 16-bit types (2 lanes x 8 packs): signed zeros, no finite value,
+  // one finite value (the other lane folds nothing: min +inf, max -inf, absmax 0), NaN and
+  // +/-Inf around a small range, f16 subnormals, f32 / bf16 subnormals below a normal max.
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> g(7 * 128, 0.0);
+  for (int i = 0; i < 128; ++i) {
+    g[i] = i % 2 ? -0.0 : 0.0;
+    g[128 + i] = i % 3 == 0 ? inf : (i % 3 == 1 ? -inf : std::nan(""));
+    g[256 + i] = i == 5 ? -2.5 : (i % 2 ? -inf : std::nan(""));
+    g[384 + i] = i == 77 ? 0.25 : inf;
+    g[512 + i] = i % 7 == 0 ? (i % 2 ? inf : -std::nan("")) : 0.001 * (i - 64);
+    g[640 + i] = 3e-6 * static_cast<double>(i % 5 - 2);                       // f16 subnormals
+    g[768 + i] = i == 127 ? 1e-35 : -1e-39 * static_cast<double>(1 + i % 3);  // f32 / bf16
+  }
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    Tensor gx = Tensor::from_doubles({7, 128}, g, d);
+    for (const char* order : {"low_first", "high_first"}) {
+      for (const char* mode : {"symmetric", "asymmetric"})
+        expect_same("int4_quantize_pack", {gx},
+                    {{"group_size", 128},
+                     {"nibble_order", std::string(order)},
+                     {"mode", std::string(mode)}},
+                    std::string("special groups ") + dtype_name(d) + " " + order + " " + mode);
+      expect_same("nf4_quantize_pack", {gx},
+                  {{"group_size", 128}, {"nibble_order", std::string(order)}},
+                  std::string("special groups ") + dtype_name(d) + " " + order);
+    }
+  }
 }
 
 }  // namespace
