@@ -1,9 +1,9 @@
 // The parallel dense CPU kernels give the same bytes with 1, 2, 3 and 8 threads: element-wise
 // maps (with broadcasting), optimizer steps, matmul / batched_matmul (row blocks of fixed
 // size) and conv2d's forward and dx (one image per task), dw (fixed blocks of images) and
-// the bias gradient (chunks of channels). The blocked GEMM must also equal
-// one Eigen product of the whole matrices, which is what the kernels computed before they
-// were parallel.
+// the bias gradient (chunks of channels), and batch norm (chunks of channels). The blocked GEMM
+// must also equal one Eigen product of the whole matrices, which is what the kernels computed
+// before they were parallel.
 #include <Eigen/Core>
 
 #include "tests/threads/thread_test_util.h"
@@ -136,6 +136,28 @@ TEST(DenseThreads, Conv2dForwardAndBackward) {
       c.steps = 1;
       expect_same_for_every_thread_count(c);
     }
+}
+
+// Batch norm forward (batch statistics, running statistics updated) and backward: chunks of
+// whole channels (3 of the 37 channels here); 3 steps, so the running statistics feed back.
+TEST(DenseThreads, BatchNormForwardAndBackward) {
+  Case c;
+  c.label = "batch_norm";
+  const Shape xs{6, 37, 29, 31}, cs{37};
+  c.feeds = {{"x", data(xs, DType::f32, 17, 2.0, false)},
+             {"dy", data(xs, DType::f32, 18, 1.0, false)}};
+  c.build = [=](Graph& g) {
+    ValueId x = g.input("x", {DType::f32, xs}), dy = g.input("dy", {DType::f32, xs});
+    ValueId gamma = g.parameter("gamma", data(cs, DType::f32, 19, 1.0, false));
+    ValueId beta = g.parameter("beta", data(cs, DType::f32, 20, 1.0, false));
+    ValueId rm = g.parameter("rm", data(cs, DType::f32, 21, 1.0, false));
+    ValueId rv =
+        g.parameter("rv", Tensor::from_doubles(cs, std::vector<double>(37, 1.5), DType::f32));
+    auto out = g.apply("batch_norm", {x, gamma, beta, rm, rv}, {{"momentum", 0.1}}, "bn");
+    g.apply("batch_norm_backward", {dy, x, gamma, out[1], out[2], out[3]});
+  };
+  c.steps = 3;
+  expect_same_for_every_thread_count(c);
 }
 
 }  // namespace
