@@ -10,6 +10,7 @@
 // its case labels so bench/compare_steps.py can join them. `--small` shrinks every shape
 // (a CPU smoke run for CI).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -114,12 +115,53 @@ double time_step(StepGraph& s, Device device, int reps, int* kernels) {
   return us;
 }
 
+// Prints per-op times (ms per step, and nodes per step), largest first.
+void print_profile(const std::map<std::string, std::pair<double, int>>& per_op, int runs,
+                   const char* what) {
+  double total = 0;
+  for (const auto& [op, t] : per_op) total += t.first;
+  std::vector<std::pair<std::string, std::pair<double, int>>> rows(per_op.begin(), per_op.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::printf("  profile (executor runs, %.3f ms per step %s):\n", total, what);
+  for (size_t i = 0; i < rows.size() && i < 12; ++i)
+    std::printf("    %-32s %8.3f ms %5.1f%%  (%d nodes)\n", rows[i].first.c_str(),
+                rows[i].second.first, 100 * rows[i].second.first / total,
+                rows[i].second.second / runs);
+}
+
+// Where one step's CPU time goes, per op: the executor runs nodes one after the other on the
+// calling thread (their kernels on the thread pool), so the wall time between the end of one
+// node and the end of the next is that node's.
+void profile_step_cpu(StepGraph& s, Device device, int runs) {
+  Executor exec(s.graph, device);
+  exec.run(s.feeds, {s.loss}, s.updates);  // warm-up: allocations
+  using Clock = std::chrono::steady_clock;
+  std::map<std::string, std::pair<double, int>> per_op;
+  Clock::time_point last;
+  exec.on_node = [&](const Node& n, const std::vector<Tensor>&) {
+    const Clock::time_point now = Clock::now();
+    auto& [ms, count] = per_op[n.op->name];
+    ms += std::chrono::duration<double, std::milli>(now - last).count() / runs;
+    count += 1;
+    last = now;
+  };
+  for (int r = 0; r < runs; ++r) {
+    last = Clock::now();
+    exec.run(s.feeds, {s.loss}, s.updates);
+  }
+  print_profile(per_op, runs, "on the host");
+}
+
 // Where one step's GPU time goes, per op: a CUDA event after every node of `runs` executor
 // runs (the executor enqueues ahead of the GPU, so the gaps between events are kernel time),
 // summed per op and printed largest first.
 void profile_step(StepGraph& s, Device device, int runs) {
+  if (device.is_cpu()) {
+    profile_step_cpu(s, device, runs);
+    return;
+  }
 #ifdef QG_WITH_CUDA
-  if (device.is_cpu()) return;
   Executor::Feeds feeds;
   for (auto& [name, t] : s.feeds) feeds[name] = t.to(device);
   Executor exec(s.graph, device);
@@ -135,25 +177,15 @@ void profile_step(StepGraph& s, Device device, int runs) {
   for (int r = 0; r < runs; ++r) exec.run(feeds, {s.loss}, s.updates);
   QG_CUDA_CHECK("steps", cudaStreamSynchronize(stream));
   std::map<std::string, std::pair<double, int>> per_op;
-  double total = 0;
   for (size_t i = 1; i < marks.size(); ++i) {
     float ms = 0;
     QG_CUDA_CHECK("steps", cudaEventElapsedTime(&ms, marks[i - 1].second, marks[i].second));
     auto& [t, count] = per_op[marks[i].first];
     t += ms / runs;
     count += 1;
-    total += ms / runs;
   }
   for (auto& m : marks) cudaEventDestroy(m.second);
-  std::vector<std::pair<std::string, std::pair<double, int>>> rows(per_op.begin(), per_op.end());
-  std::sort(rows.begin(), rows.end(),
-            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  std::printf("  profile (executor runs, %.3f ms per step between the first and last node):\n",
-              total);
-  for (size_t i = 0; i < rows.size() && i < 12; ++i)
-    std::printf("    %-32s %8.3f ms %5.1f%%  (%d nodes)\n", rows[i].first.c_str(),
-                rows[i].second.first, 100 * rows[i].second.first / total,
-                rows[i].second.second / runs);
+  print_profile(per_op, runs, "between the first and last node");
 #else
   (void)s, (void)device, (void)runs;
 #endif
@@ -172,7 +204,8 @@ void add_steps_command(CLI::App& app) {
   cmd->add_option("--reps", o->reps, "Timed steps (median reported)")->check(CLI::Range(1, 10000));
   cmd->add_flag("--small", o->small, "Tiny shapes (a smoke run)");
   cmd->add_option("--json", o->json, "Write the rows as JSON");
-  cmd->add_flag("--profile", o->profile, "Also print each step's GPU time per op");
+  cmd->add_flag("--profile", o->profile,
+                "Also print each step's time per op (GPU time, or host wall time on the CPU)");
   cmd->add_flag("--tf32", o->tf32,
                 "Also time each step with TF32 GEMMs and convolutions (rows labelled tf32)");
   cmd->callback([o] {

@@ -4,7 +4,8 @@
 //   dx        col  = W_g^T * dy_g, then col2im adds each column entry back to its pixel
 //   dw        dW_g += dy_g [O/g, P] * col^T [P, K]
 // The GEMMs are Eigen products on row-major maps of the tensors' own memory. The forward and
-// dx run one image per task on the thread pool; dw (a sum over images) stays sequential.
+// dx run one image per task on the thread pool, dw one fixed block of images per task (its
+// sums then added in block order), the bias gradient chunks of channels.
 #include "ops/conv/conv_cpu.h"
 #include "ops/common/dispatch_f32_f64.h"
 
@@ -139,42 +140,74 @@ void backward_input(const ConvGeometry& g, const Tensor& dy, const Tensor& w, Te
       gemm_work);
 }
 
+// dw sums over images. Images go in fixed blocks of kImagesPerBlock: each block sums its
+// images in order into its own buffer (the first into dw itself), on the thread pool, then
+// the blocks' sums are added to dw in block order. The blocks depend on the batch alone, so
+// the bytes do not depend on the thread count; a batch of one block gives exactly the
+// single-threaded loop's bytes.
+constexpr int64_t kImagesPerBlock = 8;
+
 template <typename T>
 void backward_weight(const ConvGeometry& g, const Tensor& dy, const Tensor& x, Tensor& dw) {
   const int64_t cg = g.c_per_group(), og = g.o_per_group(), k = g.col_rows(), p = g.col_cols();
-  std::vector<T> col(static_cast<size_t>(k * p));
+  const int64_t gemm_work = g.n * g.groups * og * k * p / 16;  // element-equivalents
+  const int64_t blocks = num_chunks(g.n, kImagesPerBlock), size = dw.numel();
+  if (blocks == 0) {  // no images: dw = 0
+    std::fill(dw.data<T>(), dw.data<T>() + size, T(0));
+    return;
+  }
+  std::vector<T> partial(static_cast<size_t>((blocks - 1) * size));
   const T* dyp = dy.data<T>();
   const T* xp = x.data<T>();
+  parallel_chunks(
+      blocks,
+      [&](int64_t blk) {
+        T* acc = blk == 0 ? dw.data<T>() : partial.data() + (blk - 1) * size;
+        std::fill(acc, acc + size, T(0));
+        T* col = col_buffer<T>(k * p);
+        const int64_t end = std::min(g.n, (blk + 1) * kImagesPerBlock);
+        for (int64_t n = blk * kImagesPerBlock; n < end; ++n) {
+          for (int64_t grp = 0; grp < g.groups; ++grp) {
+            im2col(g, xp + (n * g.c + grp * cg) * g.h * g.w, col);
+            MapConstMat<T> cm(col, k, p);
+            MapConstMat<T> dyg(dyp + (n * g.o + grp * og) * p, og, p);
+            MapMat<T> dwg(acc + grp * og * k, og, k);
+            dwg.noalias() += dyg * cm.transpose();
+          }
+        }
+      },
+      gemm_work);
   T* dwp = dw.data<T>();
-  std::fill(dwp, dwp + dw.numel(), T(0));
-  for (int64_t n = 0; n < g.n; ++n) {
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      im2col(g, xp + (n * g.c + grp * cg) * g.h * g.w, col.data());
-      MapConstMat<T> cm(col.data(), k, p);
-      MapConstMat<T> dyg(dyp + (n * g.o + grp * og) * p, og, p);
-      MapMat<T> dwg(dwp + grp * og * k, og, k);
-      dwg.noalias() += dyg * cm.transpose();
-    }
+  for (int64_t blk = 1; blk < blocks; ++blk) {
+    const T* part = partial.data() + (blk - 1) * size;
+    for (int64_t i = 0; i < size; ++i) dwp[i] += part[i];
   }
 }
 
 // db[o] = sum over n, h, w of dy[n, o, h, w], accumulated in the element type per image
-// plane (f64 for f64) in plane order.
+// plane (f64 for f64) in plane order; channels are independent, so they run on the thread
+// pool in chunks, each channel summed as on one thread.
 template <typename T>
 void backward_bias(const Tensor& dy, Tensor& db) {
   const int64_t n = dy.size(0), o = dy.size(1), p = dy.size(2) * dy.size(3);
   const T* dyp = dy.data<T>();
   T* dbp = db.data<T>();
-  for (int64_t oc = 0; oc < o; ++oc) {
-    T total = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const T* plane = dyp + (i * o + oc) * p;
-      T s = 0;
-      for (int64_t j = 0; j < p; ++j) s += plane[j];
-      total += s;
-    }
-    dbp[oc] = total;
-  }
+  const int64_t grain = std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n * p));
+  parallel_for(
+      o, grain,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t oc = begin; oc < end; ++oc) {
+          T total = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const T* plane = dyp + (i * o + oc) * p;
+            T s = 0;
+            for (int64_t j = 0; j < p; ++j) s += plane[j];
+            total += s;
+          }
+          dbp[oc] = total;
+        }
+      },
+      dy.numel());
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // The parallel dense CPU kernels give the same bytes with 1, 2, 3 and 8 threads: element-wise
 // maps (with broadcasting), optimizer steps, matmul / batched_matmul (row blocks of fixed
-// size) and conv2d's forward and dx (one image per task). The blocked GEMM must also equal
-// one Eigen product of the whole matrices, which is what the kernels computed before they
-// were parallel.
+// size) and conv2d's forward and dx (one image per task), dw (fixed blocks of images) and
+// the bias gradient (chunks of channels), and batch norm (chunks of channels). The blocked GEMM
+// must also equal one Eigen product of the whole matrices, which is what the kernels computed
+// before they were parallel.
 #include <Eigen/Core>
 
 #include "tests/threads/thread_test_util.h"
@@ -107,30 +108,56 @@ TEST(DenseThreads, BlockedMatmulEqualsOneEigenProduct) {
   }
 }
 
+// Batches of 9 and 17 images: dw sums two and three fixed blocks of 8 images.
 TEST(DenseThreads, Conv2dForwardAndBackward) {
-  for (int64_t groups : {1, 5}) {
-    Case c;
-    c.label = "conv2d groups " + std::to_string(groups);
-    const Shape xs{9, 5, 23, 21}, ws{10, 5 / groups, 3, 3}, ys{9, 10, 12, 11};
-    c.feeds = {{"x", data(xs, DType::f32, 13, 1.0, false)},
-               {"w", data(ws, DType::f32, 14, 1.0, false)},
-               {"b", data({10}, DType::f32, 15, 1.0, false)},
-               {"dy", data(ys, DType::f32, 16, 1.0, false)}};
-    c.build = [=](Graph& g) {
-      const Attrs a{{"stride", Shape{2, 2}}, {"padding", Shape{1, 1}}, {"groups", groups}};
-      ValueId x = g.input("x", {DType::f32, xs}), w = g.input("w", {DType::f32, ws});
-      ValueId dy = g.input("dy", {DType::f32, ys});
-      g.apply1("conv2d", {x, w, g.input("b", {DType::f32, {10}})}, a);
-      Attrs bi = a;
-      bi.set("input_shape", xs);
-      g.apply1("conv2d_backward_input", {dy, w}, bi);
-      Attrs bw = a;
-      bw.set("weight_shape", ws);
-      g.apply1("conv2d_backward_weight", {dy, x}, bw);
-    };
-    c.steps = 1;
-    expect_same_for_every_thread_count(c);
-  }
+  for (int64_t batch : {9, 17})
+    for (int64_t groups : {1, 5}) {
+      if (batch == 17 && groups == 5) continue;
+      Case c;
+      c.label = "conv2d batch " + std::to_string(batch) + " groups " + std::to_string(groups);
+      const Shape xs{batch, 5, 23, 21}, ws{10, 5 / groups, 3, 3}, ys{batch, 10, 12, 11};
+      c.feeds = {{"x", data(xs, DType::f32, 13, 1.0, false)},
+                 {"w", data(ws, DType::f32, 14, 1.0, false)},
+                 {"b", data({10}, DType::f32, 15, 1.0, false)},
+                 {"dy", data(ys, DType::f32, 16, 1.0, false)}};
+      c.build = [=](Graph& g) {
+        const Attrs a{{"stride", Shape{2, 2}}, {"padding", Shape{1, 1}}, {"groups", groups}};
+        ValueId x = g.input("x", {DType::f32, xs}), w = g.input("w", {DType::f32, ws});
+        ValueId dy = g.input("dy", {DType::f32, ys});
+        g.apply1("conv2d", {x, w, g.input("b", {DType::f32, {10}})}, a);
+        Attrs bi = a;
+        bi.set("input_shape", xs);
+        g.apply1("conv2d_backward_input", {dy, w}, bi);
+        Attrs bw = a;
+        bw.set("weight_shape", ws);
+        g.apply1("conv2d_backward_weight", {dy, x}, bw);
+        g.apply1("conv2d_backward_bias", {dy});
+      };
+      c.steps = 1;
+      expect_same_for_every_thread_count(c);
+    }
+}
+
+// Batch norm forward (batch statistics, running statistics updated) and backward: chunks of
+// whole channels (3 of the 37 channels here); 3 steps, so the running statistics feed back.
+TEST(DenseThreads, BatchNormForwardAndBackward) {
+  Case c;
+  c.label = "batch_norm";
+  const Shape xs{6, 37, 29, 31}, cs{37};
+  c.feeds = {{"x", data(xs, DType::f32, 17, 2.0, false)},
+             {"dy", data(xs, DType::f32, 18, 1.0, false)}};
+  c.build = [=](Graph& g) {
+    ValueId x = g.input("x", {DType::f32, xs}), dy = g.input("dy", {DType::f32, xs});
+    ValueId gamma = g.parameter("gamma", data(cs, DType::f32, 19, 1.0, false));
+    ValueId beta = g.parameter("beta", data(cs, DType::f32, 20, 1.0, false));
+    ValueId rm = g.parameter("rm", data(cs, DType::f32, 21, 1.0, false));
+    ValueId rv =
+        g.parameter("rv", Tensor::from_doubles(cs, std::vector<double>(37, 1.5), DType::f32));
+    auto out = g.apply("batch_norm", {x, gamma, beta, rm, rv}, {{"momentum", 0.1}}, "bn");
+    g.apply("batch_norm_backward", {dy, x, gamma, out[1], out[2], out[3]});
+  };
+  c.steps = 3;
+  expect_same_for_every_thread_count(c);
 }
 
 }  // namespace
