@@ -3,7 +3,7 @@
 // registers, reduced, every thread computes the qparams (one thread also writes the state),
 // and the row is quantized from registers. One pass over x, one launch, no host sync.
 #include "core/graph.h"
-#include "ops/fused/fused_cuda_common.cuh"
+#include "ops/fused/fused_fast_cuda.cuh"
 
 namespace qg::cuda::fused {
 namespace {
@@ -27,22 +27,31 @@ __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kRowPacks],
                                              uint32_t* mask, int64_t row, int64_t packs_per_row,
                                              const Running& state, const Flags& flags,
                                              const FusedArgs& a, Reduce reduce) {
+  // The raw-bit statistics; a thread that holds a NaN or an infinity redoes them exactly
+  // and quantizes on the exact path.
+  RawMinMax raw = raw_identity<T>();
+#pragma unroll
+  for (int u = 0; u < kRowPacks; ++u)
+    if (lane + int64_t{u} * kLanes < packs_per_row) raw_add(raw, cur[u]);
+  const bool clean = raw_clean<T>(raw);
   MinMax m = minmax_identity();
+  if (clean) {
+    m = raw_minmax<T>(raw);
+  } else {
 #pragma unroll
-  for (int u = 0; u < kRowPacks; ++u) {
-    if (lane + int64_t{u} * kLanes < packs_per_row)
-#pragma unroll
-      for (int e = 0; e < N; ++e) minmax_add(m, to_math(cur[u].v[e]));
+    for (int u = 0; u < kRowPacks; ++u)
+      if (lane + int64_t{u} * kLanes < packs_per_row) exact_add(m, cur[u]);
   }
   MinMax b = finish(reduce(m));
   UniformQP qp{update_and_qparams(a, flags, row, state, b, packs_per_row > 0, lane == 0)};
+  const bool fast = clean && qps_fast<kCodes>(qp) && range_fast(a.qmin, a.qmax);
 #pragma unroll
   for (int u = 0; u < kRowPacks; ++u) {
     int64_t j = lane + int64_t{u} * kLanes;
     bool active = j < packs_per_row;
     uint32_t bits = 0;
     if (active)
-      bits = quantize_store<kCodes>(cur[u], y, row * packs_per_row + j, qp, a.qmin, a.qmax);
+      bits = quantize_pack<kCodes>(fast, cur[u], y, row * packs_per_row + j, qp, a.qmin, a.qmax);
     if (__any_sync(0xffffffffu, active))
       store_mask_bits<N>(mask, row * packs_per_row + j, bits, active);
   }
