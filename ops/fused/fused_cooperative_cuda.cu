@@ -29,6 +29,8 @@ constexpr int kUnroll = 4;  // streamed packs in flight per thread
 // 24 warps keep enough loads in flight. Four blocks (a 64-register cap) spilled and measured
 // slower on an H100: per-tensor f32[2048, 2048] 21.9 vs 20.7 us, last axis 38.4 vs 27.4 us.
 constexpr int kBlocksPerSm = 3;
+// Packs a launch may have: pack indices, up to packs plus a few grid strides, stay in int.
+constexpr int64_t kMaxPacks = int64_t{1} << 30;
 
 // Per tensor: one (min, max) per thread, one partial per block, every block folds them all.
 // The thread's statistics are raw-bit ones while its elements are finite (settle() redoes
@@ -236,7 +238,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   P* cache = reinterpret_cast<P*>(smem_raw);  // smem_packs packs per thread, thread-interleaved
   const P* xp = reinterpret_cast<const P*>(x);
-  const int64_t tid = global_thread(), stride = global_stride();
+  // 32-bit pack indices (the launch requires packs < kMaxPacks, so no index overflows).
+  const int tid = static_cast<int>(global_thread()), stride = static_cast<int>(global_stride());
+  const int np = static_cast<int>(packs);
   Stats stats;
   stats.begin(a, scratch);
   // 1. Statistics: register packs, then shared-memory packs, then the streamed rest. (Copying
@@ -247,8 +251,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   P regs[kCached];
 #pragma unroll
   for (int u = 0; u < kCached; ++u) {
-    int64_t j = tid + u * stride;
-    if (j < packs) {
+    int j = tid + u * stride;
+    if (j < np) {
       regs[u] = xp[j];
       stats.add(regs[u]);
     }
@@ -257,27 +261,27 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     P v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      int64_t j = tid + (kCached + s0 + u) * stride;
-      if (s0 + u < smem_packs && j < packs) v[u] = xp[j];
+      int j = tid + (kCached + s0 + u) * stride;
+      if (s0 + u < smem_packs && j < np) v[u] = xp[j];
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      int64_t j = tid + (kCached + s0 + u) * stride;
-      if (s0 + u < smem_packs && j < packs) {
+      int j = tid + (kCached + s0 + u) * stride;
+      if (s0 + u < smem_packs && j < np) {
         cache[(s0 + u) * blockDim.x + threadIdx.x] = v[u];
         stats.add(v[u]);
       }
     }
   }
-  const int64_t streamed_end = tid + (kCached + int64_t{smem_packs}) * stride;
-  for (int64_t j0 = streamed_end; j0 < packs; j0 += kUnroll * stride) {
+  const int streamed_end = tid + (kCached + smem_packs) * stride;
+  for (int j0 = streamed_end; j0 < np; j0 += kUnroll * stride) {
     P v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (j0 + u * stride < packs) v[u] = xp[j0 + u * stride];
+      if (j0 + u * stride < np) v[u] = xp[j0 + u * stride];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (j0 + u * stride < packs) stats.add(v[u]);
+      if (j0 + u * stride < np) stats.add(v[u]);
   }
   // 2. The grid meets, and every thread gets the qparams of its elements.
   stats.settle(xp, packs);
@@ -287,16 +291,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   //    in L2), then shared memory, then registers; outputs are stored evict-first, so they do
   //    not push the x still to be re-read out of L2. (Registers first, with plain stores,
   //    wrote ~36 MB before the re-read began and evicted most of it.)
-  if (streamed_end < packs) {
-    int64_t last = streamed_end + (packs - 1 - streamed_end) / stride * stride;
-    for (int64_t j0 = last; j0 >= streamed_end; j0 -= kUnroll * stride) {
+  if (streamed_end < np) {
+    int last = streamed_end + (np - 1 - streamed_end) / stride * stride;
+    for (int j0 = last; j0 >= streamed_end; j0 -= kUnroll * stride) {
       P v[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         if (j0 - u * stride >= streamed_end) v[u] = xp[j0 - u * stride];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        int64_t j = j0 - u * stride;
+        int j = j0 - u * stride;
         if (j < streamed_end) break;  // uniform across the warp: whole warps share j0
         uint32_t bits = quantize_pack<kCodes, true>(fast, v[u], y, j, qps, a.qmin, a.qmax);
         store_mask_bits<N>(mask, j, bits, true);
@@ -304,16 +308,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     }
   }
   for (int sp = 0; sp < smem_packs; ++sp) {
-    int64_t j = tid + (kCached + sp) * stride;
-    if (j >= packs) break;  // uniform per warp
+    int j = tid + (kCached + sp) * stride;
+    if (j >= np) break;  // uniform per warp
     uint32_t bits = quantize_pack<kCodes, true>(fast, cache[sp * blockDim.x + threadIdx.x], y, j,
                                                 qps, a.qmin, a.qmax);
     store_mask_bits<N>(mask, j, bits, true);
   }
 #pragma unroll
   for (int u = 0; u < kCached; ++u) {
-    int64_t j = tid + u * stride;
-    bool active = j < packs;
+    int j = tid + u * stride;
+    bool active = j < np;
     uint32_t bits = 0;
     if (active) bits = quantize_pack<kCodes, true>(fast, regs[u], y, j, qps, a.qmin, a.qmax);
     if (__any_sync(0xffffffffu, active)) store_mask_bits<N>(mask, j, bits, active);
@@ -429,7 +433,7 @@ bool launch_fused_tensor(KernelContext& ctx, const FusedArgs& a, bool codes) {
     using T = typename decltype(type_tag)::type;
     constexpr int N = kVec<T>;
     const int64_t n = x.numel();
-    if (n == 0 || n % (32 * N) != 0) return false;
+    if (n == 0 || n % (32 * N) != 0 || n / N >= kMaxPacks) return false;
     const int64_t packs = n / N;
     using Coop = Cooperative<decltype(codes_tag)::value, T, TensorStats<T>>;
     int smem_packs = 0;
@@ -450,7 +454,7 @@ bool launch_fused_columns(KernelContext& ctx, const FusedArgs& a, bool codes, in
     using T = typename decltype(type_tag)::type;
     constexpr int N = kVec<T>;
     const int64_t n = x.numel();
-    if (n == 0 || n % (32 * N) != 0 || columns % N != 0) return false;
+    if (n == 0 || n % (32 * N) != 0 || n / N >= kMaxPacks || columns % N != 0) return false;
     const int64_t packs = n / N, row_packs = columns / N;
     using Coop = Cooperative<decltype(codes_tag)::value, T, ColumnStats<T>>;
     typename Coop::RowPlan p;
@@ -471,7 +475,7 @@ bool launch_fused_middle(KernelContext& ctx, const FusedArgs& a, bool codes, int
     using T = typename decltype(type_tag)::type;
     constexpr int N = kVec<T>;
     const int64_t n = x.numel();
-    if (n == 0 || n % (32 * N) != 0 || inner % N != 0) return false;
+    if (n == 0 || n % (32 * N) != 0 || n / N >= kMaxPacks || inner % N != 0) return false;
     const int64_t packs = n / N, channel_packs = inner / N, row_packs = channels * channel_packs;
     using Coop = Cooperative<decltype(codes_tag)::value, T, MiddleStats<T>>;
     typename Coop::RowPlan p;

@@ -45,15 +45,19 @@ __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kRowPacks],
   MinMax b = finish(reduce(m));
   UniformQP qp{update_and_qparams(a, flags, row, state, b, packs_per_row > 0, lane == 0)};
   const bool fast = clean && qps_fast<kCodes>(qp) && range_fast(a.qmin, a.qmax);
+  // The row's outputs, indexed from the row start in 32 bits (a row is at most
+  // kThreads * kRowPacks packs and a whole number of mask words).
+  const int64_t first = row * packs_per_row;
+  void* yr = static_cast<char*>(y) + first * (kCodes ? N : int64_t{sizeof(Pack<T, N>)});
+  uint32_t* mr = mask + first * N / 32;
+  const int ppr = static_cast<int>(packs_per_row);
 #pragma unroll
   for (int u = 0; u < kRowPacks; ++u) {
-    int64_t j = lane + int64_t{u} * kLanes;
-    bool active = j < packs_per_row;
+    const int j = lane + u * kLanes;
+    bool active = j < ppr;
     uint32_t bits = 0;
-    if (active)
-      bits = quantize_pack<kCodes>(fast, cur[u], y, row * packs_per_row + j, qp, a.qmin, a.qmax);
-    if (__any_sync(0xffffffffu, active))
-      store_mask_bits<N>(mask, row * packs_per_row + j, bits, active);
+    if (active) bits = quantize_pack<kCodes>(fast, cur[u], yr, j, qp, a.qmin, a.qmax);
+    if (__any_sync(0xffffffffu, active)) store_mask_bits<N>(mr, j, bits, active);
   }
 }
 
