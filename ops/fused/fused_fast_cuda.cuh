@@ -113,16 +113,37 @@ __device__ __forceinline__ MinMax raw_lane(unsigned smax, unsigned umax, unsigne
   return m;
 }
 
-// The statistics of a clean RawMinMax (both lanes for 16-bit types).
+// The statistics of a clean RawMinMax. For 16-bit types the two lanes are first folded with
+// the same integer min/max (each lane against its half-swapped copy), so one lane is
+// converted.
 template <typename T>
 __device__ __forceinline__ MinMax raw_minmax(const RawMinMax& r) {
   if constexpr (kHalfLanes<T>) {
-    const MinMax lo = raw_lane<T>(r.smax & 0xffffu, r.umax & 0xffffu, r.umin & 0xffffu);
-    const MinMax hi = raw_lane<T>(r.smax >> 16, r.umax >> 16, r.umin >> 16);
-    return combine(lo, hi);
+    auto swap = [](unsigned v) { return __byte_perm(v, 0u, 0x1032); };
+    return raw_lane<T>(__vmaxs2(r.smax, swap(r.smax)) & 0xffffu,
+                       __vmaxu2(r.umax, swap(r.umax)) & 0xffffu,
+                       __vminu2(r.umin, swap(r.umin)) & 0xffffu);
   } else {
     return raw_lane<T>(r.smax, r.umax, r.umin);
   }
+}
+
+// Combines RawMinMax across `lanes` consecutive lanes (a power of two <= 32, xor shuffles:
+// every lane gets the result); every lane of the warp must call it.
+template <typename T>
+__device__ __forceinline__ RawMinMax raw_lanes_reduce(RawMinMax r, int lanes) {
+  for (int off = lanes / 2; off > 0; off >>= 1) {
+    const unsigned s = __shfl_xor_sync(0xffffffffu, r.smax, off);
+    const unsigned hi = __shfl_xor_sync(0xffffffffu, r.umax, off);
+    const unsigned lo = __shfl_xor_sync(0xffffffffu, r.umin, off);
+    if constexpr (kHalfLanes<T>) {
+      r = {__vmaxs2(r.smax, s), __vmaxu2(r.umax, hi), __vminu2(r.umin, lo)};
+    } else {
+      r = {static_cast<unsigned>(max(static_cast<int>(r.smax), static_cast<int>(s))),
+           max(r.umax, hi), min(r.umin, lo)};
+    }
+  }
+  return r;
 }
 
 // Exact statistics of one pack (the slow path).

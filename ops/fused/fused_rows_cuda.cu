@@ -27,8 +27,8 @@ __device__ __forceinline__ void load_row(const Pack<T, N>* xr, int packs,
 }
 
 // Reduces, updates and quantizes one row held in registers by the block (kLanes threads) or
-// by a warp (32 lanes); `resolve` turns the lanes' statistics into the row's qparams (the
-// reduction and the observer update).
+// by a warp (32 lanes); `resolve` turns the warps' statistics into the row's qparams (the
+// block reduction and the observer update).
 template <bool kCodes, int kLanes, typename T, int N, typename Resolve>
 __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kRowPacks], int lane, void* y,
                                              uint32_t* mask, int64_t row, int64_t packs_per_row,
@@ -41,13 +41,20 @@ __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kRowPacks],
   for (int u = 0; u < kRowPacks; ++u)
     if (lane + u * kLanes < ppr) raw_add(raw, cur[u]);
   const bool clean = raw_clean<T>(raw);
-  MinMax m = minmax_identity();
-  if (clean) {
-    m = raw_minmax<T>(raw);
+  // The warp's statistics (in every lane): reduced as raw bits when all its lanes are clean.
+  MinMax m;
+  if (__all_sync(0xffffffffu, clean)) {
+    m = raw_minmax<T>(raw_lanes_reduce<T>(raw, 32));
   } else {
+    m = minmax_identity();
+    if (clean) {
+      m = raw_minmax<T>(raw);
+    } else {
 #pragma unroll
-    for (int u = 0; u < kRowPacks; ++u)
-      if (lane + u * kLanes < ppr) exact_add(m, cur[u]);
+      for (int u = 0; u < kRowPacks; ++u)
+        if (lane + u * kLanes < ppr) exact_add(m, cur[u]);
+    }
+    m = warp_reduce(m);
   }
   const UniformQP qp = resolve(m);
   const bool fast = clean && qps_fast<kCodes>(qp) && range_fast(a.qmin, a.qmax);
@@ -70,11 +77,11 @@ __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kRowPacks],
 // warps' partials and runs the observer update (the other warps wait at the barrier instead
 // of repeating it: ~100 instructions per warp) and shares the result.
 template <int kBlock>
-__device__ __forceinline__ UniformQP block_qparams(MinMax m, const FusedArgs& a, int64_t row) {
+__device__ __forceinline__ UniformQP block_qparams(const MinMax& m, const FusedArgs& a,
+                                                   int64_t row) {
   constexpr int kWarps = kBlock / 32;
   __shared__ MinMax warps[kWarps];
   __shared__ QP result;
-  m = warp_reduce(m);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (lane == 0) warps[warp] = m;
   __syncthreads();
@@ -129,8 +136,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     }
     const Running state = read_state(a, row);
     quantize_row<kCodes, 32>(cur, lane, y, mask, row, packs_per_row, a, [&](const MinMax& m) {
-      return UniformQP{
-          update_and_qparams(a, flags, row, state, finish(warp_reduce(m)), true, lane == 0)};
+      return UniformQP{update_and_qparams(a, flags, row, state, finish(m), true, lane == 0)};
     });
   }
 }
