@@ -2,9 +2,11 @@
 // finite (checked once per thread, not per element) and qparams with a finite scale:
 //
 //  * Statistics from the raw bits with integer min/max (VIMNMX3, three operands, two 16-bit
-//    lanes per instruction for f16/bf16): for same-sign finite floats the integer order of
-//    the bits is the value order, so three running values give the exact ordered min and max
-//    (-0 below +0, as obsmath::ordered_min / ordered_max) without unpacking an element:
+//    lanes per instruction for f16/bf16): the bits of finite floats with the sign bit clear
+//    order as their values, those with it set in reverse, and as signed integers every
+//    negative pattern (-0 included) lies below every non-negative one; so three running
+//    values give the exact ordered min and max (-0 below +0, as obsmath::ordered_min /
+//    ordered_max) without unpacking an element:
 //      smax = max as signed   -> the largest value when any element has the sign bit clear
 //      umax = max as unsigned -> the most negative value when any element has the sign bit set
 //      umin = min as unsigned -> the smallest non-negative value, or the negative value
