@@ -17,7 +17,7 @@
 #include <numeric>
 
 #include "core/graph.h"
-#include "ops/fused/fused_cuda_common.cuh"
+#include "ops/fused/fused_fast_cuda.cuh"
 
 namespace qg::cuda::fused {
 namespace {
@@ -29,25 +29,38 @@ constexpr int kUnroll = 4;  // streamed packs in flight per thread
 // 24 warps keep enough loads in flight. Four blocks (a 64-register cap) spilled and measured
 // slower on an H100: per-tensor f32[2048, 2048] 21.9 vs 20.7 us, last axis 38.4 vs 27.4 us.
 constexpr int kBlocksPerSm = 3;
+// Packs a launch may have: pack indices, up to packs plus a few grid strides, stay in int.
+constexpr int64_t kMaxPacks = int64_t{1} << 30;
 
 // Per tensor: one (min, max) per thread, one partial per block, every block folds them all.
-template <int N>
+// The thread's statistics are raw-bit ones while its elements are finite (settle() redoes
+// them exactly otherwise; `clean` then keeps the thread on the exact quantize path).
+template <typename T>
 struct TensorStats {
+  static constexpr int N = kVec<T>;
   using QPs = UniformQP;
   struct Scratch {
     MinMax* partials;  // one per block
   };
+  RawMinMax raw;
   MinMax m;
+  bool clean;
   Running old;  // block 0 overwrites the state after the barrier
 
   __device__ void begin(const FusedArgs& a, const Scratch&) {
-    m = minmax_identity();
+    raw = raw_identity<T>();
     old = read_state(a, 0);
   }
-  template <typename T>
-  __device__ __forceinline__ void add(const Pack<T, N>& p) {
-#pragma unroll
-    for (int e = 0; e < N; ++e) minmax_add(m, to_math(p.v[e]));
+  __device__ __forceinline__ void add(const Pack<T, N>& p) { raw_add(raw, p); }
+  // The thread read packs global_thread() + k * global_stride().
+  __device__ void settle(const Pack<T, N>* xp, int64_t packs) {
+    clean = raw_clean<T>(raw);
+    if (clean) {
+      m = raw_minmax<T>(raw);
+      return;
+    }
+    m = minmax_identity();
+    for (int64_t j = global_thread(); j < packs; j += global_stride()) exact_add(m, xp[j]);
   }
   __device__ QPs resolve(const FusedArgs& a, const Scratch& s, int64_t packs) {
     MinMax bm = block_minmax(m);
@@ -98,8 +111,9 @@ __device__ void fold_channels(const FusedArgs& a, const Flags& flags, int64_t ch
 }
 
 // Per channel along the last axis: thread t always reads channels (t % P) * N + [0, N).
-template <int N>
+template <typename T>
 struct ColumnStats {
+  static constexpr int N = kVec<T>;
   using QPs = ColumnQP<N>;
   struct Scratch {
     ColumnMinMax* partials;  // [sweeps][columns]: sweep t / P, slot (c % N) * P + c / N
@@ -107,15 +121,22 @@ struct ColumnStats {
     int fold_lanes;          // lanes that fold one channel (a power of two <= 32)
   };
   ColumnMinMax m[N];
+  bool clean;
 
   __device__ void begin(const FusedArgs&, const Scratch&) {
 #pragma unroll
     for (int e = 0; e < N; ++e) m[e] = minmax_identity<ColumnMinMax>();
   }
-  template <typename T>
   __device__ __forceinline__ void add(const Pack<T, N>& p) {
 #pragma unroll
     for (int e = 0; e < N; ++e) minmax_add(m[e], to_math(p.v[e]));
+  }
+  // Exact statistics already; only whether the thread saw a NaN or an infinity.
+  __device__ void settle(const Pack<T, N>*, int64_t) {
+    unsigned nonfinite = 0;
+#pragma unroll
+    for (int e = 0; e < N; ++e) nonfinite |= m[e].nonfinite;
+    clean = nonfinite == 0;
   }
   __device__ QPs resolve(const FusedArgs& a, const Scratch& s, int64_t) {
     const int64_t t = global_thread(), threads = global_stride();
@@ -155,8 +176,9 @@ struct ColumnStats {
 // thread reads the qparams of its one channel. (Publishing one partial per thread left
 // 1536 partials per channel for f32[32, 64, 32, 32], folded by 32 lanes one dependent L2
 // load after another: 29 us on an H100, three times the copy.)
-template <int N>
+template <typename T>
 struct MiddleStats {
+  static constexpr int N = kVec<T>;
   using QPs = UniformQP;
   struct Scratch {
     ColumnMinMax* partials;  // one per lane group of the grid, in thread order
@@ -165,13 +187,22 @@ struct MiddleStats {
     int group_lanes;         // lanes that share a channel and publish one partial
     int fold_lanes;          // lanes that fold one channel (a power of two <= 32)
   };
+  RawMinMax raw;
   ColumnMinMax m;
+  bool clean;
 
-  __device__ void begin(const FusedArgs&, const Scratch&) { m = minmax_identity<ColumnMinMax>(); }
-  template <typename T>
-  __device__ __forceinline__ void add(const Pack<T, N>& p) {
-#pragma unroll
-    for (int e = 0; e < N; ++e) minmax_add(m, to_math(p.v[e]));
+  __device__ void begin(const FusedArgs&, const Scratch&) { raw = raw_identity<T>(); }
+  __device__ __forceinline__ void add(const Pack<T, N>& p) { raw_add(raw, p); }
+  // As TensorStats::settle.
+  __device__ void settle(const Pack<T, N>* xp, int64_t packs) {
+    clean = raw_clean<T>(raw);
+    if (clean) {
+      const MinMax r = raw_minmax<T>(raw);
+      m = {r.mn, r.mx, r.zeros, 0u};
+      return;
+    }
+    m = minmax_identity<ColumnMinMax>();
+    for (int64_t j = global_thread(); j < packs; j += global_stride()) exact_add(m, xp[j]);
   }
   __device__ QPs resolve(const FusedArgs& a, const Scratch& s, int64_t) {
     const int64_t t = global_thread(), threads = global_stride();
@@ -207,7 +238,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   P* cache = reinterpret_cast<P*>(smem_raw);  // smem_packs packs per thread, thread-interleaved
   const P* xp = reinterpret_cast<const P*>(x);
-  const int64_t tid = global_thread(), stride = global_stride();
+  // 32-bit pack indices (the launch requires packs < kMaxPacks, so no index overflows).
+  const int tid = static_cast<int>(global_thread()), stride = static_cast<int>(global_stride());
+  const int np = static_cast<int>(packs);
   Stats stats;
   stats.begin(a, scratch);
   // 1. Statistics: register packs, then shared-memory packs, then the streamed rest. (Copying
@@ -218,8 +251,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   P regs[kCached];
 #pragma unroll
   for (int u = 0; u < kCached; ++u) {
-    int64_t j = tid + u * stride;
-    if (j < packs) {
+    int j = tid + u * stride;
+    if (j < np) {
       regs[u] = xp[j];
       stats.add(regs[u]);
     }
@@ -228,63 +261,65 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     P v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      int64_t j = tid + (kCached + s0 + u) * stride;
-      if (s0 + u < smem_packs && j < packs) v[u] = xp[j];
+      int j = tid + (kCached + s0 + u) * stride;
+      if (s0 + u < smem_packs && j < np) v[u] = xp[j];
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      int64_t j = tid + (kCached + s0 + u) * stride;
-      if (s0 + u < smem_packs && j < packs) {
+      int j = tid + (kCached + s0 + u) * stride;
+      if (s0 + u < smem_packs && j < np) {
         cache[(s0 + u) * blockDim.x + threadIdx.x] = v[u];
         stats.add(v[u]);
       }
     }
   }
-  const int64_t streamed_end = tid + (kCached + int64_t{smem_packs}) * stride;
-  for (int64_t j0 = streamed_end; j0 < packs; j0 += kUnroll * stride) {
+  const int streamed_end = tid + (kCached + smem_packs) * stride;
+  for (int j0 = streamed_end; j0 < np; j0 += kUnroll * stride) {
     P v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (j0 + u * stride < packs) v[u] = xp[j0 + u * stride];
+      if (j0 + u * stride < np) v[u] = xp[j0 + u * stride];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (j0 + u * stride < packs) stats.add(v[u]);
+      if (j0 + u * stride < np) stats.add(v[u]);
   }
   // 2. The grid meets, and every thread gets the qparams of its elements.
+  stats.settle(xp, packs);
   const typename Stats::QPs qps = stats.resolve(a, scratch, packs);
+  const bool fast = stats.clean && qps_fast<kCodes>(qps) && range_fast(a.qmin, a.qmax);
   // 3. Quantize: the streamed packs first, in reverse (the last ones read are the ones still
   //    in L2), then shared memory, then registers; outputs are stored evict-first, so they do
   //    not push the x still to be re-read out of L2. (Registers first, with plain stores,
   //    wrote ~36 MB before the re-read began and evicted most of it.)
-  if (streamed_end < packs) {
-    int64_t last = streamed_end + (packs - 1 - streamed_end) / stride * stride;
-    for (int64_t j0 = last; j0 >= streamed_end; j0 -= kUnroll * stride) {
+  if (streamed_end < np) {
+    int last = streamed_end + (np - 1 - streamed_end) / stride * stride;
+    for (int j0 = last; j0 >= streamed_end; j0 -= kUnroll * stride) {
       P v[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         if (j0 - u * stride >= streamed_end) v[u] = xp[j0 - u * stride];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        int64_t j = j0 - u * stride;
+        int j = j0 - u * stride;
         if (j < streamed_end) break;  // uniform across the warp: whole warps share j0
-        uint32_t bits = quantize_store<kCodes, true>(v[u], y, j, qps, a.qmin, a.qmax);
+        uint32_t bits = quantize_pack<kCodes, true>(fast, v[u], y, j, qps, a.qmin, a.qmax);
         store_mask_bits<N>(mask, j, bits, true);
       }
     }
   }
   for (int sp = 0; sp < smem_packs; ++sp) {
-    int64_t j = tid + (kCached + sp) * stride;
-    if (j >= packs) break;  // uniform per warp
-    uint32_t bits = quantize_store<kCodes, true>(cache[sp * blockDim.x + threadIdx.x], y, j, qps,
-                                                 a.qmin, a.qmax);
+    int j = tid + (kCached + sp) * stride;
+    if (j >= np) break;  // uniform per warp
+    uint32_t bits = quantize_pack<kCodes, true>(fast, cache[sp * blockDim.x + threadIdx.x], y, j,
+                                                qps, a.qmin, a.qmax);
     store_mask_bits<N>(mask, j, bits, true);
   }
 #pragma unroll
   for (int u = 0; u < kCached; ++u) {
-    int64_t j = tid + u * stride;
-    bool active = j < packs;
+    int j = tid + u * stride;
+    bool active = j < np;
     uint32_t bits = 0;
-    if (active) bits = quantize_store<kCodes, true>(regs[u], y, j, qps, a.qmin, a.qmax);
+    if (active) bits = quantize_pack<kCodes, true>(fast, regs[u], y, j, qps, a.qmin, a.qmax);
     if (__any_sync(0xffffffffu, active)) store_mask_bits<N>(mask, j, bits, active);
   }
 }
@@ -398,9 +433,9 @@ bool launch_fused_tensor(KernelContext& ctx, const FusedArgs& a, bool codes) {
     using T = typename decltype(type_tag)::type;
     constexpr int N = kVec<T>;
     const int64_t n = x.numel();
-    if (n == 0 || n % (32 * N) != 0) return false;
+    if (n == 0 || n % (32 * N) != 0 || n / N >= kMaxPacks) return false;
     const int64_t packs = n / N;
-    using Coop = Cooperative<decltype(codes_tag)::value, T, TensorStats<N>>;
+    using Coop = Cooperative<decltype(codes_tag)::value, T, TensorStats<T>>;
     int smem_packs = 0;
     int64_t resident = 0;
     Coop::plan_cache(packs, smem_packs, resident);
@@ -408,7 +443,7 @@ bool launch_fused_tensor(KernelContext& ctx, const FusedArgs& a, bool codes) {
     auto grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(resident, want)));
     Tensor partials = scratch_bytes(ctx, grid * int64_t{sizeof(MinMax)});
     launch_cooperative(Coop::kernel, grid, smem_packs, in_ptr<T>(x), ctx, packs,
-                       typename TensorStats<N>::Scratch{out_ptr<MinMax>(partials)}, a);
+                       typename TensorStats<T>::Scratch{out_ptr<MinMax>(partials)}, a);
     return true;
   });
 }
@@ -419,16 +454,16 @@ bool launch_fused_columns(KernelContext& ctx, const FusedArgs& a, bool codes, in
     using T = typename decltype(type_tag)::type;
     constexpr int N = kVec<T>;
     const int64_t n = x.numel();
-    if (n == 0 || n % (32 * N) != 0 || columns % N != 0) return false;
+    if (n == 0 || n % (32 * N) != 0 || n / N >= kMaxPacks || columns % N != 0) return false;
     const int64_t packs = n / N, row_packs = columns / N;
-    using Coop = Cooperative<decltype(codes_tag)::value, T, ColumnStats<N>>;
+    using Coop = Cooperative<decltype(codes_tag)::value, T, ColumnStats<T>>;
     typename Coop::RowPlan p;
     if (!Coop::plan_rows(packs, row_packs, columns, p)) return false;
     const int64_t sweeps = p.threads / row_packs;
     Tensor partials = scratch_bytes(ctx, sweeps * columns * int64_t{sizeof(ColumnMinMax)});
     launch_cooperative(
         Coop::kernel, static_cast<unsigned>(p.blocks), p.smem_packs, in_ptr<T>(x), ctx, packs,
-        typename ColumnStats<N>::Scratch{out_ptr<ColumnMinMax>(partials), columns, p.lanes}, a);
+        typename ColumnStats<T>::Scratch{out_ptr<ColumnMinMax>(partials), columns, p.lanes}, a);
     return true;
   });
 }
@@ -440,9 +475,9 @@ bool launch_fused_middle(KernelContext& ctx, const FusedArgs& a, bool codes, int
     using T = typename decltype(type_tag)::type;
     constexpr int N = kVec<T>;
     const int64_t n = x.numel();
-    if (n == 0 || n % (32 * N) != 0 || inner % N != 0) return false;
+    if (n == 0 || n % (32 * N) != 0 || n / N >= kMaxPacks || inner % N != 0) return false;
     const int64_t packs = n / N, channel_packs = inner / N, row_packs = channels * channel_packs;
-    using Coop = Cooperative<decltype(codes_tag)::value, T, MiddleStats<N>>;
+    using Coop = Cooperative<decltype(codes_tag)::value, T, MiddleStats<T>>;
     typename Coop::RowPlan p;
     if (!Coop::plan_rows(packs, row_packs, channels, p)) return false;
     int group = 1;
@@ -450,7 +485,7 @@ bool launch_fused_middle(KernelContext& ctx, const FusedArgs& a, bool codes, int
     Tensor partials = scratch_bytes(ctx, p.threads / group * int64_t{sizeof(ColumnMinMax)});
     launch_cooperative(Coop::kernel, static_cast<unsigned>(p.blocks), p.smem_packs, in_ptr<T>(x),
                        ctx, packs,
-                       typename MiddleStats<N>::Scratch{out_ptr<ColumnMinMax>(partials), channels,
+                       typename MiddleStats<T>::Scratch{out_ptr<ColumnMinMax>(partials), channels,
                                                         channel_packs, group, p.lanes},
                        a);
     return true;

@@ -260,16 +260,25 @@ __device__ __forceinline__ uint32_t quantize_store(const Pack<T, N>& in, void* y
 }
 
 // Gathers the N-bit groups of the 32 / N consecutive lanes that share a 32-bit mask word;
-// the first lane of each group stores it. Every lane of the warp must call this.
+// the first lane of each group stores it at *word (its address, computed by the caller:
+// kernels that walk packs at fixed strides fold it into immediate offsets). Every lane of
+// the warp must call this.
 template <int N>
-__device__ __forceinline__ void store_mask_bits(uint32_t* words, int64_t pack, uint32_t bits,
-                                                bool active) {
+__device__ __forceinline__ void store_mask_word(uint32_t* word, uint32_t bits, bool active) {
   constexpr int kLanesPerWord = 32 / N;
   int lane = threadIdx.x & 31;
-  uint32_t word = active ? bits << ((lane % kLanesPerWord) * N) : 0u;
+  uint32_t w = active ? bits << ((lane % kLanesPerWord) * N) : 0u;
 #pragma unroll
-  for (int off = 1; off < kLanesPerWord; off <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, off);
-  if (active && lane % kLanesPerWord == 0) words[pack * N / 32] = word;
+  for (int off = 1; off < kLanesPerWord; off <<= 1) w |= __shfl_xor_sync(0xffffffffu, w, off);
+  if (active && lane % kLanesPerWord == 0) *word = w;
+}
+
+// The same for pack index `pack` (>= 0) of the mask `words`.
+template <int N, typename I>
+__device__ __forceinline__ void store_mask_bits(uint32_t* words, I pack, uint32_t bits,
+                                                bool active) {
+  // The unsigned division is a shift (the signed one needs a rounding fix-up).
+  store_mask_word<N>(words + static_cast<std::make_unsigned_t<I>>(pack) / (32 / N), bits, active);
 }
 
 template <typename T>

@@ -3,7 +3,7 @@
 // it, in one pass over x whatever its size. The last block to finish (a ticket counter)
 // folds the partials and updates the state.
 #include "core/graph.h"
-#include "ops/fused/fused_cuda_common.cuh"
+#include "ops/fused/fused_fast_cuda.cuh"
 
 namespace qg::cuda::fused {
 namespace {
@@ -21,25 +21,59 @@ __global__ void __launch_bounds__(kThreads)
   const Flags flags = read_flags(a);
   const Running old = read_state(a, 0);
   const UniformQP qp{update_and_qparams(a, flags, 0, old, minmax_identity(), false, false)};
+  // The block's run of packs, indexed from its start in 32 bits (a run is far below 2^31;
+  // signed, so that the compiler may fold j0 + u * kThreads into address offsets).
   const int64_t first = blockIdx.x * packs_per_block;
-  const int64_t end = first + packs_per_block < packs ? first + packs_per_block : packs;
+  const auto count =
+      static_cast<int>((first + packs_per_block < packs ? first + packs_per_block : packs) - first);
+  const P* xb = xp + first;
+  void* yb = static_cast<char*>(y) + first * (kCodes ? N : int64_t{sizeof(P)});
+  uint32_t* mb = mask + first * N / 32;  // first is a multiple of kThreads packs
+  // Raw-bit statistics while the thread's packs are finite; from the first group of packs
+  // holding a NaN or an infinity on, exact statistics and the exact quantize path.
+  RawMinMax raw = raw_identity<T>();
   MinMax m = minmax_identity();
-  // packs_per_block and packs are multiples of 32, so `j < end` is uniform per warp.
-  for (int64_t j0 = first + threadIdx.x; j0 < end; j0 += kUnroll * kThreads) {
+  bool dirty = false;
+  const bool qp_ok = qps_fast<kCodes>(qp) && range_fast(a.qmin, a.qmax);
+  // kUnroll packs per thread in flight; `kFull` groups need no bounds checks. count is a
+  // multiple of 32, so every bound is uniform per warp.
+  auto group = [&](int j0, auto full) {
+    constexpr bool kFull = decltype(full)::value;
+    auto in = [&](int u) { return kFull || j0 + u * kThreads < count; };
     P v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (j0 + u * kThreads < end) v[u] = xp[j0 + u * kThreads];
+      if (in(u)) v[u] = xb[j0 + u * kThreads];
+    bool fast = false;
+    if (!dirty) {
+      RawMinMax next = raw;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (in(u)) raw_add(next, v[u]);
+      fast = raw_clean<T>(next);
+      if (fast) raw = next;
+      dirty = !fast;
+    }
+    if (!fast) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (in(u)) exact_add(m, v[u]);
+    }
+    fast = fast && qp_ok;
+    uint32_t* words = mb + static_cast<uint32_t>(j0) / (32 / N);  // pack u: + u * kThreads * N / 32
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      int64_t j = j0 + u * kThreads;
-      if (j >= end) break;
-#pragma unroll
-      for (int e = 0; e < N; ++e) minmax_add(m, to_math(v[u].v[e]));
-      uint32_t bits = quantize_store<kCodes>(v[u], y, j, qp, a.qmin, a.qmax);
-      store_mask_bits<N>(mask, j, bits, true);
+      const int j = j0 + u * kThreads;
+      if (!in(u)) break;
+      uint32_t bits = quantize_pack<kCodes>(fast, v[u], yb, j, qp, a.qmin, a.qmax);
+      store_mask_word<N>(words + u * (kThreads * N / 32), bits, true);
     }
-  }
+  };
+  int j0 = static_cast<int>(threadIdx.x);
+  for (; j0 + (kUnroll - 1) * kThreads < count; j0 += kUnroll * kThreads)
+    group(j0, std::true_type{});
+  if (j0 < count) group(j0, std::false_type{});
+  m = combine(m, raw_minmax<T>(raw));
   MinMax bm = block_minmax(m);
   __shared__ bool last;
   if (threadIdx.x == 0) {

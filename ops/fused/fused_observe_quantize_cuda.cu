@@ -15,6 +15,10 @@
 //  | inner a multiple of the pack and C * inner within   | (fused_cooperative_cuda.cu)      |
 //  | the resident grid's threads                         |                                  |
 //
+// Every kernel computes its statistics from the raw bits and quantizes without NaN selects
+// for the threads whose elements are all finite (the common case), and keeps the exact
+// per-element code for the others (fused_fast_cuda.cuh).
+//
 // Anything else (f64, channels on a middle axis whose inner run is not whole packs or whose
 // outer row exceeds the resident grid, tail groups, lengths that break 32-bit mask words,
 // unaligned buffers) runs the two original kernels back to back.

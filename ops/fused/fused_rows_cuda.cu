@@ -1,51 +1,99 @@
 // Fused observer + quantizer when every qparam covers one contiguous row of x (channels of
 // the outermost axis, tokens, groups along the innermost axis): the row is loaded once into
-// registers, reduced, every thread computes the qparams (one thread also writes the state),
-// and the row is quantized from registers. One pass over x, one launch, no host sync.
+// registers, reduced, one warp computes the qparams (one thread also writes the state), and
+// the row is quantized from registers. One pass over x, one launch, no host sync.
 #include "core/graph.h"
-#include "ops/fused/fused_cuda_common.cuh"
+#include "ops/fused/fused_fast_cuda.cuh"
 
 namespace qg::cuda::fused {
 namespace {
 
 constexpr int kRowPacks = 4;  // packs per thread a row may need (rows up to 1024 packs)
 
-template <typename T, int N>
-__device__ __forceinline__ void load_row(const Pack<T, N>* xr, int64_t packs,
+// Block sizes of the one-row-per-block kernel: half blocks for rows of up to half the
+// packs, so that each thread holds up to kRowPacks packs and the per-row work (the block
+// reduction, the qparams) is spread over more elements (bf16[8192, 4096]: 4 packs of 8 per
+// thread instead of 2).
+constexpr int kHalfBlock = kThreads / 2;
+
+template <int kBlock, typename T, int N>
+__device__ __forceinline__ void load_row(const Pack<T, N>* xr, int packs,
                                          Pack<T, N> (&r)[kRowPacks]) {
 #pragma unroll
   for (int u = 0; u < kRowPacks; ++u) {
-    int64_t j = threadIdx.x + int64_t{u} * kThreads;
+    const int j = static_cast<int>(threadIdx.x) + u * kBlock;
     if (j < packs) r[u] = xr[j];
   }
 }
 
-// Reduces, updates and quantizes one row held in registers by the block (kThreads lanes) or
-// by a warp (32 lanes); `reduce` combines the lanes' statistics.
-template <bool kCodes, int kLanes, typename T, int N, typename Reduce>
+// Reduces, updates and quantizes one row held in registers by the block (kLanes threads) or
+// by a warp (32 lanes); `resolve` turns the warps' statistics into the row's qparams (the
+// block reduction and the observer update).
+template <bool kCodes, int kLanes, typename T, int N, typename Resolve>
 __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kRowPacks], int lane, void* y,
                                              uint32_t* mask, int64_t row, int64_t packs_per_row,
-                                             const Running& state, const Flags& flags,
-                                             const FusedArgs& a, Reduce reduce) {
-  MinMax m = minmax_identity();
+                                             const FusedArgs& a, Resolve resolve) {
+  // The raw-bit statistics; a thread that holds a NaN or an infinity redoes them exactly
+  // and quantizes on the exact path.
+  const int ppr = static_cast<int>(packs_per_row);  // at most kThreads * kRowPacks
+  RawMinMax raw = raw_identity<T>();
 #pragma unroll
-  for (int u = 0; u < kRowPacks; ++u) {
-    if (lane + int64_t{u} * kLanes < packs_per_row)
+  for (int u = 0; u < kRowPacks; ++u)
+    if (lane + u * kLanes < ppr) raw_add(raw, cur[u]);
+  const bool clean = raw_clean<T>(raw);
+  // The warp's statistics (in every lane): reduced as raw bits when all its lanes are clean.
+  MinMax m;
+  if (__all_sync(0xffffffffu, clean)) {
+    m = raw_minmax<T>(raw_lanes_reduce<T>(raw, 32));
+  } else {
+    m = minmax_identity();
+    if (clean) {
+      m = raw_minmax<T>(raw);
+    } else {
 #pragma unroll
-      for (int e = 0; e < N; ++e) minmax_add(m, to_math(cur[u].v[e]));
+      for (int u = 0; u < kRowPacks; ++u)
+        if (lane + u * kLanes < ppr) exact_add(m, cur[u]);
+    }
+    m = warp_reduce(m);
   }
-  MinMax b = finish(reduce(m));
-  UniformQP qp{update_and_qparams(a, flags, row, state, b, packs_per_row > 0, lane == 0)};
+  const UniformQP qp = resolve(m);
+  const bool fast = clean && qps_fast<kCodes>(qp) && range_fast(a.qmin, a.qmax);
+  // The row's outputs, indexed from the row start in 32 bits (a row is at most
+  // kThreads * kRowPacks packs and a whole number of mask words).
+  const int64_t first = row * packs_per_row;
+  void* yr = static_cast<char*>(y) + first * (kCodes ? N : int64_t{sizeof(Pack<T, N>)});
+  uint32_t* mr = mask + first * N / 32;
 #pragma unroll
   for (int u = 0; u < kRowPacks; ++u) {
-    int64_t j = lane + int64_t{u} * kLanes;
-    bool active = j < packs_per_row;
+    const int j = lane + u * kLanes;
+    bool active = j < ppr;
     uint32_t bits = 0;
-    if (active)
-      bits = quantize_store<kCodes>(cur[u], y, row * packs_per_row + j, qp, a.qmin, a.qmax);
-    if (__any_sync(0xffffffffu, active))
-      store_mask_bits<N>(mask, row * packs_per_row + j, bits, active);
+    if (active) bits = quantize_pack<kCodes>(fast, cur[u], yr, j, qp, a.qmin, a.qmax);
+    if (__any_sync(0xffffffffu, active)) store_mask_bits<N>(mr, j, bits, active);
   }
+}
+
+// The qparams of the block's row from each thread's statistics: warp 0 alone folds the
+// warps' partials and runs the observer update (the other warps wait at the barrier instead
+// of repeating it: ~100 instructions per warp) and shares the result.
+template <int kBlock>
+__device__ __forceinline__ UniformQP block_qparams(const MinMax& m, const FusedArgs& a,
+                                                   int64_t row) {
+  constexpr int kWarps = kBlock / 32;
+  __shared__ MinMax warps[kWarps];
+  __shared__ QP result;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) warps[warp] = m;
+  __syncthreads();
+  if (warp == 0) {
+    // Lanes below kWarps hold the partials; lane 0 ends with all of them.
+    MinMax w = lanes_reduce(lane < kWarps ? warps[lane] : minmax_identity(), kWarps);
+    const QP qp =
+        update_and_qparams(a, read_flags(a), row, read_state(a, row), finish(w), true, lane == 0);
+    if (lane == 0) result = qp;
+  }
+  __syncthreads();
+  return {result};  // one row per block: no later write to `result`
 }
 
 // One block per row, no more: a block needs its whole row before it can quantize any of it,
@@ -53,16 +101,17 @@ __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kRowPacks],
 // hide each other's barriers and reductions. Measured on an H100 against a persistent grid
 // that walks runs of rows and prefetches the next one: 0.91x vs 1.07x copy for obs+quantize
 // per-channel f32[8192, 4096], 2.08x vs 2.74x for obs+fq bf16[8192, 4096].
-template <bool kCodes, typename T>
-__global__ void __launch_bounds__(kThreads, 4)
+template <bool kCodes, typename T, int kBlock>
+__global__ void __launch_bounds__(kBlock, 4 * kThreads / kBlock)
     fused_rows_kernel(const T* x, void* y, uint32_t* mask, int64_t packs_per_row, FusedArgs a) {
   constexpr int N = kVec<T>;
   using P = Pack<T, N>;
   const int64_t row = blockIdx.x;
   P cur[kRowPacks];
-  load_row<T, N>(reinterpret_cast<const P*>(x) + row * packs_per_row, packs_per_row, cur);
-  quantize_row<kCodes, kThreads>(cur, threadIdx.x, y, mask, row, packs_per_row, read_state(a, row),
-                                 read_flags(a), a, [](const MinMax& m) { return block_minmax(m); });
+  load_row<kBlock>(reinterpret_cast<const P*>(x) + row * packs_per_row,
+                   static_cast<int>(packs_per_row), cur);
+  quantize_row<kCodes, kBlock>(cur, threadIdx.x, y, mask, row, packs_per_row, a,
+                               [&](const MinMax& m) { return block_qparams<kBlock>(m, a, row); });
 }
 
 // Short rows (per-group qparams, short tokens or channels: up to 32 * kRowPacks packs): one
@@ -78,7 +127,6 @@ __global__ void __launch_bounds__(kThreads, 3)
   const Flags flags = read_flags(a);
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
-  auto reduce = [](const MinMax& m) { return warp_reduce(m); };
   for (int64_t row = global_thread() / 32; row < rows; row += warps) {
     P cur[kRowPacks];
 #pragma unroll
@@ -86,8 +134,10 @@ __global__ void __launch_bounds__(kThreads, 3)
       int64_t j = lane + int64_t{u} * 32;
       if (j < packs_per_row) cur[u] = xp[row * packs_per_row + j];
     }
-    quantize_row<kCodes, 32>(cur, lane, y, mask, row, packs_per_row, read_state(a, row), flags, a,
-                             reduce);
+    const Running state = read_state(a, row);
+    quantize_row<kCodes, 32>(cur, lane, y, mask, row, packs_per_row, a, [&](const MinMax& m) {
+      return UniformQP{update_and_qparams(a, flags, row, state, finish(m), true, lane == 0)};
+    });
   }
 }
 
@@ -109,8 +159,11 @@ void launch_rows(const T* x, void* y, uint32_t* mask, const FusedArgs& a, int64_
     auto grid = static_cast<unsigned>(std::min<int64_t>(cap, (rows + 7) / 8));
     fused_warp_rows_kernel<kCodes, T>
         <<<grid, kThreads, 0, stream>>>(x, y, mask, rows, packs_per_row, a);
+  } else if (packs_per_row <= kHalfBlock * kRowPacks) {
+    fused_rows_kernel<kCodes, T, kHalfBlock>
+        <<<static_cast<unsigned>(rows), kHalfBlock, 0, stream>>>(x, y, mask, packs_per_row, a);
   } else {
-    fused_rows_kernel<kCodes, T>
+    fused_rows_kernel<kCodes, T, kThreads>
         <<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, y, mask, packs_per_row, a);
   }
   QG_CUDA_CHECK_LAUNCH("fused_observe_quantize");

@@ -22,13 +22,40 @@ struct Case {
   bool special_values;
   std::string quantizer = "fake_quantize";  // or "quantize" (s8/u8 codes)
   Attrs observer_only = {};                 // e.g. delayed
+  double magnitude = 1.0;                   // scales the data (2.5e37: max - min overflows)
+  // When > 0, runs of zero_run elements cycle through the signed-zero regimes of
+  // zero_regime(), starting at zero_offset (the raw-bit statistics of the fast path).
+  int64_t zero_run = 0;
+  int zero_offset = 0;
 };
+
+// Regime r of a run: 0 all -0, 1 all +0, 2 alternating -0 / +0, 3 non-negative with -0
+// (the min is -0), 4 non-positive with +0 (the max is +0).
+double zero_regime(int r, int64_t i, double d) {
+  switch (r % 5) {
+    case 0:
+      return -0.0;
+    case 1:
+      return 0.0;
+    case 2:
+      return i % 2 ? -0.0 : 0.0;
+    case 3:
+      return i % 7 == 3 ? -0.0 : std::fabs(d);
+    default:
+      return i % 7 == 3 ? 0.0 : -std::fabs(d);
+  }
+}
 
 Tensor batch(const Case& c, int step) {
   std::mt19937 rng(11 + step);
   std::normal_distribution<double> d(0.0, 1.0 + step);
   std::vector<double> v(static_cast<size_t>(shape_numel(c.shape)));
-  for (auto& x : v) x = d(rng);
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = d(rng) * c.magnitude;
+    if (c.zero_run > 0)
+      v[i] = zero_regime(static_cast<int>(static_cast<int64_t>(i) / c.zero_run) + c.zero_offset,
+                         static_cast<int64_t>(i), v[i]);
+  }
   if (c.special_values && v.size() > 8) {
     v[1] = -0.0;
     v[2] = 0.0;
@@ -243,6 +270,83 @@ INSTANTIATE_TEST_SUITE_P(
              {{"delayed", true}}},
         Case{"minmax_observer", {8, 16, 7, 7}, DType::f32, kAxis1, true},
         Case{"moving_average_observer", {2, 512, 64, 64}, DType::f32, kAxis1, true}));
+
+const Attrs kNone{};
+const Attrs kDelayed{{"delayed", true}};
+
+Case zeros(Case c, int64_t run, int offset) {
+  c.zero_run = run;
+  c.zero_offset = offset;
+  return c;
+}
+
+Case huge(Case c) {
+  c.magnitude = 2.5e37;
+  return c;
+}
+
+// The fast paths (raw-bit statistics, quantization without NaN selects) for 16-bit types:
+// clean data (every thread fast), NaN / infinities (threads on the exact path beside fast
+// ones), signed-zero extremes, all-zero tensors, rows and channels, a range whose width
+// overflows f32 (infinite scale: the exact quantize path), and tails of the delayed kernel.
+INSTANTIATE_TEST_SUITE_P(
+    FastPaths, FusedCuda,
+    ::testing::Values(
+        // per tensor: registers only, and streamed re-read
+        Case{"minmax_observer", {256, 1024}, DType::bf16, kNone, false},
+        Case{"moving_average_observer", {256, 1024}, DType::f16, kNone, false, "quantize"},
+        Case{"minmax_observer", {4096, 4096}, DType::bf16, kNone, false},
+        Case{"moving_average_observer", {4096, 4096}, DType::f16, kNone, true},
+        Case{"minmax_observer", {2048, 2048}, DType::bf16, {{"signed", true}}, true, "quantize"},
+        zeros(Case{"minmax_observer", {64, 768}, DType::bf16, kNone, false}, 64 * 768, 0),
+        zeros(Case{"minmax_observer", {64, 768}, DType::f16, kNone, false}, 64 * 768, 1),
+        zeros(Case{"minmax_observer", {64, 768}, DType::bf16, kNone, false}, 64 * 768, 2),
+        zeros(Case{"moving_average_observer", {64, 768}, DType::bf16, kNone, false}, 64 * 768, 3),
+        zeros(Case{"minmax_observer", {64, 768}, DType::f16, kNone, false}, 64 * 768, 4),
+        zeros(Case{"minmax_observer", {64, 768}, DType::f32, kNone, false}, 64 * 768, 3),
+        zeros(Case{"minmax_observer", {64, 768}, DType::f32, kNone, false}, 64 * 768, 4),
+        huge(Case{"minmax_observer", {256, 1024}, DType::bf16, kNone, false}),
+        huge(Case{"minmax_observer", {256, 1024}, DType::f32, kNone, false}),
+        // delayed: a tail group (320 packs: a block of 64), clean and special, zeros
+        Case{"minmax_observer", {40, 64}, DType::bf16, kNone, false, "fake_quantize", kDelayed},
+        Case{"moving_average_observer", {40, 64}, DType::f16, kNone, true, "quantize", kDelayed},
+        Case{"minmax_observer", {2048, 2048}, DType::bf16, kNone, true, "fake_quantize", kDelayed},
+        Case{"minmax_observer", {2048, 2048}, DType::f16, kNone, false, "fake_quantize", kDelayed},
+        zeros(
+            Case{
+                "minmax_observer", {64, 768}, DType::bf16, kNone, false, "fake_quantize", kDelayed},
+            64 * 768, 3),
+        huge(Case{"moving_average_observer",
+                  {256, 1024},
+                  DType::bf16,
+                  kNone,
+                  false,
+                  "fake_quantize",
+                  kDelayed}),
+        // rows: per channel (block rows), token and group (warp rows)
+        Case{"minmax_observer", {96, 4096}, DType::bf16, kChannel0, false},
+        Case{"moving_average_observer", {96, 4096}, DType::f16, kChannel0, true},
+        zeros(Case{"minmax_observer", {96, 4096}, DType::bf16, kChannel0, false}, 4096, 0),
+        zeros(Case{"minmax_observer", {64, 768}, DType::f16, kChannel0, false, "quantize"}, 768, 0),
+        zeros(Case{"moving_average_observer", {64, 768}, DType::f32, kChannel0, false}, 768, 0),
+        zeros(Case{"minmax_observer", {8, 3, 64}, DType::bf16, {{"scope", "token"}}, false}, 192,
+              0),
+        zeros(Case{"minmax_observer",
+                   {64, 256},
+                   DType::f16,
+                   {{"scope", "group"}, {"axis", -1}, {"group_size", 64}},
+                   false},
+              64, 0),
+        huge(Case{"minmax_observer", {96, 4096}, DType::bf16, kChannel0, false}),
+        // channels on a middle axis (NCHW axis 1) and on the last axis
+        Case{"minmax_observer", {16, 64, 32, 32}, DType::bf16, kAxis1, false},
+        Case{"moving_average_observer", {32, 64, 32, 32}, DType::f16, kAxis1, true},
+        zeros(Case{"minmax_observer", {4, 20, 16, 16}, DType::bf16, kAxis1, false}, 256, 0),
+        zeros(Case{"minmax_observer", {4, 20, 16, 16}, DType::f32, kAxis1, false}, 256, 0),
+        zeros(Case{"minmax_observer", {4, 20, 16, 16}, DType::f16, kAxis1, false, "quantize"}, 256,
+              0),
+        Case{"minmax_observer", {256, 1024}, DType::bf16, kLastAxis, false},
+        Case{"moving_average_observer", {256, 1024}, DType::f16, kLastAxis, false, "quantize"}));
 
 }  // namespace
 }  // namespace qg
