@@ -9,7 +9,6 @@
 #include "core/thread_pool.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
-#include "ops/common/stream_store.h"
 #include "ops/fake_quantize/fake_quantize_cpu.h"
 #include "ops/fake_quantize/fake_quantize_simd.h"
 #include "ops/quantize/scope_runs.h"
@@ -85,18 +84,15 @@ void fake_quantize_typed(KernelContext& ctx) {
   const T* px = x.data<T>();
   T* py = ctx.outputs[0].data<T>();
   uint8_t* mask = ctx.outputs[1].data<uint8_t>();
-  // Streaming stores for y (f64 runs the scalar math and stores normally).
-  const bool stream = std::is_same_v<M, float> && simd::stream_output(ctx.outputs[0].nbytes());
   parallel_for(x.numel(), kElementGrain, [&](int64_t b, int64_t e) {
     std::memset(mask + b / 8, 0, static_cast<size_t>((e - b + 7) / 8));
     for_each_scope_run_in(l, b, e, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
       if constexpr (std::is_same_v<M, float>) {
         if (step == 0)
-          fq_simd::fake_quant_run(px + k0, py + k0, mask, k0, len, run_qparams(qp, q0, qmin, qmax),
-                                  stream);
+          fq_simd::fake_quant_run(px + k0, py + k0, mask, k0, len, run_qparams(qp, q0, qmin, qmax));
         else
           fq_simd::fake_quant_lanes(px + k0, py + k0, mask, k0, len,
-                                    lane_qparams(qp, q0, qmin, qmax), stream);
+                                    lane_qparams(qp, q0, qmin, qmax));
       } else {
         for (int64_t j = 0, k = k0; j < len; ++j, ++k) {
           const int64_t qi = q0 + step * j;
@@ -107,7 +103,6 @@ void fake_quantize_typed(KernelContext& ctx) {
         }
       }
     });
-    if (stream) simd::stream_fence();
   });
 }
 
@@ -124,10 +119,8 @@ void ste_backward_cpu(KernelContext& ctx) {
     const T* dy = ctx.inputs[0].data<T>();
     const uint8_t* mask = ctx.inputs[1].data<uint8_t>();
     T* dx = ctx.outputs[0].data<T>();
-    const bool stream = simd::stream_output(ctx.outputs[0].nbytes());
     parallel_for(ctx.outputs[0].numel(), kElementGrain, [&](int64_t b, int64_t e) {
-      fq_simd::ste_backward(dy + b, mask + b / 8, dx + b, e - b, stream);
-      if (stream) simd::stream_fence();
+      fq_simd::ste_backward(dy + b, mask + b / 8, dx + b, e - b);
     });
   });
 }

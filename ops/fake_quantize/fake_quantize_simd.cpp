@@ -13,16 +13,12 @@
 //    (the software paths: x86-64-v2 has no F16C), NaN becoming 0x7e00 / 0x7fc0 with its sign.
 #include "ops/fake_quantize/fake_quantize_simd.h"
 
-#include <algorithm>
-#include <cstring>
-
 #if defined(__SSE4_1__)
 #include <smmintrin.h>
 #endif
 
 #include "ops/common/quant_math.h"
 #include "ops/common/simd_widen.h"
-#include "ops/common/stream_store.h"
 
 namespace qg::fq_simd {
 namespace {
@@ -80,14 +76,13 @@ inline __m128 fake_quant4(__m128 x, const Vec4Q& q, __m128 qmin, __m128 qmax, in
   return y;
 }
 
-// Element codecs: 8 elements <-> two f32 vectors. store8<true> streams (p 16-byte aligned).
+// Element codecs: 8 elements <-> two f32 vectors.
 struct F32Codec {
   static constexpr bool kKeepNanBits = true;
   static void load8(const float* p, __m128* a, __m128* b) { simd::load8(p, a, b); }
-  template <bool kStream>
   static void store8(float* p, __m128 a, __m128 b) {
-    simd::store_ps<kStream>(p, a);
-    simd::store_ps<kStream>(p + 4, b);
+    _mm_storeu_ps(p, a);
+    _mm_storeu_ps(p + 4, b);
   }
 };
 
@@ -106,9 +101,8 @@ inline __m128i bf16_bits4(__m128 f) {
 struct BF16Codec {
   static constexpr bool kKeepNanBits = false;
   static void load8(const bf16* p, __m128* a, __m128* b) { simd::load8(p, a, b); }
-  template <bool kStream>
   static void store8(bf16* p, __m128 a, __m128 b) {
-    simd::store_si128<kStream>(p, _mm_packus_epi32(bf16_bits4(a), bf16_bits4(b)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(bf16_bits4(a), bf16_bits4(b)));
   }
 };
 
@@ -136,9 +130,9 @@ inline __m128i f32_to_f16_bits4(__m128 f) {
 struct F16Codec {
   static constexpr bool kKeepNanBits = false;
   static void load8(const f16* p, __m128* a, __m128* b) { simd::load8(p, a, b); }
-  template <bool kStream>
   static void store8(f16* p, __m128 a, __m128 b) {
-    simd::store_si128<kStream>(p, _mm_packus_epi32(f32_to_f16_bits4(a), f32_to_f16_bits4(b)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm_packus_epi32(f32_to_f16_bits4(a), f32_to_f16_bits4(b)));
   }
 };
 
@@ -173,95 +167,47 @@ struct LaneVec {
   }
 };
 
-// Elements j .. j + 7 fake-quantized into *a, *b (four each); returns their mask byte.
-template <typename T, typename V>
-inline uint8_t compute8(const T* x, int64_t j, const V& vq, __m128 qmin, __m128 qmax, __m128* a,
-                        __m128* b) {
-  using Codec = typename CodecOf<T>::type;
-  Codec::load8(x + j, a, b);
-  int lo, hi;
-  *a = fake_quant4<Codec::kKeepNanBits>(*a, vq.at(j), qmin, qmax, &lo);
-  *b = fake_quant4<Codec::kKeepNanBits>(*b, vq.at(j + 4), qmin, qmax, &hi);
-  return static_cast<uint8_t>(lo | (hi << 4));
-}
-
-// Whole mask bytes from element j on; returns where it stopped.
-template <typename T, typename V>
-int64_t vector_steps(const T* x, T* y, uint8_t* mask, int64_t first, int64_t j, int64_t n,
-                     const V& vq, __m128 qmin, __m128 qmax) {
-  using Codec = typename CodecOf<T>::type;
-  for (; j + 8 <= n; j += 8) {
-    __m128 a, b;
-    mask[(first + j) >> 3] = compute8(x, j, vq, qmin, qmax, &a, &b);
-    Codec::template store8<false>(y + j, a, b);
-  }
-  return j;
-}
-
-// As vector_steps with y streamed (y + j 16-byte aligned; every step then is too, 8 elements
-// being 16 or 32 bytes). The mask bytes of up to 512 elements are gathered on the stack and
-// copied after them, so no ordinary store falls between the streaming stores of one line
-// (it may close the line's write-combining buffer early: a partial line costs a
-// read-modify-write in memory).
-template <typename T, typename V>
-int64_t vector_steps_streamed(const T* x, T* y, uint8_t* mask, int64_t first, int64_t j, int64_t n,
-                              const V& vq, __m128 qmin, __m128 qmax) {
-  using Codec = typename CodecOf<T>::type;
-  uint8_t bytes[64];
-  while (j + 8 <= n) {
-    const int64_t steps = std::min<int64_t>(64, (n - j) / 8);
-    uint8_t* dst = mask + ((first + j) >> 3);
-    for (int64_t s = 0; s < steps; ++s, j += 8) {
-      __m128 a, b;
-      bytes[s] = compute8(x, j, vq, qmin, qmax, &a, &b);
-      Codec::template store8<true>(y + j, a, b);
-    }
-    std::memcpy(dst, bytes, static_cast<size_t>(steps));
-  }
-  return j;
-}
-
 #endif  // __SSE4_1__
 
 template <typename T, typename Q, typename V>
-void run(const T* x, T* y, uint8_t* mask, int64_t first, int64_t n, const Q& q, const V& vq,
-         bool stream) {
+void run(const T* x, T* y, uint8_t* mask, int64_t first, int64_t n, const Q& q, const V& vq) {
   int64_t j = 0;
   for (; j < n && ((first + j) & 7) != 0; ++j) scalar_one(x, y, mask, first, j, q);
 #if defined(__SSE4_1__)
+  using Codec = typename CodecOf<T>::type;
   const __m128 qmin = _mm_set1_ps(q.qmin()), qmax = _mm_set1_ps(q.qmax());
-  if (stream && simd::aligned16(y + j))
-    j = vector_steps_streamed(x, y, mask, first, j, n, vq, qmin, qmax);
-  else
-    j = vector_steps(x, y, mask, first, j, n, vq, qmin, qmax);
+  for (; j + 8 <= n; j += 8) {
+    __m128 a, b;
+    Codec::load8(x + j, &a, &b);
+    int lo, hi;
+    a = fake_quant4<Codec::kKeepNanBits>(a, vq.at(j), qmin, qmax, &lo);
+    b = fake_quant4<Codec::kKeepNanBits>(b, vq.at(j + 4), qmin, qmax, &hi);
+    Codec::store8(y + j, a, b);
+    mask[(first + j) >> 3] = static_cast<uint8_t>(lo | (hi << 4));
+  }
 #else
   (void)vq;
-  (void)stream;
 #endif
   for (; j < n; ++j) scalar_one(x, y, mask, first, j, q);
 }
 
 #if defined(__SSE4_1__)
 template <typename T>
-void run_const(const T* x, T* y, uint8_t* mask, int64_t first, int64_t n, const RunQParams& p,
-               bool stream) {
-  run(x, y, mask, first, n, ConstQ{p}, ConstVec(p), stream);
+void run_const(const T* x, T* y, uint8_t* mask, int64_t first, int64_t n, const RunQParams& p) {
+  run(x, y, mask, first, n, ConstQ{p}, ConstVec(p));
 }
 template <typename T>
-void run_lanes(const T* x, T* y, uint8_t* mask, int64_t first, int64_t n, const LaneQParams& p,
-               bool stream) {
-  run(x, y, mask, first, n, LaneQ{p}, LaneVec(p), stream);
+void run_lanes(const T* x, T* y, uint8_t* mask, int64_t first, int64_t n, const LaneQParams& p) {
+  run(x, y, mask, first, n, LaneQ{p}, LaneVec(p));
 }
 #else
 template <typename T>
-void run_const(const T* x, T* y, uint8_t* mask, int64_t first, int64_t n, const RunQParams& p,
-               bool stream) {
-  run(x, y, mask, first, n, ConstQ{p}, 0, stream);
+void run_const(const T* x, T* y, uint8_t* mask, int64_t first, int64_t n, const RunQParams& p) {
+  run(x, y, mask, first, n, ConstQ{p}, 0);
 }
 template <typename T>
-void run_lanes(const T* x, T* y, uint8_t* mask, int64_t first, int64_t n, const LaneQParams& p,
-               bool stream) {
-  run(x, y, mask, first, n, LaneQ{p}, 0, stream);
+void run_lanes(const T* x, T* y, uint8_t* mask, int64_t first, int64_t n, const LaneQParams& p) {
+  run(x, y, mask, first, n, LaneQ{p}, 0);
 }
 #endif
 
@@ -292,12 +238,13 @@ struct SteBits<8> {
   static __m128i splat(int m) { return _mm_set1_epi64x(m); }
   static __m128i eq(__m128i a, __m128i b) { return _mm_cmpeq_epi64(a, b); }
 };
+#endif
 
-// STE as bit operations: each mask byte selects 8 elements, kept or zeroed whole. Returns
-// where it stopped; dx is 16-byte aligned when kStream (8 elements are 16 to 64 bytes).
-template <bool kStream, typename T>
-int64_t ste_vector_steps(const T* dy, const uint8_t* mask, T* dx, int64_t n) {
+// STE as bit operations: each mask byte selects 8 elements, kept or zeroed whole.
+template <typename T>
+void ste(const T* dy, const uint8_t* mask, T* dx, int64_t n) {
   int64_t i = 0;
+#if defined(__SSE4_1__)
   using Bits = SteBits<sizeof(T)>;
   const Bits bits;
   for (; i + 8 <= n; i += 8) {
@@ -306,21 +253,10 @@ int64_t ste_vector_steps(const T* dy, const uint8_t* mask, T* dx, int64_t n) {
       const T* src = dy + i + v * (16 / sizeof(T));
       __m128i keep = Bits::eq(_mm_and_si128(m, bits.bit[v]), bits.bit[v]);
       __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-      simd::store_si128<kStream>(dx + i + v * (16 / sizeof(T)), _mm_and_si128(keep, d));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dx + i + v * (16 / sizeof(T))),
+                       _mm_and_si128(keep, d));
     }
   }
-  return i;
-}
-#endif
-
-template <typename T>
-void ste(const T* dy, const uint8_t* mask, T* dx, int64_t n, bool stream) {
-  int64_t i = 0;
-#if defined(__SSE4_1__)
-  i = stream && simd::aligned16(dx) ? ste_vector_steps<true>(dy, mask, dx, n)
-                                    : ste_vector_steps<false>(dy, mask, dx, n);
-#else
-  (void)stream;
 #endif
   for (; i < n; ++i) dx[i] = ((mask[i >> 3] >> (i & 7)) & 1u) ? dy[i] : T(0);
 }
@@ -328,42 +264,42 @@ void ste(const T* dy, const uint8_t* mask, T* dx, int64_t n, bool stream) {
 }  // namespace
 
 void fake_quant_run(const float* x, float* y, uint8_t* mask, int64_t first, int64_t n,
-                    const RunQParams& p, bool stream) {
-  run_const(x, y, mask, first, n, p, stream);
+                    const RunQParams& p) {
+  run_const(x, y, mask, first, n, p);
 }
 void fake_quant_run(const bf16* x, bf16* y, uint8_t* mask, int64_t first, int64_t n,
-                    const RunQParams& p, bool stream) {
-  run_const(x, y, mask, first, n, p, stream);
+                    const RunQParams& p) {
+  run_const(x, y, mask, first, n, p);
 }
 void fake_quant_run(const f16* x, f16* y, uint8_t* mask, int64_t first, int64_t n,
-                    const RunQParams& p, bool stream) {
-  run_const(x, y, mask, first, n, p, stream);
+                    const RunQParams& p) {
+  run_const(x, y, mask, first, n, p);
 }
 
 void fake_quant_lanes(const float* x, float* y, uint8_t* mask, int64_t first, int64_t n,
-                      const LaneQParams& p, bool stream) {
-  run_lanes(x, y, mask, first, n, p, stream);
+                      const LaneQParams& p) {
+  run_lanes(x, y, mask, first, n, p);
 }
 void fake_quant_lanes(const bf16* x, bf16* y, uint8_t* mask, int64_t first, int64_t n,
-                      const LaneQParams& p, bool stream) {
-  run_lanes(x, y, mask, first, n, p, stream);
+                      const LaneQParams& p) {
+  run_lanes(x, y, mask, first, n, p);
 }
 void fake_quant_lanes(const f16* x, f16* y, uint8_t* mask, int64_t first, int64_t n,
-                      const LaneQParams& p, bool stream) {
-  run_lanes(x, y, mask, first, n, p, stream);
+                      const LaneQParams& p) {
+  run_lanes(x, y, mask, first, n, p);
 }
 
-void ste_backward(const float* dy, const uint8_t* mask, float* dx, int64_t n, bool stream) {
-  ste(dy, mask, dx, n, stream);
+void ste_backward(const float* dy, const uint8_t* mask, float* dx, int64_t n) {
+  ste(dy, mask, dx, n);
 }
-void ste_backward(const double* dy, const uint8_t* mask, double* dx, int64_t n, bool stream) {
-  ste(dy, mask, dx, n, stream);
+void ste_backward(const double* dy, const uint8_t* mask, double* dx, int64_t n) {
+  ste(dy, mask, dx, n);
 }
-void ste_backward(const bf16* dy, const uint8_t* mask, bf16* dx, int64_t n, bool stream) {
-  ste(dy, mask, dx, n, stream);
+void ste_backward(const bf16* dy, const uint8_t* mask, bf16* dx, int64_t n) {
+  ste(dy, mask, dx, n);
 }
-void ste_backward(const f16* dy, const uint8_t* mask, f16* dx, int64_t n, bool stream) {
-  ste(dy, mask, dx, n, stream);
+void ste_backward(const f16* dy, const uint8_t* mask, f16* dx, int64_t n) {
+  ste(dy, mask, dx, n);
 }
 
 }  // namespace qg::fq_simd

@@ -18,16 +18,12 @@ struct RunQParams {
 // Fake-quantizes n contiguous elements that share one set of qparams. `first` is the flat
 // index of x[0] in the tensor: mask bits first .. first + n - 1 are written (they must be 0
 // on entry: partial mask bytes are OR-ed, whole ones stored); other bits are left alone.
-// stream: y is written with streaming stores where its vector stores are 16-byte aligned
-// (ops/common/stream_store.h); the caller then calls simd::stream_fence() before its chunk of
-// a parallel loop ends. The mask is always stored normally: it is 1/32 of y's bytes for f32,
-// so its read-for-ownership is about 1% of the traffic, not worth a second buffering scheme.
 void fake_quant_run(const float* x, float* y, uint8_t* mask, int64_t first, int64_t n,
-                    const RunQParams& p, bool stream = false);
+                    const RunQParams& p);
 void fake_quant_run(const bf16* x, bf16* y, uint8_t* mask, int64_t first, int64_t n,
-                    const RunQParams& p, bool stream = false);
+                    const RunQParams& p);
 void fake_quant_run(const f16* x, f16* y, uint8_t* mask, int64_t first, int64_t n,
-                    const RunQParams& p, bool stream = false);
+                    const RunQParams& p);
 
 // As fake_quant_run, with per-element qparams: element j uses inv_scale[j], scale[j] and
 // zero_point[j] (per-channel on the last axis, per-group across a trailing dimension).
@@ -36,18 +32,16 @@ struct LaneQParams {
   float qmin, qmax;
 };
 void fake_quant_lanes(const float* x, float* y, uint8_t* mask, int64_t first, int64_t n,
-                      const LaneQParams& p, bool stream = false);
+                      const LaneQParams& p);
 void fake_quant_lanes(const bf16* x, bf16* y, uint8_t* mask, int64_t first, int64_t n,
-                      const LaneQParams& p, bool stream = false);
+                      const LaneQParams& p);
 void fake_quant_lanes(const f16* x, f16* y, uint8_t* mask, int64_t first, int64_t n,
-                      const LaneQParams& p, bool stream = false);
+                      const LaneQParams& p);
 
-// dx[i] = mask bit i ? dy[i] : 0 for i < n (a bit copy, so NaN payloads survive). stream as
-// for fake_quant_run, for dx.
-void ste_backward(const float* dy, const uint8_t* mask, float* dx, int64_t n, bool stream = false);
-void ste_backward(const double* dy, const uint8_t* mask, double* dx, int64_t n,
-                  bool stream = false);
-void ste_backward(const bf16* dy, const uint8_t* mask, bf16* dx, int64_t n, bool stream = false);
-void ste_backward(const f16* dy, const uint8_t* mask, f16* dx, int64_t n, bool stream = false);
+// dx[i] = mask bit i ? dy[i] : 0 for i < n (a bit copy, so NaN payloads survive).
+void ste_backward(const float* dy, const uint8_t* mask, float* dx, int64_t n);
+void ste_backward(const double* dy, const uint8_t* mask, double* dx, int64_t n);
+void ste_backward(const bf16* dy, const uint8_t* mask, bf16* dx, int64_t n);
+void ste_backward(const f16* dy, const uint8_t* mask, f16* dx, int64_t n);
 
 }  // namespace qg::fq_simd

@@ -25,7 +25,6 @@
 #include "core/thread_pool.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
-#include "ops/common/stream_store.h"
 #include "ops/fake_quantize/fake_quantize_simd.h"
 #include "ops/fused/fused_cpu_codes.h"
 #include "ops/fused/fused_cpu_stats.h"
@@ -128,7 +127,6 @@ struct Pass {
   void* y;
   uint8_t* mask;
   Output out;
-  bool stream;  // fake-quantized y streamed (ops/common/stream_store.h); codes never are
   float qmin, qmax;
   std::vector<float> inv, scale, zp;  // per qparams index, f32 as the quantizer loads them
 
@@ -146,7 +144,7 @@ struct Pass {
       if (p.lanes) {
         fq_simd::LaneQParams lp{inv.data() + q, scale.data() + q, zp.data() + q, qmin, qmax};
         if (out == Output::fake)
-          fq_simd::fake_quant_lanes(x + k, static_cast<T*>(y) + k, mask, k, p.width, lp, stream);
+          fq_simd::fake_quant_lanes(x + k, static_cast<T*>(y) + k, mask, k, p.width, lp);
         else if (out == Output::codes_s8)
           fused_cpu::code_lanes(x + k, static_cast<int8_t*>(y) + k, mask, k, p.width, lp);
         else
@@ -154,7 +152,7 @@ struct Pass {
       } else {
         fq_simd::RunQParams rp{inv[q], scale[q], zp[q], qmin, qmax};
         if (out == Output::fake)
-          fq_simd::fake_quant_run(x + k, static_cast<T*>(y) + k, mask, k, p.width, rp, stream);
+          fq_simd::fake_quant_run(x + k, static_cast<T*>(y) + k, mask, k, p.width, rp);
         else if (out == Output::codes_s8)
           fused_cpu::code_run(x + k, static_cast<int8_t*>(y) + k, mask, k, p.width, rp);
         else
@@ -256,7 +254,6 @@ void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange
                ctx.outputs[0].raw_data(),
                ctx.outputs[1].data<uint8_t>(),
                out,
-               out == Output::fake && simd::stream_output(ctx.outputs[0].nbytes()),
                static_cast<float>(range.qmin),
                static_cast<float>(range.qmax),
                std::vector<float>(nq),
@@ -289,10 +286,6 @@ void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange
   auto quantize = [&](const Piece& p) {
     if (bad.load(std::memory_order_relaxed) == kNoBadQParams) pass.quantize(p);
   };
-  // The end of a task that quantized: its streamed stores become visible before the join.
-  auto end_task = [&] {
-    if (pass.stream) simd::stream_fence();
-  };
   // Statistics of pieces [first, last) into a task's own ranges, then into the shared ones.
   auto task_stats = [&](const Piece* first, const Piece* last) {
     const QSpan span = qspan(first, last);
@@ -309,7 +302,6 @@ void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange
     make_tasks(l, x.numel(), true).run([&](const Piece* first, const Piece* last) {
       if (o.update) task_stats(first, last);
       for (const Piece* p = first; p != last; ++p) quantize(*p);
-      end_task();
     });
     if (o.update)
       for (int64_t q = 0; q < nq; ++q) o.fold(q, ranges.min(q), ranges.max(q));
@@ -326,7 +318,6 @@ void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange
         }
         quantize(*p);
       }
-      end_task();
       __atomic_fetch_add(&ranges.nonfinite, nonfinite, __ATOMIC_RELAXED);
     });
   } else {
@@ -338,7 +329,6 @@ void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange
     }
     tasks.run([&](const Piece* first, const Piece* last) {
       for (const Piece* p = first; p != last; ++p) quantize(*p);
-      end_task();
     });
   }
   if (o.update) *o.nonfinite += ranges.nonfinite;

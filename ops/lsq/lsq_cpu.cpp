@@ -14,7 +14,6 @@
 #include "core/thread_pool.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
-#include "ops/common/stream_store.h"
 #include "ops/fake_quantize/fake_quantize_simd.h"
 #include "ops/lsq/lsq_cpu.h"
 #include "ops/lsq/lsq_math.h"
@@ -76,7 +75,6 @@ void forward_typed(KernelContext& ctx) {
   const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
   const T* px = x.data<T>();
   T* py = ctx.outputs[0].data<T>();
-  const bool stream = std::is_same_v<M, float> && simd::stream_output(ctx.outputs[0].nbytes());
   parallel_for(x.numel(), kElementGrain, [&](int64_t b, int64_t e) {
     for_each_scope_run_in(l, b, e, [&](int64_t k0, int64_t len, int64_t q0, int64_t step) {
       if constexpr (std::is_same_v<M, float>) {
@@ -87,13 +85,11 @@ void forward_typed(KernelContext& ctx) {
         thread_local std::vector<uint8_t> unused_mask(kElementGrain / 8 + 2);
         if (step == 0)
           fq_simd::fake_quant_run(px + k0, py + k0, unused_mask.data(), 0, len,
-                                  {qp.inv_scale[q0], qp.scale[q0], qp.zp_int[q0], qmin, qmax},
-                                  stream);
+                                  {qp.inv_scale[q0], qp.scale[q0], qp.zp_int[q0], qmin, qmax});
         else
           fq_simd::fake_quant_lanes(
               px + k0, py + k0, unused_mask.data(), 0, len,
-              {qp.inv_scale.data() + q0, qp.scale.data() + q0, qp.zp_int.data() + q0, qmin, qmax},
-              stream);
+              {qp.inv_scale.data() + q0, qp.scale.data() + q0, qp.zp_int.data() + q0, qmin, qmax});
       } else {
         for (int64_t j = 0; j < len; ++j) {
           const int64_t k = k0 + j, qi = q0 + step * j;
@@ -102,7 +98,6 @@ void forward_typed(KernelContext& ctx) {
         }
       }
     });
-    if (stream) simd::stream_fence();
   });
 }
 
