@@ -8,9 +8,7 @@
 # that the accuracies are identical. Builds nothing: run scripts/build.sh first.
 # Environment: THREADS (default 1,2,4,8,16), REPS (10), MODELS (mlp cnn transformer; empty
 # to skip training), SKIP_OPS (non-empty: training only), PYTHON (python3), QAT
-# (build/apps/qat). QG_STREAM_MIN_BYTES passes through to qat: the output size from which
-# the fake-quant kernels use streaming stores (ops/common/stream_store.h); a huge value such
-# as 4611686018427387904 turns them off, 0 streams every output.
+# (build/apps/qat).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] || { echo "usage: scripts/cpu_threads_bench.sh OUT.md" >&2; exit 2; }
