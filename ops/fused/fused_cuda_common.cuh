@@ -116,6 +116,10 @@ struct FusedArgs {
   const uint8_t* fake_quant_enabled;  // null when the quantizer has no flag
   float* scale_out;
   int32_t* zp_out;
+  // Where qparams the quantizer would reject are recorded (raised after the run, as the
+  // unfused quantizer raises), and the fused node's id for the message.
+  DeviceErrorRecord* err;
+  int32_t node;
 };
 
 // The qparams one element is quantized with.
@@ -199,6 +203,13 @@ __device__ inline QP update_and_qparams(const FusedArgs& a, const Flags& f, int6
     a.scale_out[q] = p.scale;
     a.zp_out[q] = p.zero_point;
     if (update && b.nonfinite) atomicAdd(a.nonfinite, b.nonfinite);
+    // The unfused quantizer rejects these qparams (an observed range wider than f32 gives an
+    // infinite scale): the fused node must fail the same way, not quantize with them.
+    if (f.quantize && !(isfinite(p.scale) && p.scale > 0.0f))
+      report_device_error(a.err, kBadScale, a.node, q, static_cast<double>(p.scale));
+    if (f.quantize && !(p.zero_point >= a.qmin && p.zero_point <= a.qmax))
+      report_device_error(a.err, kBadZeroPoint, a.node, q, static_cast<double>(p.zero_point),
+                          static_cast<double>(a.qmin), static_cast<double>(a.qmax));
   }
   return qp_of(p.scale, p.zero_point, f);
 }

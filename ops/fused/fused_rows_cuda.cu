@@ -13,7 +13,9 @@ constexpr int kRowPacks = 4;  // packs per thread a row may need (rows up to 102
 // Block sizes of the one-row-per-block kernel: half blocks for rows of up to half the
 // packs, so that each thread holds up to kRowPacks packs and the per-row work (the block
 // reduction, the qparams) is spread over more elements (bf16[8192, 4096]: 4 packs of 8 per
-// thread instead of 2).
+// thread instead of 2). 16-bit types only: on an H100, with half blocks for every type, the
+// f32 rows ran slower ([2048, 2048] 3.21x and [8192, 4096] 1.26x copy, against 1.38x and
+// 1.17x before), so f32 keeps full blocks.
 constexpr int kHalfBlock = kThreads / 2;
 
 template <int kBlock, typename T, int N>
@@ -159,7 +161,7 @@ void launch_rows(const T* x, void* y, uint32_t* mask, const FusedArgs& a, int64_
     auto grid = static_cast<unsigned>(std::min<int64_t>(cap, (rows + 7) / 8));
     fused_warp_rows_kernel<kCodes, T>
         <<<grid, kThreads, 0, stream>>>(x, y, mask, rows, packs_per_row, a);
-  } else if (packs_per_row <= kHalfBlock * kRowPacks) {
+  } else if (sizeof(T) == 2 && packs_per_row <= kHalfBlock * kRowPacks) {
     fused_rows_kernel<kCodes, T, kHalfBlock>
         <<<static_cast<unsigned>(rows), kHalfBlock, 0, stream>>>(x, y, mask, packs_per_row, a);
   } else {

@@ -26,7 +26,10 @@ using namespace cuda;
 template <typename M, bool kSymmetric>
 struct Int4Codec {
   static constexpr int kMaxPacksPerLane = 4;
-  static constexpr int kMaxPacksPerLane16 = 8;
+  // 16-bit types: 4 packs per lane as well (g128: 4 lanes per group). Measured on an H100,
+  // bf16[8192, 4096]: 8 packs per lane (2 lanes) 39.7 us = 0.82x copy, 4 packs 32.5 us =
+  // 0.66x, same binary, same run.
+  static constexpr int kMaxPacksPerLane16 = 4;
   static constexpr bool kPipelined = false;
   static constexpr bool kPairStats = true;
   // f32 math: 4 blocks of 256 (at most 64 registers; the full 8-pack kernels would take 80
