@@ -4,14 +4,13 @@
 # matches PATTERN (grep -E) it prints:
 #   total  every instruction of the kernel (the NOP padding and the final self-branch not
 #          counted);
-#   body   the hot straight-line code: the longest chain of basic blocks (split at branch
-#          targets and after branches), each falling through into the next (its branch not
-#          taken), that ends with the block of a 128-bit global store and holds no loop,
-#          from after its last global load. For the flat pack kernels of ops/ this is the
-#          per-pack work of the vectorised, enabled, no-NaN path, from the loaded registers to
-#          the stores: its instructions divided by ELEMENTS (8 for one pack) are the
-#          instructions per element. Predicated instructions count whether or not they run
-#          (they issue);
+#   routes the instruction counts of every path through the code (branches taken or not,
+#          loops left out) from just after a 128-bit global load to the end of the block of
+#          the next 128-bit global store. For the flat pack kernels of ops/ these are the
+#          paths of one vectorised pack (disabled, fast, exact element path, ...), from the
+#          loaded registers to the stored result; divided by ELEMENTS (8 for one pack) they
+#          are instructions per element. Predicated instructions count whether or not they
+#          run (they issue);
 #   loop   each backward branch (a loop) with the instructions of its body, if any.
 # With -v, the opcodes of the body are listed by count, so a change can be attributed.
 #
@@ -132,39 +131,57 @@ def analyse(instrs):
             cur = []
     if cur:
         blocks.append(cur)
-    # The body: the longest chain of blocks, each falling through into the next (a branch
-    # not taken), that ends with the block of a 128-bit global store and holds no loop.
-    def ends_flow(bl):
-        t = bl[-1][1]
+    # Routes: paths through the blocks (no backward edge) from just after a 128-bit global
+    # load to the end of the block of the first 128-bit global store, each branch taken or
+    # not.
+    def is_load(t):
+        return opcode(t).startswith("LDG.E.128")
+    def successors(k):
+        a, t = blocks[k][-1]
         op = opcode(t)
-        return op in ("EXIT", "RET.REL", "RET.ABS") or (op in ("BRA", "BRX") and not predicated(t))
-    def backward(bl):
-        return any(opcode(t) == "BRA" and (branch_target(t) or 1 << 62) <= a for a, t in bl)
-    hot = []
-    for i in range(len(blocks)):
-        chain, j = [], i
-        while j < len(blocks) and not backward(blocks[j]):
-            chain += blocks[j]
-            if any(opcode(t).startswith("STG") for _, t in blocks[j]) or ends_flow(blocks[j]):
-                break
-            j += 1
-        # Only the work after the chain's last global load: the loads (and the setup that
-        # falls through into them) are not per-element work of the body.
-        loads = [k for k, (_, t) in enumerate(chain) if opcode(t).startswith("LDG")]
-        if loads:
-            chain = chain[loads[-1] + 1:]
-        if any(opcode(t).startswith("STG.E.128") for _, t in chain) and len(chain) > len(hot):
-            hot = chain
+        nxt = [k + 1] if k + 1 < len(blocks) else []
+        if op in ("EXIT", "RET.REL", "RET.ABS"):
+            return [] if not predicated(t) else nxt
+        if op in ("BRA", "BRX"):
+            tgt = branch_target(t)
+            if tgt is None or tgt <= a:
+                return nxt if predicated(t) else []
+            taken = [i for i, bl in enumerate(blocks) if bl[0][0] == tgt]
+            conditional = predicated(t) or re.search(r"BRA\s+!?U?P\d", t)
+            return (nxt if conditional else []) + taken
+        return nxt
+    routes = set()
+    def walk(k, route, start):
+        if len(routes) > 200:
+            return
+        part = blocks[k][start:]
+        if route and any(is_load(t) for _, t in part):
+            return  # counted from its own last load
+        route = route + part
+        if any(opcode(t).startswith("STG.E.128") for _, t in part):
+            routes.add(tuple(route))
+            return
+        for n in successors(k):
+            if n > k:
+                walk(n, route, 0)
+    for k, bl in enumerate(blocks):
+        loads = [i for i, (_, t) in enumerate(bl) if is_load(t)]
+        if loads and loads[-1] + 1 < len(bl):
+            walk(k, [], loads[-1] + 1)
+        elif loads:
+            for n in successors(k):
+                if n > k:
+                    walk(n, [], 0)
     loops = [(branch_target(t), a) for a, t in body
              if opcode(t) == "BRA" and branch_target(t) is not None and branch_target(t) <= a]
-    return body, hot, loops
+    return body, sorted(routes, key=len), loops
 
 matched = 0
 for name in names:
     if name not in functions or not pattern.search(demangled[name]):
         continue
     matched += 1
-    body, hot, loops = analyse(functions[name])
+    body, routes, loops = analyse(functions[name])
     short = re.sub(r"qg::\(anonymous namespace\)::|\(anonymous namespace\)::", "",
                    demangled[name])
     depth = 0  # drop the parameter list: the last top-level parentheses
@@ -176,19 +193,24 @@ for name in names:
             break
     short = short.replace("void ", "")
     print(short)
-    if not hot:
-        print(f"  total {len(body)}   body: none (no 128-bit store)")
-        continue
-    line = f"  total {len(body)}   body {len(hot)} (0x{hot[0][0]:04x}..0x{hot[-1][0]:04x})"
-    if elements > 0:
-        line += f" = {len(hot) / elements:.2f} per element"
-    print(line)
+    print(f"  total {len(body)}")
+    lengths = sorted({len(r) for r in routes})
+    shown = [str(n) + (f" ({n / elements:.2f}/element)" if elements else "") for n in lengths]
+    if len(shown) > 12:
+        shown = shown[:12] + [f"... {len(shown) - 12} more, up to {lengths[-1]}"]
+    print("  routes from a 128-bit load to the next 128-bit store: " +
+          (", ".join(shown) if shown else "none"))
     for start, end in loops:
         n = sum(1 for a, _ in body if start <= a <= end)
         print(f"  loop 0x{start:04x}..0x{end:04x}: {n} instructions")
     if verbose:
-        counts = Counter(opcode(t).split(".")[0] for _, t in hot)
-        print("  body opcodes: " + ", ".join(f"{op} {n}" for op, n in counts.most_common()))
+        seen = set()
+        for r in routes:
+            if len(r) in seen:
+                continue
+            seen.add(len(r))
+            counts = Counter(opcode(t).split(".")[0] for _, t in r)
+            print(f"    {len(r)}: " + ", ".join(f"{op} {n}" for op, n in counts.most_common()))
 if matched == 0:
     sys.exit(f"sass_per_element: no kernel matches {os.environ['PATTERN']}")
 EOF
