@@ -150,28 +150,38 @@ def analyse(instrs):
             conditional = predicated(t) or re.search(r"BRA\s+!?U?P\d", t)
             return (nxt if conditional else []) + taken
         return nxt
-    routes = set()
-    def walk(k, route, start):
-        if len(routes) > 200:
-            return
+    # suffixes[k]: {length: one route} of the routes from the start of block k to the store,
+    # memoised (the number of paths can grow exponentially, the number of lengths cannot).
+    memo = {}
+    def suffixes(k, start=0):
+        key = (k, start)
+        if key in memo:
+            return memo[key]
         part = blocks[k][start:]
-        if route and any(is_load(t) for _, t in part):
-            return  # counted from its own last load
-        route = route + part
-        if any(opcode(t).startswith("STG.E.128") for _, t in part):
-            routes.add(tuple(route))
-            return
-        for n in successors(k):
-            if n > k:
-                walk(n, route, 0)
-    for k, bl in enumerate(blocks):
-        loads = [i for i, (_, t) in enumerate(bl) if is_load(t)]
-        if loads and loads[-1] + 1 < len(bl):
-            walk(k, [], loads[-1] + 1)
-        elif loads:
+        out = {}
+        if start == 0 and any(is_load(t) for _, t in part):
+            pass  # counted from its own last load
+        elif any(opcode(t).startswith("STG.E.128") for _, t in part):
+            out[len(part)] = part
+        else:
             for n in successors(k):
                 if n > k:
-                    walk(n, [], 0)
+                    for length, route in suffixes(n).items():
+                        out.setdefault(len(part) + length, part + route)
+        memo[key] = out
+        return out
+    found = {}
+    for k, bl in enumerate(blocks):
+        loads = [i for i, (_, t) in enumerate(bl) if is_load(t)]
+        if not loads:
+            continue
+        if loads[-1] + 1 < len(bl):
+            found.update(suffixes(k, loads[-1] + 1))
+        else:
+            for n in successors(k):
+                if n > k:
+                    found.update(suffixes(n))
+    routes = list(found.values())
     loops = [(branch_target(t), a) for a, t in body
              if opcode(t) == "BRA" and branch_target(t) is not None and branch_target(t) <= a]
     return body, sorted(routes, key=len), loops
