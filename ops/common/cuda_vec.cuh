@@ -117,10 +117,14 @@ __device__ __forceinline__ void flat_packs(I npacks, Load load, Body body) {
       if (b < npacks) body(b, v[u]);
     }
   } else {
+    // v[0] is always the current pack (the rest move down), so that v stays in registers
+    // (v[u] with a loop-variable u would live in local memory).
 #pragma unroll 1
     for (int u = 0; u < U; ++u) {
       const I b = base + static_cast<I>(u * kPackThreads);
-      if (b < npacks) body(b, v[u]);
+      if (b < npacks) body(b, v[0]);
+#pragma unroll
+      for (int k = 0; k + 1 < U; ++k) v[k] = v[k + 1];
     }
   }
 }

@@ -94,6 +94,10 @@ __global__ void __launch_bounds__(kPackThreads)
   const I n = static_cast<I>(a.n), nfull = n / 8;
   auto cache = last_qparam<QParam<M>, I>([=](I qi) { return load_qparam<M>(scale, zp, qi, a); });
   if (L == QLayout::tensor && on) cache.get(0);
+  // The NaN-test operand of a 16-bit pack (see no_nan_in): once per thread for one qparam.
+  uint32_t poison = 0;
+  if constexpr (sizeof(T) == 2)
+    if (L == QLayout::tensor) poison = cache.p.tame ? kPairNegInf<T> : kPairNaN<T>;
   auto element = [&](T xv, const QParam<M>& p, unsigned& bit) {
     auto r = fake_quant_select<M>(to_math(xv), p.inv, p.scale, p.zp, qmin, qmax);
     bit = r.in_range ? 1u : 0u;
@@ -116,7 +120,8 @@ __global__ void __launch_bounds__(kPackThreads)
         // almost never taken and is the same for the whole warp.
         const QParam<M>& p = cache.p;
         fake_quant_pack16<T>(xv, p.inv, p.scale, p.lo, p.hi, yv, bits);
-        done = no_nan_in(xv, p.tame ? kPairNegInf<T> : kPairNaN<T>);
+        if (L == QLayout::pack) poison = p.tame ? kPairNegInf<T> : kPairNaN<T>;
+        done = no_nan_in(xv, poison);
       }
       if (__builtin_expect(!done, 0)) {
         bits = 0;
