@@ -12,7 +12,8 @@
 #          are instructions per element. Predicated instructions count whether or not they
 #          run (they issue);
 #   loop   each backward branch (a loop) with the instructions of its body, if any.
-# With -v, the opcodes of the body are listed by count, so a change can be attributed.
+# With -v, the opcodes of one route of each length are listed by count, so a change can be
+# attributed.
 #
 #   scripts/sass_per_element.sh [-v] OBJECT PATTERN [ELEMENTS]
 #   e.g. scripts/sass_per_element.sh \
@@ -23,20 +24,21 @@
 # none is there (the CUDA toolkit packages of some images lack them) the PyPI packages
 # nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm are installed once into .venv-sass.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 verbose=0
 if [ "${1:-}" = "-v" ]; then
   verbose=1
   shift
 fi
 if [ $# -lt 2 ]; then
-  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 object=$1
+[ -f "$object" ] || { echo "sass_per_element: no object file $object" >&2; exit 1; }
+object=$(realpath "$object")
+cd "$(dirname "$0")/.."  # the repository root, where .venv-sass lives
 pattern=$2
 elements=${3:-0}
-[ -f "$object" ] || { echo "sass_per_element: no object file $object" >&2; exit 1; }
 
 find_cuobjdump() {
   if [ -n "${CUOBJDUMP:-}" ]; then echo "$CUOBJDUMP"; return; fi
