@@ -98,7 +98,9 @@ inline unsigned pack_blocks(int64_t npacks) {
 // Block b handles packs [b * U * kPackThreads, (b + 1) * U * kPackThreads): thread t the
 // packs t, t + kPackThreads, ... Every input is loaded (load(b)) before any pack is
 // processed (body(b, loaded)), so U loads per thread are in flight at once.
-template <int U, typename I, typename Load, typename Body>
+// Unroll: false keeps the U bodies a loop (a body with many branches, copied U times and
+// then again into each branch by the compiler, can grow the kernel several-fold).
+template <int U, bool Unroll = true, typename I, typename Load, typename Body>
 __device__ __forceinline__ void flat_packs(I npacks, Load load, Body body) {
   const I base =
       static_cast<I>(blockIdx.x) * static_cast<I>(U * kPackThreads) + static_cast<I>(threadIdx.x);
@@ -108,10 +110,22 @@ __device__ __forceinline__ void flat_packs(I npacks, Load load, Body body) {
     const I b = base + static_cast<I>(u * kPackThreads);
     if (b < npacks) v[u] = load(b);
   }
+  if constexpr (Unroll) {
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const I b = base + static_cast<I>(u * kPackThreads);
-    if (b < npacks) body(b, v[u]);
+    for (int u = 0; u < U; ++u) {
+      const I b = base + static_cast<I>(u * kPackThreads);
+      if (b < npacks) body(b, v[u]);
+    }
+  } else {
+    // v[0] is always the current pack (the rest move down), so that v stays in registers
+    // (v[u] with a loop-variable u would live in local memory).
+#pragma unroll 1
+    for (int u = 0; u < U; ++u) {
+      const I b = base + static_cast<I>(u * kPackThreads);
+      if (b < npacks) body(b, v[0]);
+#pragma unroll
+      for (int k = 0; k + 1 < U; ++k) v[k] = v[k + 1];
+    }
   }
 }
 

@@ -17,6 +17,7 @@
 #include "core/graph.h"
 #include "ops/common/cuda_vec.cuh"
 #include "ops/common/quant_attrs.h"
+#include "ops/fake_quantize/fake_quant_pack16.cuh"
 
 namespace qg {
 namespace {
@@ -28,6 +29,8 @@ enum class QLayout { tensor, pack, element };
 struct FqArgs {
   ScopeDims scope;
   double qmin, qmax;
+  float qmin_f, qmax_f;  // qmin, qmax rounded to f32 (exact: both are int32 values)
+  bool small_range;      // |qmin|, |qmax| <= 2^23 (every range of 2..16 bits)
   int64_t n;
   bool vec;                // x and y are 16-byte aligned
   const uint8_t* enabled;  // fake_quant_enabled state, or null (always on)
@@ -35,9 +38,14 @@ struct FqArgs {
   int32_t node;
 };
 
+// lo, hi: qmin - zp and qmax - zp (for fake_quant_pack16). tame: the conditions under
+// which fake_quant_pack16 is exact for every non-NaN x: scale and 1/scale finite and
+// non-zero in the math type (the f64 -> f32 conversion can still make them 0 or Inf), a
+// valid zero point and a small range (so lo and hi are exact).
 template <typename M>
 struct QParam {
-  M scale, inv, zp;
+  M scale, inv, zp, lo, hi;
+  bool tame;
 };
 
 // The qparams of index qi, validated (errors recorded with the same code, index and value
@@ -48,10 +56,13 @@ __device__ __forceinline__ QParam<M> load_qparam(const S* scale, const Z* zp, I 
   double s = static_cast<double>(scale[qi]), z = static_cast<double>(zp[qi]);
   if (!(qmath::is_finite(s) && s > 0))
     report_device_error(a.err, kBadScale, a.node, static_cast<int64_t>(qi), s);
-  if (!(z >= a.qmin && z <= a.qmax))
+  const bool zp_ok = z >= a.qmin && z <= a.qmax;
+  if (!zp_ok)
     report_device_error(a.err, kBadZeroPoint, a.node, static_cast<int64_t>(qi), z, a.qmin, a.qmax);
-  M sm = static_cast<M>(s);
-  return {sm, M(1) / sm, static_cast<M>(z)};
+  const M sm = static_cast<M>(s), inv = M(1) / sm, zm = static_cast<M>(z);
+  const bool tame = a.small_range && zp_ok && qmath::is_finite(sm) && sm != M(0) &&
+                    qmath::is_finite(inv) && inv != M(0);
+  return {sm, inv, zm, static_cast<M>(a.qmin) - zm, static_cast<M>(a.qmax) - zm, tame};
 }
 
 // qmath::fake_quant with selects instead of the early NaN return, bit for bit the same:
@@ -75,32 +86,52 @@ __global__ void __launch_bounds__(kPackThreads)
                          FqArgs a) {
   using M = math_of<T>;
   constexpr int U = kPacksPerThread<T>;
-  const M qmin = static_cast<M>(a.qmin), qmax = static_cast<M>(a.qmax);
+  // From the f32 copies when M is f32: the same values as converting the doubles here, but
+  // read from the constant bank instead of converted again for every pack.
+  const M qmin = std::is_same_v<M, float> ? a.qmin_f : static_cast<M>(a.qmin);
+  const M qmax = std::is_same_v<M, float> ? a.qmax_f : static_cast<M>(a.qmax);
   const bool on = a.enabled == nullptr || *a.enabled != 0;
   const I n = static_cast<I>(a.n), nfull = n / 8;
   auto cache = last_qparam<QParam<M>, I>([=](I qi) { return load_qparam<M>(scale, zp, qi, a); });
   if (L == QLayout::tensor && on) cache.get(0);
+  // The NaN-test operand of a 16-bit pack (see no_nan_in): once per thread for one qparam.
+  uint32_t poison = 0;
+  if constexpr (sizeof(T) == 2)
+    if (L == QLayout::tensor) poison = cache.p.tame ? kPairNegInf<T> : kPairNaN<T>;
   auto element = [&](T xv, const QParam<M>& p, unsigned& bit) {
     auto r = fake_quant_select<M>(to_math(xv), p.inv, p.scale, p.zp, qmin, qmax);
     bit = r.in_range ? 1u : 0u;
     return from_math_select<T>(r.y);
   };
   auto load = [&](I b) { return load_pack(x, b, a.vec); };
-  flat_packs<U>(nfull, load, [&](I b, const Pack8<T>& xv) {
+  constexpr bool unroll = !(sizeof(T) == 2 && L == QLayout::pack);
+  flat_packs<U, unroll>(nfull, load, [&](I b, const Pack8<T>& xv) {
     Pack8<T> yv;
     unsigned bits = 0xffu;
     if (!on) {
       // Disabled: identity with every mask bit set (as the CPU kernel).
       yv = xv;
     } else {
-      bits = 0;
       if (L == QLayout::pack) cache.get(qparam_index_of<I>(a.scope, b * 8));
+      bool done = false;
+      if constexpr (sizeof(T) == 2 && L != QLayout::element) {
+        // 16-bit types, one qparam per pack: the packed form, exact for packs without NaN
+        // under tame qparams (fake_quant_pack16.cuh); a NaN is rare, so this branch is
+        // almost never taken and is the same for the whole warp.
+        const QParam<M>& p = cache.p;
+        fake_quant_pack16<T>(xv, p.inv, p.scale, p.lo, p.hi, yv, bits);
+        if (L == QLayout::pack) poison = p.tame ? kPairNegInf<T> : kPairNaN<T>;
+        done = no_nan_in(xv, poison);
+      }
+      if (__builtin_expect(!done, 0)) {
+        bits = 0;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (L == QLayout::element) cache.get(qparam_index_of<I>(a.scope, b * 8 + j));
-        unsigned bit;
-        yv.v[j] = element(xv.v[j], cache.p, bit);
-        bits |= bit << j;
+        for (int j = 0; j < 8; ++j) {
+          if (L == QLayout::element) cache.get(qparam_index_of<I>(a.scope, b * 8 + j));
+          unsigned bit;
+          yv.v[j] = element(xv.v[j], cache.p, bit);
+          bits |= bit << j;
+        }
       }
     }
     store_pack(y, b, a.vec, yv);
@@ -156,6 +187,9 @@ void fake_quantize_cuda(KernelContext& ctx) {
   FqArgs a{scope_dims(l),
            static_cast<double>(r.qmin),
            static_cast<double>(r.qmax),
+           static_cast<float>(static_cast<double>(r.qmin)),
+           static_cast<float>(static_cast<double>(r.qmax)),
+           std::abs(r.qmin) <= (int64_t{1} << 23) && std::abs(r.qmax) <= (int64_t{1} << 23),
            x.numel(),
            aligned16(x.raw_data()) && aligned16(y.raw_data()),
            ctx.states.empty() ? nullptr : in_ptr<uint8_t>(ctx.states[0]),
@@ -189,8 +223,16 @@ __global__ void __launch_bounds__(kPackThreads)
   auto load = [&](I b) { return In{load_pack(dy, b, vec), mask[b]}; };
   flat_packs<kPacksPerThread<T>>(nfull, load, [&](I b, const In& in) {
     Pack8<T> out;
+    if constexpr (sizeof(T) == 2) {
+      // Two elements per 32-bit word: dy & a word mask (+0 where the bit is clear).
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(in.v.v);
+      uint32_t* o = reinterpret_cast<uint32_t*>(out.v);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) out.v[j] = (in.bits >> j) & 1u ? in.v.v[j] : zero;
+      for (int i = 0; i < 4; ++i) o[i] = w[i] & pair_mask(in.bits, i);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out.v[j] = (in.bits >> j) & 1u ? in.v.v[j] : zero;
+    }
     store_pack(dx, b, vec, out);
   });
   if (blockIdx.x == 0 && threadIdx.x == 0)
