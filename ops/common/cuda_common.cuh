@@ -42,8 +42,13 @@ __device__ __forceinline__ float to_math(float v) {
 __device__ __forceinline__ double to_math(double v) {
   return v;
 }
+// The hardware f16 -> f32 conversion returns a NaN without its sign (an H100 gave 0x7e00
+// for every negative f16 NaN passed through fake_quantize, where the CPU's exact widening
+// keeps the sign: 0xfe00). OR-ing in the f16 sign bit restores it; for every other value the
+// converted sign already equals it, so this changes nothing else.
 __device__ __forceinline__ float to_math(__half v) {
-  return __half2float(v);
+  const unsigned sign = (static_cast<unsigned>(__half_as_ushort(v)) & 0x8000u) << 16;
+  return __uint_as_float(__float_as_uint(__half2float(v)) | sign);
 }
 __device__ __forceinline__ float to_math(__nv_bfloat16 v) {
   return __bfloat162float(v);
