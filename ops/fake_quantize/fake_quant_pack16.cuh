@@ -34,21 +34,11 @@
 
 #include <cstdint>
 
+#include "ops/common/cuda_rows.cuh"
 #include "ops/common/cuda_vec.cuh"
 #include "ops/common/quant_math.h"
 
 namespace qg::cuda {
-
-template <typename T>
-struct Pair16;
-template <>
-struct Pair16<__nv_bfloat16> {
-  using type = __nv_bfloat162;
-};
-template <>
-struct Pair16<__half> {
-  using type = __half2;
-};
 
 __device__ __forceinline__ float2 unpack_pair(const __nv_bfloat162& h) {
   const uint32_t w = *reinterpret_cast<const uint32_t*>(&h);
@@ -59,7 +49,7 @@ __device__ __forceinline__ float2 unpack_pair(const __half2& h) {
 }
 
 template <typename T>
-__device__ __forceinline__ typename Pair16<T>::type pack_pair(float lo, float hi) {
+__device__ __forceinline__ typename Half2Of<T>::V pack_pair(float lo, float hi) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
     return __floats2bfloat162_rn(lo, hi);
   else
@@ -78,7 +68,7 @@ inline constexpr uint32_t kPairNaN = std::is_same_v<T, __nv_bfloat16> ? 0x7fc07f
 // four pairs and poison, then an ordered compare of both halves with themselves.
 template <typename T>
 __device__ __forceinline__ bool no_nan_in(const Pack8<T>& x, uint32_t poison) {
-  using P2 = typename Pair16<T>::type;
+  using P2 = typename Half2Of<T>::V;
   const P2* x2 = reinterpret_cast<const P2*>(x.v);
   const P2 p = *reinterpret_cast<const P2*>(&poison);
   P2 m = __hmax2_nan(__hmax2_nan(__hmax2_nan(x2[0], x2[1]), x2[2]), __hmax2_nan(x2[3], p));
@@ -103,7 +93,7 @@ __device__ __forceinline__ bool no_nan_in(const Pack8<T>& x, uint32_t poison) {
 template <typename T>
 __device__ __forceinline__ void fake_quant_pack16(const Pack8<T>& x, float inv, float scale,
                                                   float lo, float hi, Pack8<T>& y, unsigned& bits) {
-  using P2 = typename Pair16<T>::type;
+  using P2 = typename Half2Of<T>::V;
   const P2* x2 = reinterpret_cast<const P2*>(x.v);
   P2* y2 = reinterpret_cast<P2*>(y.v);
   unsigned b = 0;

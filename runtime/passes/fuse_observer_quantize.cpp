@@ -82,15 +82,7 @@ int FuseObserverQuantizePass::run(Graph& g) {
     NodeId f = g.add_raw_node(fused, types);
     std::vector<ValueId> new_out = g.node(f).outputs;
     // 3. Rewire the quantizer's readers, carry names and output marks over, drop the pair.
-    for (int i = 0; i < 2; ++i) {
-      ValueId old = q.outputs[i];
-      for (NodeId reader : g.consumers(old)) {
-        const Node& r = g.node(reader);
-        for (size_t slot = 0; slot < r.inputs.size(); ++slot)
-          if (g.node(reader).inputs[slot] == old)
-            g.replace_input(reader, static_cast<int>(slot), new_out[i]);
-      }
-    }
+    for (int i = 0; i < 2; ++i) replace_all_uses(g, q.outputs[i], new_out[i]);
     bool marked[2] = {g.is_output(q.outputs[0]), g.is_output(q.outputs[1])};
     std::string names[2] = {g.value(q.outputs[0]).name, g.value(q.outputs[1]).name};
     g.remove_node(q_id);

@@ -55,12 +55,7 @@ int FuseSteBackwardPass::run(Graph& g) {
     fused.fused_from = {ste, act};
     NodeId f = g.add_raw_node(fused, {g.value(act.outputs[0]).type});
     const ValueId out = g.node(f).outputs[0], old = act.outputs[0];
-    for (NodeId reader : g.consumers(old)) {
-      const Node& r = g.node(reader);
-      for (size_t slot = 0; slot < r.inputs.size(); ++slot)
-        if (g.node(reader).inputs[slot] == old)
-          g.replace_input(reader, static_cast<int>(slot), out);
-    }
+    replace_all_uses(g, old, out);
     const bool marked = g.is_output(old);
     const std::string name = g.value(old).name;
     g.remove_node(act_id);

@@ -35,6 +35,10 @@ struct PassRecord {
   int rewrites = 0;
 };
 
+// Points every input slot that reads `old` at `now` instead (a fusion pass's rewiring of the
+// readers of a value it replaces).
+void replace_all_uses(Graph& graph, ValueId old, ValueId now);
+
 // The default pipeline, in order: fuse_observer_quantize, fuse_ste_backward.
 std::vector<std::unique_ptr<Pass>> default_passes();
 std::vector<std::string> default_pass_names();

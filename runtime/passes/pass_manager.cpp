@@ -17,6 +17,14 @@ PassOptions PassOptions::from_env(PassOptions base) {
   return base;
 }
 
+void replace_all_uses(Graph& g, ValueId old, ValueId now) {
+  for (NodeId reader : g.consumers(old)) {
+    const size_t slots = g.node(reader).inputs.size();
+    for (size_t slot = 0; slot < slots; ++slot)
+      if (g.node(reader).inputs[slot] == old) g.replace_input(reader, static_cast<int>(slot), now);
+  }
+}
+
 std::vector<std::unique_ptr<Pass>> default_passes() {
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(std::make_unique<FuseObserverQuantizePass>());
