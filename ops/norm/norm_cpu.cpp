@@ -121,6 +121,11 @@ void batch_norm_backward_typed(KernelContext& ctx) {
   });
 }
 
+// Rows per chunk of the layer-norm loops: about kElementGrain elements, at least one row.
+int64_t layer_norm_row_grain(int64_t d) {
+  return std::max<int64_t>(1, kElementGrain / std::max<int64_t>(d, 1));
+}
+
 template <typename T>
 void layer_norm_typed(KernelContext& ctx) {
   const Tensor& xt = ctx.inputs[0];
@@ -132,21 +137,27 @@ void layer_norm_typed(KernelContext& ctx) {
   T* mean_out = ctx.outputs[1].data<T>();
   T* rstd_out = ctx.outputs[2].data<T>();
   const double eps = ctx.attrs.get_real("eps");
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* p = x + r * d;
-    double sum = 0, sumsq = 0;
-    for (int64_t j = 0; j < d; ++j) {
-      double v = static_cast<double>(p[j]);
-      sum += v;
-      sumsq += v * v;
-    }
-    double mean, var, rstd;
-    moments(sum, sumsq, d, eps, &mean, &var, &rstd);
-    mean_out[r] = static_cast<T>(mean);
-    rstd_out[r] = static_cast<T>(rstd);
-    const T mu = static_cast<T>(mean), rs = static_cast<T>(rstd);
-    for (int64_t j = 0; j < d; ++j) y[r * d + j] = (p[j] - mu) * rs * gamma[j] + beta[j];
-  }
+  // Rows are independent: chunks of whole rows give the same bytes for any thread count.
+  parallel_for(
+      rows, layer_norm_row_grain(d),
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* p = x + r * d;
+          double sum = 0, sumsq = 0;
+          for (int64_t j = 0; j < d; ++j) {
+            double v = static_cast<double>(p[j]);
+            sum += v;
+            sumsq += v * v;
+          }
+          double mean, var, rstd;
+          moments(sum, sumsq, d, eps, &mean, &var, &rstd);
+          mean_out[r] = static_cast<T>(mean);
+          rstd_out[r] = static_cast<T>(rstd);
+          const T mu = static_cast<T>(mean), rs = static_cast<T>(rstd);
+          for (int64_t j = 0; j < d; ++j) y[r * d + j] = (p[j] - mu) * rs * gamma[j] + beta[j];
+        }
+      },
+      rows * d);
 }
 
 template <typename T>
@@ -159,31 +170,47 @@ void layer_norm_backward_typed(KernelContext& ctx) {
   const T* mean = ctx.inputs[3].data<T>();
   const T* rstd = ctx.inputs[4].data<T>();
   T* dx = ctx.outputs[0].data<T>();
-  std::vector<double> dgamma(static_cast<size_t>(d), 0.0), dbeta(static_cast<size_t>(d), 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const T mu = mean[r], rs = rstd[r];
-    double sum_g = 0, sum_g_xhat = 0;
-    for (int64_t j = 0; j < d; ++j) {
-      const int64_t i = r * d + j;
-      T xhat = (x[i] - mu) * rs;
-      double g = static_cast<double>(dy[i] * gamma[j]);
-      sum_g += g;
-      sum_g_xhat += g * static_cast<double>(xhat);
-      dgamma[j] += static_cast<double>(dy[i] * xhat);
-      dbeta[j] += static_cast<double>(dy[i]);
-    }
-    const T mean_g = static_cast<T>(sum_g / d), mean_g_xhat = static_cast<T>(sum_g_xhat / d);
-    for (int64_t j = 0; j < d; ++j) {
-      const int64_t i = r * d + j;
-      T xhat = (x[i] - mu) * rs;
-      dx[i] = rs * (dy[i] * gamma[j] - mean_g - xhat * mean_g_xhat);
-    }
-  }
+  // Chunks of whole rows: dx row by row, and per-chunk column sums for dgamma / dbeta, added
+  // in chunk order, so the bytes do not depend on the thread count.
+  const int64_t grain = layer_norm_row_grain(d);
+  const int64_t chunks = num_chunks(rows, grain);
+  std::vector<double> part(static_cast<size_t>(chunks * 2 * d), 0.0);
+  parallel_for(
+      rows, grain,
+      [&](int64_t r0, int64_t r1) {
+        double* dgamma = part.data() + (r0 / grain) * 2 * d;
+        double* dbeta = dgamma + d;
+        for (int64_t r = r0; r < r1; ++r) {
+          const T mu = mean[r], rs = rstd[r];
+          double sum_g = 0, sum_g_xhat = 0;
+          for (int64_t j = 0; j < d; ++j) {
+            const int64_t i = r * d + j;
+            T xhat = (x[i] - mu) * rs;
+            double g = static_cast<double>(dy[i] * gamma[j]);
+            sum_g += g;
+            sum_g_xhat += g * static_cast<double>(xhat);
+            dgamma[j] += static_cast<double>(dy[i] * xhat);
+            dbeta[j] += static_cast<double>(dy[i]);
+          }
+          const T mean_g = static_cast<T>(sum_g / d), mean_g_xhat = static_cast<T>(sum_g_xhat / d);
+          for (int64_t j = 0; j < d; ++j) {
+            const int64_t i = r * d + j;
+            T xhat = (x[i] - mu) * rs;
+            dx[i] = rs * (dy[i] * gamma[j] - mean_g - xhat * mean_g_xhat);
+          }
+        }
+      },
+      rows * d);
   T* dg = ctx.outputs[1].data<T>();
   T* db = ctx.outputs[2].data<T>();
   for (int64_t j = 0; j < d; ++j) {
-    dg[j] = static_cast<T>(dgamma[j]);
-    db[j] = static_cast<T>(dbeta[j]);
+    double g = 0, b = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      g += part[static_cast<size_t>(c * 2 * d + j)];
+      b += part[static_cast<size_t>(c * 2 * d + d + j)];
+    }
+    dg[j] = static_cast<T>(g);
+    db[j] = static_cast<T>(b);
   }
 }
 

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/graph.h"
 #include "core/half.h"
+#include "core/thread_pool.h"
 #include "ops/common/schema_helpers.h"
 #include "ops/softmax/softmax_columns.h"
 
@@ -21,52 +22,68 @@ const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DTyp
 // Each outer index is a slab [axis_len, inner] whose `inner` columns are reduced together,
 // walking the slab in memory order (rows of `inner` contiguous elements) with one
 // accumulator per column; every column still sees its elements in axis order.
+// Slabs per chunk of the parallel loops: about kElementGrain elements, at least one slab.
+// Slabs are independent, so the bytes do not depend on the thread count.
+int64_t slab_grain(const SoftmaxColumns& c) {
+  return std::max<int64_t>(1, kElementGrain / std::max<int64_t>(c.axis_len * c.inner, 1));
+}
+
 template <typename T>
 void softmax_cpu(const Tensor& x, Tensor& y, const SoftmaxColumns& c) {
   using M = math_t<T>;
   const int64_t len = c.axis_len, inner = c.inner;
-  std::vector<M> e(static_cast<size_t>(len * inner)), mx(inner), sum(inner);
-  for (int64_t o = 0; o < c.outer; ++o) {
-    const T* px = x.data<T>() + o * len * inner;
-    T* py = y.data<T>() + o * len * inner;
-    std::fill(mx.begin(), mx.end(), static_cast<M>(-INFINITY));
-    std::fill(sum.begin(), sum.end(), M(0));
-    for (int64_t a = 0; a < len; ++a)
-      for (int64_t i = 0; i < inner; ++i) {
-        M v = static_cast<M>(px[a * inner + i]);
-        mx[i] = v > mx[i] ? v : mx[i];
-      }
-    for (int64_t a = 0; a < len; ++a)
-      for (int64_t i = 0; i < inner; ++i) {
-        M v = std::exp(static_cast<M>(px[a * inner + i]) - mx[i]);
-        e[a * inner + i] = v;
-        sum[i] += v;
-      }
-    for (int64_t a = 0; a < len; ++a)
-      for (int64_t i = 0; i < inner; ++i)
-        py[a * inner + i] = static_cast<T>(e[a * inner + i] / sum[i]);
-  }
+  parallel_for(
+      c.outer, slab_grain(c),
+      [&](int64_t o0, int64_t o1) {
+        std::vector<M> e(static_cast<size_t>(len * inner)), mx(inner), sum(inner);
+        for (int64_t o = o0; o < o1; ++o) {
+          const T* px = x.data<T>() + o * len * inner;
+          T* py = y.data<T>() + o * len * inner;
+          std::fill(mx.begin(), mx.end(), static_cast<M>(-INFINITY));
+          std::fill(sum.begin(), sum.end(), M(0));
+          for (int64_t a = 0; a < len; ++a)
+            for (int64_t i = 0; i < inner; ++i) {
+              M v = static_cast<M>(px[a * inner + i]);
+              mx[i] = v > mx[i] ? v : mx[i];
+            }
+          for (int64_t a = 0; a < len; ++a)
+            for (int64_t i = 0; i < inner; ++i) {
+              M v = std::exp(static_cast<M>(px[a * inner + i]) - mx[i]);
+              e[a * inner + i] = v;
+              sum[i] += v;
+            }
+          for (int64_t a = 0; a < len; ++a)
+            for (int64_t i = 0; i < inner; ++i)
+              py[a * inner + i] = static_cast<T>(e[a * inner + i] / sum[i]);
+        }
+      },
+      c.outer * len * inner);
 }
 
 template <typename T>
 void softmax_backward_cpu(const Tensor& dy, const Tensor& y, Tensor& dx, const SoftmaxColumns& c) {
   using M = math_t<T>;
   const int64_t len = c.axis_len, inner = c.inner;
-  std::vector<M> dot(inner);
-  for (int64_t o = 0; o < c.outer; ++o) {
-    const T* pdy = dy.data<T>() + o * len * inner;
-    const T* py = y.data<T>() + o * len * inner;
-    T* pdx = dx.data<T>() + o * len * inner;
-    std::fill(dot.begin(), dot.end(), M(0));
-    for (int64_t a = 0; a < len; ++a)
-      for (int64_t i = 0; i < inner; ++i)
-        dot[i] += static_cast<M>(pdy[a * inner + i]) * static_cast<M>(py[a * inner + i]);
-    for (int64_t a = 0; a < len; ++a)
-      for (int64_t i = 0; i < inner; ++i) {
-        const int64_t k = a * inner + i;
-        pdx[k] = static_cast<T>(static_cast<M>(py[k]) * (static_cast<M>(pdy[k]) - dot[i]));
-      }
-  }
+  parallel_for(
+      c.outer, slab_grain(c),
+      [&](int64_t o0, int64_t o1) {
+        std::vector<M> dot(inner);
+        for (int64_t o = o0; o < o1; ++o) {
+          const T* pdy = dy.data<T>() + o * len * inner;
+          const T* py = y.data<T>() + o * len * inner;
+          T* pdx = dx.data<T>() + o * len * inner;
+          std::fill(dot.begin(), dot.end(), M(0));
+          for (int64_t a = 0; a < len; ++a)
+            for (int64_t i = 0; i < inner; ++i)
+              dot[i] += static_cast<M>(pdy[a * inner + i]) * static_cast<M>(py[a * inner + i]);
+          for (int64_t a = 0; a < len; ++a)
+            for (int64_t i = 0; i < inner; ++i) {
+              const int64_t k = a * inner + i;
+              pdx[k] = static_cast<T>(static_cast<M>(py[k]) * (static_cast<M>(pdy[k]) - dot[i]));
+            }
+        }
+      },
+      c.outer * len * inner);
 }
 
 }  // namespace

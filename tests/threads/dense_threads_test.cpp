@@ -1,7 +1,9 @@
 // The parallel dense CPU kernels give the same bytes with 1, 2, 3 and 8 threads: element-wise
 // maps (with broadcasting), optimizer steps, matmul / batched_matmul (row blocks of fixed
 // size) and conv2d's forward and dx (one image per task), dw (fixed blocks of images) and
-// the bias gradient (chunks of channels), and batch norm (chunks of channels). The blocked GEMM
+// the bias gradient (chunks of channels), batch norm (chunks of channels), layer norm
+// (chunks of rows, dgamma / dbeta as per-chunk sums in chunk order) and softmax (chunks of
+// slabs). The blocked GEMM
 // must also equal one Eigen product of the whole matrices, which is what the kernels computed
 // before they were parallel.
 #include <Eigen/Core>
@@ -158,6 +160,42 @@ TEST(DenseThreads, BatchNormForwardAndBackward) {
   };
   c.steps = 3;
   expect_same_for_every_thread_count(c);
+}
+
+// Layer norm forward and backward over 203 rows of 301 (several row chunks) in f32 and
+// f64, and softmax forward and backward along the last axis and along a middle axis (slabs
+// with inner columns), f32 and bf16.
+TEST(DenseThreads, LayerNormAndSoftmax) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Case c;
+    c.label = std::string("layer_norm ") + dtype_name(dtype);
+    const Shape xs{7, 29, 301}, ds{301};
+    c.feeds = {{"x", data(xs, dtype, 31, 2.0, false)}, {"dy", data(xs, dtype, 32, 1.0, false)}};
+    c.build = [=](Graph& g) {
+      ValueId x = g.input("x", {dtype, xs}), dy = g.input("dy", {dtype, xs});
+      ValueId gamma = g.parameter("gamma", data(ds, dtype, 33, 1.0, false));
+      ValueId beta = g.parameter("beta", data(ds, dtype, 34, 1.0, false));
+      auto out = g.apply("layer_norm", {x, gamma, beta});
+      g.apply("layer_norm_backward", {dy, x, gamma, out[1], out[2]});
+    };
+    c.steps = 1;
+    expect_same_for_every_thread_count(c);
+  }
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (int axis : {-1, 1}) {
+      Case c;
+      c.label = std::string("softmax axis ") + std::to_string(axis) + " " + dtype_name(dtype);
+      const Shape xs{37, 45, 23};
+      c.feeds = {{"x", data(xs, dtype, 41)}, {"dy", data(xs, dtype, 42)}};
+      c.build = [=](Graph& g) {
+        ValueId x = g.input("x", {dtype, xs}), dy = g.input("dy", {dtype, xs});
+        ValueId y = g.apply1("softmax", {x}, {{"axis", axis}});
+        g.apply1("softmax_backward", {dy, y}, {{"axis", axis}});
+      };
+      c.steps = 1;
+      expect_same_for_every_thread_count(c);
+    }
+  }
 }
 
 }  // namespace
