@@ -3,11 +3,13 @@
 // them in the same order, so results are bit-identical.
 #include "ops/pool/pool_cpu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/thread_pool.h"
 #include "ops/pool/pool_attrs.h"
 
 namespace qg {
@@ -71,6 +73,23 @@ pool::PoolGeom pool_geometry(const std::string& op, const Shape& x, const Attrs&
 }
 
 namespace cpu {
+namespace {
+
+// Planes are independent: chunks of whole planes (about kElementGrain input elements each)
+// give the same bytes for any thread count.
+template <typename Fn>
+void for_plane_chunks(const pool::PoolGeom& g, const Fn& fn) {
+  const int64_t per_plane = std::max<int64_t>(g.H * g.W, 1);
+  parallel_for(g.planes, std::max<int64_t>(1, kElementGrain / per_plane), fn, g.planes * per_plane);
+}
+template <typename Fn>
+void for_planes(const pool::PoolGeom& g, const Fn& fn) {
+  for_plane_chunks(g, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) fn(p);
+  });
+}
+
+}  // namespace
 
 void max_pool2d(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
@@ -81,7 +100,7 @@ void max_pool2d(KernelContext& ctx) {
     using M = math_t<T>;
     const T* px = x.data<T>();
     T* py = ctx.outputs[0].data<T>();
-    for (int64_t p = 0; p < g.planes; ++p) {
+    for_planes(g, [&](int64_t p) {
       const T* plane = px + p * g.H * g.W;
       for (int64_t oh = 0; oh < g.OH; ++oh)
         for (int64_t ow = 0; ow < g.OW; ++ow) {
@@ -100,7 +119,7 @@ void max_pool2d(KernelContext& ctx) {
           py[o] = static_cast<T>(best);
           pi[o] = arg;
         }
-    }
+    });
   });
 }
 
@@ -114,19 +133,21 @@ void max_pool2d_backward(KernelContext& ctx) {
     const T* pdy = dy.data<T>();
     T* pdx = ctx.outputs[0].data<T>();
     const int64_t plane = g.H * g.W, out_plane = g.OH * g.OW;
-    std::vector<M> acc(static_cast<size_t>(plane));
-    for (int64_t p = 0; p < g.planes; ++p) {
-      std::fill(acc.begin(), acc.end(), M(0));
-      // Scatter in output order: each input cell sums its windows' gradients in the order
-      // the CUDA gather visits them.
-      for (int64_t o = 0; o < out_plane; ++o) {
-        const int64_t i = pi[p * out_plane + o];
-        if (pool::is_empty(pool::max_window(g, o / g.OW, o % g.OW)) || i < 0 || i >= plane)
-          continue;
-        acc[i] += static_cast<M>(pdy[p * out_plane + o]);
+    for_plane_chunks(g, [&](int64_t p0, int64_t p1) {
+      std::vector<M> acc(static_cast<size_t>(plane));
+      for (int64_t p = p0; p < p1; ++p) {
+        std::fill(acc.begin(), acc.end(), M(0));
+        // Scatter in output order: each input cell sums its windows' gradients in the order
+        // the CUDA gather visits them.
+        for (int64_t o = 0; o < out_plane; ++o) {
+          const int64_t i = pi[p * out_plane + o];
+          if (pool::is_empty(pool::max_window(g, o / g.OW, o % g.OW)) || i < 0 || i >= plane)
+            continue;
+          acc[i] += static_cast<M>(pdy[p * out_plane + o]);
+        }
+        for (int64_t i = 0; i < plane; ++i) pdx[p * plane + i] = static_cast<T>(acc[i]);
       }
-      for (int64_t i = 0; i < plane; ++i) pdx[p * plane + i] = static_cast<T>(acc[i]);
-    }
+    });
   });
 }
 
@@ -138,7 +159,7 @@ void avg_pool2d(KernelContext& ctx) {
     using M = math_t<T>;
     const T* px = x.data<T>();
     T* py = ctx.outputs[0].data<T>();
-    for (int64_t p = 0; p < g.planes; ++p) {
+    for_planes(g, [&](int64_t p) {
       const T* plane = px + p * g.H * g.W;
       for (int64_t oh = 0; oh < g.OH; ++oh)
         for (int64_t ow = 0; ow < g.OW; ++ow) {
@@ -150,7 +171,7 @@ void avg_pool2d(KernelContext& ctx) {
           py[(p * g.OH + oh) * g.OW + ow] =
               static_cast<T>(divisor == 0 ? M(0) : sum / static_cast<M>(divisor));
         }
-    }
+    });
   });
 }
 
@@ -162,21 +183,23 @@ void avg_pool2d_backward(KernelContext& ctx) {
     using M = math_t<T>;
     const T* pdy = dy.data<T>();
     T* pdx = ctx.outputs[0].data<T>();
-    std::vector<M> acc(static_cast<size_t>(g.H * g.W));
-    for (int64_t p = 0; p < g.planes; ++p) {
-      std::fill(acc.begin(), acc.end(), M(0));
-      for (int64_t oh = 0; oh < g.OH; ++oh)
-        for (int64_t ow = 0; ow < g.OW; ++ow) {
-          int64_t divisor = 0;
-          const pool::Window w = pool::avg_window(g, oh, ow, divisor);
-          if (divisor == 0) continue;
-          const M share =
-              static_cast<M>(pdy[(p * g.OH + oh) * g.OW + ow]) / static_cast<M>(divisor);
-          for (int64_t h = w.h0; h < w.h1; ++h)
-            for (int64_t c = w.w0; c < w.w1; ++c) acc[h * g.W + c] += share;
-        }
-      for (int64_t i = 0; i < g.H * g.W; ++i) pdx[p * g.H * g.W + i] = static_cast<T>(acc[i]);
-    }
+    for_plane_chunks(g, [&](int64_t p0, int64_t p1) {
+      std::vector<M> acc(static_cast<size_t>(g.H * g.W));
+      for (int64_t p = p0; p < p1; ++p) {
+        std::fill(acc.begin(), acc.end(), M(0));
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            int64_t divisor = 0;
+            const pool::Window w = pool::avg_window(g, oh, ow, divisor);
+            if (divisor == 0) continue;
+            const M share =
+                static_cast<M>(pdy[(p * g.OH + oh) * g.OW + ow]) / static_cast<M>(divisor);
+            for (int64_t h = w.h0; h < w.h1; ++h)
+              for (int64_t c = w.w0; c < w.w1; ++c) acc[h * g.W + c] += share;
+          }
+        for (int64_t i = 0; i < g.H * g.W; ++i) pdx[p * g.H * g.W + i] = static_cast<T>(acc[i]);
+      }
+    });
   });
 }
 
@@ -188,15 +211,21 @@ void global_avg_pool2d(KernelContext& ctx) {
     using M = math_t<T>;
     const T* px = x.data<T>();
     T* py = ctx.outputs[0].data<T>();
-    for (int64_t p = 0; p < planes; ++p) {
-      // The order the CUDA kernel's warp per plane sums in (pool_geometry.h, kPlaneSumLanes).
-      M part[pool::kPlaneSumLanes] = {};
-      for (int64_t i = 0; i < hw; ++i)
-        part[i % pool::kPlaneSumLanes] += static_cast<M>(px[p * hw + i]);
-      for (int off = pool::kPlaneSumLanes / 2; off > 0; off /= 2)
-        for (int j = 0; j < off; ++j) part[j] = part[j] + part[j + off];
-      py[p] = static_cast<T>(part[0] / static_cast<M>(hw));
-    }
+    const int64_t grain = std::max<int64_t>(1, kElementGrain / std::max<int64_t>(hw, 1));
+    parallel_for(
+        planes, grain,
+        [&](int64_t p0, int64_t p1) {
+          for (int64_t p = p0; p < p1; ++p) {
+            // The order the CUDA kernel's warp per plane sums in (pool_geometry.h, kPlaneSumLanes).
+            M part[pool::kPlaneSumLanes] = {};
+            for (int64_t i = 0; i < hw; ++i)
+              part[i % pool::kPlaneSumLanes] += static_cast<M>(px[p * hw + i]);
+            for (int off = pool::kPlaneSumLanes / 2; off > 0; off /= 2)
+              for (int j = 0; j < off; ++j) part[j] = part[j] + part[j + off];
+            py[p] = static_cast<T>(part[0] / static_cast<M>(hw));
+          }
+        },
+        planes * hw);
   });
 }
 
@@ -209,10 +238,16 @@ void global_avg_pool2d_backward(KernelContext& ctx) {
     using M = math_t<T>;
     const T* pdy = dy.data<T>();
     T* pdx = ctx.outputs[0].data<T>();
-    for (int64_t p = 0; p < planes; ++p) {
-      const T v = static_cast<T>(static_cast<M>(pdy[p]) / static_cast<M>(hw));
-      for (int64_t i = 0; i < hw; ++i) pdx[p * hw + i] = v;
-    }
+    const int64_t grain = std::max<int64_t>(1, kElementGrain / std::max<int64_t>(hw, 1));
+    parallel_for(
+        planes, grain,
+        [&](int64_t p0, int64_t p1) {
+          for (int64_t p = p0; p < p1; ++p) {
+            const T v = static_cast<T>(static_cast<M>(pdy[p]) / static_cast<M>(hw));
+            for (int64_t i = 0; i < hw; ++i) pdx[p * hw + i] = v;
+          }
+        },
+        planes * hw);
   });
 }
 

@@ -2,8 +2,8 @@
 // maps (with broadcasting), optimizer steps, matmul / batched_matmul (row blocks of fixed
 // size) and conv2d's forward and dx (one image per task), dw (fixed blocks of images) and
 // the bias gradient (chunks of channels), batch norm (chunks of channels), layer norm
-// (chunks of rows, dgamma / dbeta as per-chunk sums in chunk order) and softmax (chunks of
-// slabs). The blocked GEMM
+// (chunks of rows, dgamma / dbeta as per-chunk sums in chunk order), softmax (chunks of
+// slabs) and pooling (chunks of planes). The blocked GEMM
 // must also equal one Eigen product of the whole matrices, which is what the kernels computed
 // before they were parallel.
 #include <Eigen/Core>
@@ -195,6 +195,31 @@ TEST(DenseThreads, LayerNormAndSoftmax) {
       c.steps = 1;
       expect_same_for_every_thread_count(c);
     }
+  }
+}
+
+// Max, average and global average pooling, forward and backward, over 222 planes of 29 x 31
+// (several chunks of planes), with padding and overlapping windows.
+TEST(DenseThreads, Pooling) {
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Case c;
+    c.label = std::string("pooling ") + dtype_name(dtype);
+    const Shape xs{6, 37, 29, 31};
+    const Attrs win{{"kernel", Shape{3, 3}}, {"stride", Shape{2, 2}}, {"padding", Shape{1, 1}}};
+    c.feeds = {{"x", data(xs, dtype, 51)}};
+    c.build = [=](Graph& g) {
+      ValueId x = g.input("x", {dtype, xs});
+      auto mp = g.apply("max_pool2d", {x}, win);
+      Attrs back = win;
+      back.set("input_shape", xs);
+      g.apply1("max_pool2d_backward", {mp[0], mp[1]}, back);
+      ValueId ap = g.apply1("avg_pool2d", {x}, win);
+      g.apply1("avg_pool2d_backward", {ap}, back);
+      ValueId gp = g.apply1("global_avg_pool2d", {x});
+      g.apply1("global_avg_pool2d_backward", {gp}, {{"input_shape", xs}});
+    };
+    c.steps = 1;
+    expect_same_for_every_thread_count(c);
   }
 }
 
