@@ -13,6 +13,14 @@ namespace qg {
 const std::vector<std::string>& fusible_observers();
 const std::vector<std::string>& fusible_quantizers();
 
+// Runs the kernel of `original` (one of a fused node's fused_from nodes) for `dtype` on
+// `device` with the given tensors, the fused node's training flag and stream; returns its
+// outputs. `fused_op` names the fused op in the error when no such kernel exists.
+std::vector<Tensor> run_original_kernel(const std::string& fused_op, const Node& original,
+                                        DeviceType device, DType dtype, std::vector<Tensor> inputs,
+                                        std::vector<Tensor> outputs, std::vector<Tensor>& states,
+                                        const KernelContext& fused);
+
 // Runs the two original kernels of a fused node back to back on `device`.
 void run_fused_observe_quantize_composed(KernelContext& ctx, DeviceType device);
 

@@ -23,6 +23,20 @@ const std::vector<std::string>& fusible_quantizers() {
   return ops;
 }
 
+std::vector<Tensor> run_original_kernel(const std::string& fused_op, const Node& original,
+                                        DeviceType device, DType dtype, std::vector<Tensor> inputs,
+                                        std::vector<Tensor> outputs, std::vector<Tensor>& states,
+                                        const KernelContext& fused) {
+  const KernelDef* k = original.op->find_kernel(device, dtype);
+  QG_CHECK(k != nullptr, fused_op, "no ", device_type_name(device), " kernel for ",
+           original.op->name, " on ", dtype_name(dtype));
+  KernelContext c{original.op->name, original,           original.attrs,
+                  std::move(inputs), std::move(outputs), states,
+                  fused.training,    fused.stream,       nullptr};
+  k->fn(c);
+  return c.outputs;
+}
+
 void run_fused_observe_quantize_composed(KernelContext& ctx, DeviceType device) {
   const Node& observer = ctx.node.fused_from.at(0);
   const Node& quantizer = ctx.node.fused_from.at(1);
@@ -30,29 +44,12 @@ void run_fused_observe_quantize_composed(KernelContext& ctx, DeviceType device) 
   size_t n_obs = observer.states.size();
   std::vector<Tensor> obs_states(ctx.states.begin(), ctx.states.begin() + n_obs);
   std::vector<Tensor> q_states(ctx.states.begin() + n_obs, ctx.states.end());
-
-  KernelContext obs{
-      observer.op->name, observer,     observer.attrs, {x},    {ctx.outputs[2], ctx.outputs[3]},
-      obs_states,        ctx.training, ctx.stream,     nullptr};
-  const KernelDef* ok = observer.op->find_kernel(device, x.dtype());
-  QG_CHECK(ok != nullptr, "fused_observe_quantize", "no ", device_type_name(device), " kernel for ",
-           observer.op->name, " on ", dtype_name(x.dtype()));
-  ok->fn(obs);
-
-  KernelContext q{quantizer.op->name,
-                  quantizer,
-                  quantizer.attrs,
-                  {x, obs.outputs[0], obs.outputs[1]},
-                  {ctx.outputs[0], ctx.outputs[1]},
-                  q_states,
-                  ctx.training,
-                  ctx.stream,
-                  nullptr};
-  const KernelDef* qk = quantizer.op->find_kernel(device, x.dtype());
-  QG_CHECK(qk != nullptr, "fused_observe_quantize", "no ", device_type_name(device), " kernel for ",
-           quantizer.op->name, " on ", dtype_name(x.dtype()));
-  qk->fn(q);
-  ctx.outputs = {q.outputs[0], q.outputs[1], obs.outputs[0], obs.outputs[1]};
+  const std::string op = "fused_observe_quantize";
+  std::vector<Tensor> qp = run_original_kernel(op, observer, device, x.dtype(), {x},
+                                               {ctx.outputs[2], ctx.outputs[3]}, obs_states, ctx);
+  std::vector<Tensor> yq = run_original_kernel(op, quantizer, device, x.dtype(), {x, qp[0], qp[1]},
+                                               {ctx.outputs[0], ctx.outputs[1]}, q_states, ctx);
+  ctx.outputs = {yq[0], yq[1], qp[0], qp[1]};
 }
 
 void define_fused_ops(OpRegistry& r) {

@@ -10,6 +10,8 @@
 // same two expressions per element in one pass (bit-identical to the two CUDA kernels).
 #include "ops/fused/fused_ste_backward.h"
 
+#include "ops/fused/fused_observe_quantize.h"
+
 #include "core/error.h"
 #include "core/graph.h"
 
@@ -17,25 +19,14 @@ namespace qg {
 namespace {
 
 void fused_ste_backward_cpu(KernelContext& ctx) {
-  const Node& ste = ctx.node.fused_from.at(0);
-  const Node& act = ctx.node.fused_from.at(1);
   const Tensor& dy = ctx.inputs.at(0);
+  const std::string op = "fused_ste_backward";
   std::vector<Tensor> no_states;
-  Tensor masked = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
-  KernelContext s{ste.op->name, ste,        ste.attrs, {dy, ctx.inputs.at(1)}, {masked}, no_states,
-                  ctx.training, ctx.stream, nullptr};
-  auto kernel = [&](const Node& n) {
-    const KernelDef* k = n.op->find_kernel(DeviceType::cpu, dy.dtype());
-    QG_CHECK(k != nullptr, "fused_ste_backward", "no cpu kernel for ", n.op->name, " on ",
-             dtype_name(dy.dtype()));
-    return k;
-  };
-  kernel(ste)->fn(s);
-  KernelContext a{act.op->name, act,       act.attrs,    {s.outputs[0], ctx.inputs.at(2)},
-                  ctx.outputs,  no_states, ctx.training, ctx.stream,
-                  nullptr};
-  kernel(act)->fn(a);
-  ctx.outputs = a.outputs;
+  std::vector<Tensor> masked = run_original_kernel(
+      op, ctx.node.fused_from.at(0), DeviceType::cpu, dy.dtype(), {dy, ctx.inputs.at(1)},
+      {Tensor::empty(dy.shape(), dy.dtype(), dy.device())}, no_states, ctx);
+  ctx.outputs = run_original_kernel(op, ctx.node.fused_from.at(1), DeviceType::cpu, dy.dtype(),
+                                    {masked[0], ctx.inputs.at(2)}, ctx.outputs, no_states, ctx);
 }
 
 }  // namespace
