@@ -3,6 +3,7 @@
 // gelu and silu (and their backward ops) evaluate ops/activation/activation_math.h, the CPU
 // kernels' expressions, with CUDA's erff/tanhf/expf: within a few ulps of the CPU's libm.
 #include "core/graph.h"
+#include "ops/activation/activation_fwd.cuh"
 #include "ops/activation/activation_grad.cuh"
 #include "ops/activation/activation_math.h"
 #include "ops/common/cuda_common.cuh"
@@ -11,32 +12,6 @@ namespace qg {
 namespace {
 
 using namespace cuda;
-
-struct ReluF {
-  template <typename M>
-  __device__ M operator()(M v, M) const {
-    return v > 0 ? v : (v != v ? v : M(0));
-  }
-};
-
-struct GeluErfF {
-  template <typename M>
-  __device__ M operator()(M x, M) const {
-    return act::gelu_erf(x);
-  }
-};
-struct GeluTanhF {
-  template <typename M>
-  __device__ M operator()(M x, M) const {
-    return act::gelu_tanh(x);
-  }
-};
-struct SiluF {
-  template <typename M>
-  __device__ M operator()(M x, M) const {
-    return act::silu(x);
-  }
-};
 
 template <typename F>
 void map_cuda(KernelContext& ctx, const Tensor& a, const Tensor& b, F f) {

@@ -21,6 +21,15 @@ std::vector<Tensor> run_original_kernel(const std::string& fused_op, const Node&
                                         std::vector<Tensor> outputs, std::vector<Tensor>& states,
                                         const KernelContext& fused);
 
+// The activation (relu, gelu or silu) that the fuse_activation_prologue pass moved into a
+// fused_observe_quantize node, applied to x before the observer; null when none.
+const Node* prologue_activation(const Node& fused);
+const std::vector<std::string>& prologue_activations();
+
+// Replaces ctx.inputs[0] by the node's prologue activation of it (the activation's own
+// kernel into a temporary on `device`); nothing when the node has none.
+void apply_prologue(KernelContext& ctx, DeviceType device);
+
 // Runs the two original kernels of a fused node back to back on `device`.
 void run_fused_observe_quantize_composed(KernelContext& ctx, DeviceType device);
 

@@ -383,6 +383,7 @@ bool try_fast_path(KernelContext& ctx) {
 }  // namespace
 
 void fused_observe_quantize_cpu(KernelContext& ctx) {
+  apply_prologue(ctx, DeviceType::cpu);
   if (!try_fast_path(ctx)) run_fused_observe_quantize_composed(ctx, DeviceType::cpu);
 }
 

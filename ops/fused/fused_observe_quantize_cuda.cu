@@ -11,6 +11,8 @@
 //  | innermost axis (dividing it)                        | (fused_rows_cuda.cu)             |
 //  | channel on the last axis of [rows, C]               | cooperative grid, two barriers   |
 //  |                                                     | (fused_cooperative_cuda.cu)      |
+//  | per tensor, relu/gelu/silu applied on load          | cooperative grid, grid barrier   |
+//  |                                                     | (fused_prologue_cuda.cu)         |
 //  | channel on a middle axis of [outer, C, inner], with | cooperative grid, two barriers   |
 //  | inner a multiple of the pack and C * inner within   | (fused_cooperative_cuda.cu)      |
 //  | the resident grid's threads                         |                                  |
@@ -107,7 +109,26 @@ bool try_single_kernel(KernelContext& ctx) {
   return false;
 }
 
+// A node with an activation prologue (fuse_activation_prologue): the per-tensor
+// fake-quantize kernel applies it on load; true when that kernel ran.
+bool try_prologue_kernel(KernelContext& ctx, const Node& activation) {
+  const Node& obs = ctx.node.fused_from.at(0);
+  const Node& q = ctx.node.fused_from.at(1);
+  const Tensor& x = ctx.inputs[0];
+  if (q.op->name != "fake_quantize" || !aligned16(x.raw_data()) ||
+      !aligned16(ctx.outputs[0].raw_data()) ||
+      (reinterpret_cast<uintptr_t>(ctx.outputs[1].raw_data()) & 3u) != 0)
+    return false;
+  if (scope_layout(obs.op->name, obs.attrs, x.shape()).kind != ScopeKind::tensor) return false;
+  const FusedArgs a = make_args(ctx);
+  return !a.delayed && launch_fused_tensor_prologue(ctx, a, activation);
+}
+
 void fused_observe_quantize_cuda(KernelContext& ctx) {
+  if (const Node* act = prologue_activation(ctx.node)) {
+    if (try_prologue_kernel(ctx, *act)) return;
+    apply_prologue(ctx, DeviceType::cuda);  // the activation into a temporary x
+  }
   if (!try_single_kernel(ctx)) run_fused_observe_quantize_composed(ctx, DeviceType::cuda);
 }
 

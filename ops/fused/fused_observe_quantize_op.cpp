@@ -1,6 +1,9 @@
 // fused_observe_quantize(x) -> (y, mask, scale, zero_point): an observer and the quantizer it
 // feeds, made into one node by the fusion pass (runtime/passes). The node keeps the two
 // original nodes in `fused_from`; its states are the observer's followed by the quantizer's.
+// A third fused_from node, when present, is an element-wise activation applied to x first
+// (moved in by the fuse_activation_prologue pass, so the activation's output is never
+// materialised); kernels run it before anything else.
 //
 // The generic kernel runs the two original kernels back to back on shared state handles,
 // so fused results are bit-identical to the unfused graph by construction; backends may
@@ -35,6 +38,25 @@ std::vector<Tensor> run_original_kernel(const std::string& fused_op, const Node&
                   fused.training,    fused.stream,       nullptr};
   k->fn(c);
   return c.outputs;
+}
+
+const std::vector<std::string>& prologue_activations() {
+  static const std::vector<std::string> ops = {"relu", "gelu", "silu"};
+  return ops;
+}
+
+const Node* prologue_activation(const Node& fused) {
+  return fused.fused_from.size() > 2 ? &fused.fused_from[2] : nullptr;
+}
+
+void apply_prologue(KernelContext& ctx, DeviceType device) {
+  const Node* act = prologue_activation(ctx.node);
+  if (act == nullptr) return;
+  const Tensor x = ctx.inputs.at(0);
+  std::vector<Tensor> no_states;
+  ctx.inputs[0] =
+      run_original_kernel("fused_observe_quantize", *act, device, x.dtype(), {x},
+                          {Tensor::empty(x.shape(), x.dtype(), x.device())}, no_states, ctx)[0];
 }
 
 void run_fused_observe_quantize_composed(KernelContext& ctx, DeviceType device) {

@@ -39,7 +39,8 @@ struct PassRecord {
 // readers of a value it replaces).
 void replace_all_uses(Graph& graph, ValueId old, ValueId now);
 
-// The default pipeline, in order: fuse_observer_quantize, fuse_ste_backward.
+// The default pipeline, in order: fuse_observer_quantize, fuse_ste_backward,
+// fuse_activation_prologue.
 std::vector<std::unique_ptr<Pass>> default_passes();
 std::vector<std::string> default_pass_names();
 

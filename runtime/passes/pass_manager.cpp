@@ -1,6 +1,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "runtime/passes/fuse_activation_prologue.h"
 #include "runtime/passes/fuse_observer_quantize.h"
 #include "runtime/passes/fuse_ste_backward.h"
 #include "runtime/passes/pass.h"
@@ -29,6 +30,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(std::make_unique<FuseObserverQuantizePass>());
   passes.push_back(std::make_unique<FuseSteBackwardPass>());
+  passes.push_back(std::make_unique<FuseActivationProloguePass>());
   return passes;
 }
 

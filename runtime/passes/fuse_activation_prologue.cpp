@@ -1,0 +1,84 @@
+// Activation prologue fusion.
+//
+//   before:                                          after:
+//     x ──► relu ──► h ──► fused_observe_quantize      x ──► fused_observe_quantize[relu]
+//                            ──► y, mask, scale, zp          ──► y, mask, scale, zp
+//
+// In conv-bn-relu and the MLP's GELU the activation's output h feeds only the activation
+// fake-quantizer: its backward reads the activation's input x (relu_backward(dy, x), and the
+// same for gelu and silu), and the fake-quantizer's backward reads the mask. Writing h and
+// reading it back twice (statistics, then quantize) is two of the five passes over the
+// activation that the QAT step adds; the fused node applies the activation as it loads x.
+// Legal only when h has exactly one reader, that fused node (reading it as x), h is neither
+// a graph output nor named (fusion removes it, so nothing may fetch it), the activation has
+// one input that is not a parameter, and the fused node has no prologue yet.
+#include "runtime/passes/fuse_activation_prologue.h"
+
+#include <algorithm>
+
+#include "ops/fused/fused_observe_quantize.h"
+
+namespace qg {
+
+std::string prologue_fusion_blocker(const Graph& g, NodeId act_id, NodeId fused_id) {
+  const Node& act = g.node(act_id);
+  const Node& fused = g.node(fused_id);
+  const auto& ok = prologue_activations();
+  if (std::find(ok.begin(), ok.end(), act.op->name) == ok.end())
+    return act.op->name + " is not a fusible activation";
+  if (fused.op->name != "fused_observe_quantize")
+    return fused.op->name + " is not fused_observe_quantize";
+  if (prologue_activation(fused) != nullptr) return "the fused node already has a prologue";
+  if (act.inputs.size() != 1 || act.outputs.size() != 1) return "activation arity does not fit";
+  // Readers of a parameter carry control edges to its optimizer step (nn/optimizer.cpp),
+  // which rebuilding the nodes would drop; activations of parameters are left alone.
+  if (g.node(g.value(act.inputs[0]).producer).op->name == "parameter")
+    return "the activation reads a parameter";
+  const ValueId h = act.outputs[0];
+  if (g.is_output(h)) return "the activation's output is a graph output";
+  if (!g.value(h).name.empty()) return "the activation's output is named (a run may fetch it)";
+  const auto readers = g.consumers(h);
+  if (readers.size() != 1 || readers[0] != fused_id)
+    return "the activation's output has another reader";
+  if (fused.inputs.size() != 1 || fused.inputs[0] != h)
+    return "the fused node does not read the activation's output as x";
+  return "";
+}
+
+int FuseActivationProloguePass::run(Graph& g) {
+  std::vector<std::pair<NodeId, NodeId>> pairs;
+  for (NodeId id : g.topological_order()) {
+    const Node& n = g.node(id);
+    if (n.op->name != "fused_observe_quantize" || n.inputs.size() != 1) continue;
+    const NodeId act = g.value(n.inputs[0]).producer;
+    if (act >= 0 && prologue_fusion_blocker(g, act, id).empty()) pairs.emplace_back(act, id);
+  }
+  for (auto [act_id, fused_id] : pairs) {
+    const Node act = g.node(act_id);
+    Node fused = g.node(fused_id);
+    const std::vector<ValueId> old_out = fused.outputs;
+    std::vector<TensorType> types;
+    for (ValueId v : old_out) types.push_back(g.value(v).type);
+    fused.inputs = {act.inputs[0]};
+    fused.outputs.clear();
+    fused.fused_from.push_back(act);
+    const NodeId f = g.add_raw_node(fused, types);
+    const std::vector<ValueId> new_out = g.node(f).outputs;
+    std::vector<bool> marked;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < old_out.size(); ++i) {
+      replace_all_uses(g, old_out[i], new_out[i]);
+      marked.push_back(g.is_output(old_out[i]));
+      names.push_back(g.value(old_out[i]).name);
+    }
+    g.remove_node(fused_id);
+    g.remove_node(act_id);
+    for (size_t i = 0; i < new_out.size(); ++i) {
+      if (!names[i].empty()) g.set_name(new_out[i], names[i]);
+      if (marked[i]) g.mark_output(new_out[i]);
+    }
+  }
+  return static_cast<int>(pairs.size());
+}
+
+}  // namespace qg
