@@ -5,7 +5,8 @@
 // every activation and float dtype, in shapes that take the cooperative per-tensor kernel
 // and shapes or scopes that fall back to the activation's kernel into a temporary; with
 // NaN, infinities and signed zeros in the data. relu is also compared with the CPU bit for
-// bit (gelu and silu use CUDA's libm there). Skips without a GPU.
+// bit (gelu and silu use CUDA's libm there; a NaN output's payload may differ, see below).
+// Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -63,14 +64,16 @@ Graph build(const Case& c) {
   return g;
 }
 
-std::string first_difference(const Tensor& a, const Tensor& b) {
+// The first element whose bytes differ; with `nan_equal`, two NaNs of any payload match.
+std::string first_difference(const Tensor& a, const Tensor& b, bool nan_equal = false) {
   Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
   if (ha.nbytes() != hb.nbytes()) return "sizes differ";
   const size_t es = dtype_size(ha.dtype());
   const auto* pa = static_cast<const unsigned char*>(ha.raw_data());
   const auto* pb = static_cast<const unsigned char*>(hb.raw_data());
   for (int64_t i = 0; i < ha.numel(); ++i)
-    if (std::memcmp(pa + i * es, pb + i * es, es) != 0)
+    if (std::memcmp(pa + i * es, pb + i * es, es) != 0 &&
+        !(nan_equal && std::isnan(ha.at(i)) && std::isnan(hb.at(i))))
       return "element " + std::to_string(i) + ": " + std::to_string(ha.at(i)) + " vs " +
              std::to_string(hb.at(i));
   return "";
@@ -98,7 +101,10 @@ TEST_P(PrologueFusionCuda, FusedKernelEqualsUnfusedKernels) {
     EXPECT_EQ(first_difference(a[1], b[1]), "") << "dx, step " << step;
     if (c.act == "relu") {
       auto r = cpu.run(feeds, {ref.at("y"), ref.at("dx")});
-      EXPECT_EQ(first_difference(r[0], b[0]), "") << "y against the CPU, step " << step;
+      // NaN in, NaN out (SEMANTICS.md) but not the same NaN: f32 arithmetic on a NaN keeps
+      // its payload on x86 and gives the canonical NaN in CUDA, in the unfused
+      // fake_quantize kernels as much as here (the GPU-vs-GPU checks above are exact).
+      EXPECT_EQ(first_difference(r[0], b[0], true), "") << "y against the CPU, step " << step;
       EXPECT_EQ(first_difference(r[1], b[1]), "") << "dx against the CPU, step " << step;
     }
   }
