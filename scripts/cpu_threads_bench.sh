@@ -5,7 +5,10 @@
 # forward + backward with 1, 2, 4, 8 and 16 threads (`qat --threads n bench`), PyTorch's same
 # ops with torch.set_num_threads(n) (bench/torch_cpu_threads.py, whatever `python3` has
 # torch), and `qat train --compare --device cpu` with 1 thread and with every CPU, checking
-# that the accuracies are identical. Builds nothing: run scripts/build.sh first.
+# that the accuracies are identical. Each of our rows also has, from the same `qat bench` run
+# and thread count, thread-pool copies (in the kernels' chunks) of x's bytes and of the bytes
+# the case's kernels read + write, so the table gives ours / copy and GB/s per thread count.
+# Builds nothing: run scripts/build.sh first.
 # Environment: THREADS (default 1,2,4,8,16), REPS (10), MODELS (mlp cnn transformer; empty
 # to skip training), SKIP_OPS (non-empty: training only), PYTHON (python3), QAT
 # (build/apps/qat).

@@ -27,10 +27,11 @@ struct BenchOptions {
 void write_outputs(const BenchOptions& o, const std::vector<bench::Measurement>& rows) {
   if (!o.csv.empty()) {
     std::ofstream f(o.csv);
-    f << "case,variant,us,copy_us,x_copy,kernels\n";
+    f << "case,variant,us,copy_us,x_copy,kernels,moved_bytes,pool_copy_us,pool_copy_moved_us\n";
     for (const auto& m : rows)
       f << '"' << m.case_label << "\"," << m.variant << ',' << m.us << ',' << m.copy_us << ','
-        << m.ratio() << ',' << m.kernels << '\n';
+        << m.ratio() << ',' << m.kernels << ',' << m.moved_bytes << ',' << m.pool_copy_us << ','
+        << m.pool_copy_moved_us << '\n';
     if (!f) QG_FAIL("bench", "could not write ", o.csv);
   }
   if (!o.json.empty()) {
@@ -40,7 +41,10 @@ void write_outputs(const BenchOptions& o, const std::vector<bench::Measurement>&
       const auto& m = rows[i];
       f << "  {\"case\": \"" << m.case_label << "\", \"variant\": \"" << m.variant
         << "\", \"us\": " << m.us << ", \"copy_us\": " << m.copy_us << ", \"x_copy\": " << m.ratio()
-        << ", \"kernels\": " << m.kernels << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+        << ", \"kernels\": " << m.kernels << ", \"moved_bytes\": " << m.moved_bytes
+        << ", \"pool_copy_us\": " << m.pool_copy_us
+        << ", \"pool_copy_moved_us\": " << m.pool_copy_moved_us << "}"
+        << (i + 1 < rows.size() ? "," : "") << "\n";
     }
     f << "]\n";
     if (!f) QG_FAIL("bench", "could not write ", o.json);
@@ -99,15 +103,31 @@ void add_bench_command(CLI::App& app) {
         "qat bench on %s (%s, %d CPU threads), median of %d launches; ratio = time / "
         "device copy of x\n",
         device.str().c_str(), o->quick ? "quick shapes" : "PERF.md shapes", num_threads(), o->reps);
-    std::printf("%-46s %-8s %10s %10s %7s %7s\n", "case", "variant", "us", "copy us", "x copy",
+    // On the CPU also: the thread-pool copies of x's bytes (pool) and of the bytes the
+    // kernels move (mcopy, see bench::Measurement), and the achieved bandwidths.
+    const bool cpu = device.is_cpu();
+    if (cpu)
+      std::printf(
+          "pool = thread-pool copy of x in the kernels' chunks; mcopy = the same copy of the "
+          "bytes the case's kernels read + write; GB/s = those bytes / time\n");
+    std::printf("%-46s %-8s %10s %10s %7s %7s", "case", "variant", "us", "copy us", "x copy",
                 "kernels");
+    if (cpu)
+      std::printf(" %10s %7s %9s %7s %10s %7s %7s", "pool us", "x pool", "moved MB", "GB/s",
+                  "mcopy us", "x mcopy", "mc GB/s");
+    std::printf("\n");
     std::vector<bench::Measurement> rows;
     for (const auto& c : bench::perf_cases(device.type, o->quick, o->shape)) {
       if (!matches_filter(c.label(), o->filter)) continue;
       try {
         for (const auto& m : bench::measure(c, device, o->reps, o->fused_only)) {
-          std::printf("%-46s %-8s %10.2f %10.2f %7.2f %7d\n", m.case_label.c_str(),
-                      m.variant.c_str(), m.us, m.copy_us, m.ratio(), m.kernels);
+          std::printf("%-46s %-8s %10.2f %10.2f %7.2f %7d", m.case_label.c_str(), m.variant.c_str(),
+                      m.us, m.copy_us, m.ratio(), m.kernels);
+          if (cpu)
+            std::printf(" %10.2f %7.2f %9.1f %7.2f %10.2f %7.2f %7.2f", m.pool_copy_us,
+                        m.us / m.pool_copy_us, m.moved_bytes / 1e6, m.gbps(), m.pool_copy_moved_us,
+                        m.us / m.pool_copy_moved_us, m.moved_bytes / m.pool_copy_moved_us / 1e3);
+          std::printf("\n");
           rows.push_back(m);
         }
       } catch (const Error& e) {

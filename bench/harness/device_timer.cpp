@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #ifdef QG_WITH_CUDA
 #include <cuda_runtime.h>
 
@@ -85,6 +86,33 @@ double copy_us(Device device, int64_t bytes, int reps) {
                                                  cudaMemcpyDeviceToDevice, cuda::stream()));
 #endif
         }
+      },
+      reps);
+}
+
+double pool_copy_us(int64_t bytes, int64_t element_bytes, int reps) {
+  // Buffers allocated (and first touched by the warm-up launches) before timing, rotated
+  // like copy_us so that the copy is not served from cache.
+  const int64_t cache_bytes = 64 << 20;
+  int copies = static_cast<int>(
+      std::min<int64_t>(16, std::max<int64_t>(1, cache_bytes / std::max<int64_t>(bytes, 1))));
+  std::vector<Tensor> src, dst;
+  for (int i = 0; i < copies; ++i) {
+    src.push_back(Tensor::empty({bytes}, DType::u8));
+    dst.push_back(Tensor::empty({bytes}, DType::u8));
+    std::memset(src.back().raw_data(), 0x5a + i, static_cast<size_t>(bytes));
+  }
+  return median_us(
+      Device::cpu(),
+      [&](int i) {
+        const auto* s = static_cast<const uint8_t*>(src[i % copies].raw_data());
+        auto* d = static_cast<uint8_t*>(dst[i % copies].raw_data());
+        // The element-wise kernels' chunks and work (one per element), so the copy makes the
+        // same run-inline-or-on-the-pool decision as a kernel over these elements.
+        parallel_for(
+            bytes, kElementGrain * element_bytes,
+            [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, static_cast<size_t>(e - b)); },
+            bytes / element_bytes);
       },
       reps);
 }

@@ -134,6 +134,21 @@ std::vector<PerfCase> perf_cases(DeviceType device, bool quick, const Shape& sha
   return cases;
 }
 
+int64_t kernel_bytes(const Graph& graph, const std::vector<NodeId>& nodes) {
+  auto bytes_of = [&](ValueId v) {
+    const TensorType& t = graph.value(v).type;
+    return t.numel() * static_cast<int64_t>(dtype_size(t.dtype));
+  };
+  int64_t total = 0;
+  for (NodeId id : nodes) {
+    const Node& n = graph.node(id);
+    if (n.op->name == "input" || n.op->is_source || n.op->aliases_input) continue;
+    for (ValueId v : n.inputs) total += bytes_of(v);
+    for (ValueId v : n.outputs) total += bytes_of(v);
+  }
+  return total;
+}
+
 struct CaseRunner::Impl {
   Graph graph;
   std::unique_ptr<Executor> exec;
@@ -185,10 +200,18 @@ int CaseRunner::kernels() const {
   return impl_->run->kernels_per_launch();
 }
 
+int64_t CaseRunner::moved_bytes() const {
+  return kernel_bytes(impl_->graph, impl_->run->plan().order);
+}
+
 std::vector<Measurement> measure(const PerfCase& c, Device device, int reps, bool fused_only) {
   std::vector<Measurement> out;
   int64_t bytes = shape_numel(c.shape) * static_cast<int64_t>(dtype_size(c.dtype));
   double copy = copy_us(device, bytes, reps);
+  // CPU: copies on the thread pool that cut their bytes as the case's kernels cut x's
+  // elements; one of x's bytes here, one of each variant's moved bytes below.
+  const int64_t element = dtype_size(c.dtype);
+  const double pool_copy_x = device.is_cpu() ? pool_copy_us(bytes, element, reps) : 0;
   std::vector<std::string> variants = !c.fusable   ? std::vector<std::string>{"-"}
                                       : fused_only ? std::vector<std::string>{"fused"}
                                                    : std::vector<std::string>{"fused", "unfused"};
@@ -201,6 +224,11 @@ std::vector<Measurement> measure(const PerfCase& c, Device device, int reps, boo
     m.kernels = runner.kernels();
     m.us = median_us(
         device, [&](int i) { runner.launch(i); }, reps);
+    if (device.is_cpu()) {
+      m.moved_bytes = runner.moved_bytes();
+      m.pool_copy_us = pool_copy_x;
+      m.pool_copy_moved_us = pool_copy_us(m.moved_bytes / 2, element, reps);
+    }
     out.push_back(m);
   }
   return out;

@@ -32,7 +32,20 @@ struct Measurement {
   double copy_us = 0;   // median device copy of x's bytes, same process
   int kernels = 0;      // kernel launches per step
   double ratio() const { return us / copy_us; }
+  // CPU only (0 on CUDA): the bytes the launch's kernels read and write (kernel_bytes), and
+  // copies on the thread pool in the element-wise kernels' chunks (pool_copy_us) of x's
+  // bytes and of half the moved bytes (a copy reads and writes each byte: the same traffic).
+  int64_t moved_bytes = 0;
+  double pool_copy_us = 0;
+  double pool_copy_moved_us = 0;
+  double gbps() const { return moved_bytes / us / 1e3; }  // achieved, bytes read + written
 };
+
+// The bytes the kernels of `nodes` read and write when each reads every input once and
+// writes every output once: inputs plus outputs of every node that runs a kernel (sources
+// and graph inputs run none, views move nothing). Node states (observer statistics, flags:
+// a few bytes per qparam) are not counted.
+int64_t kernel_bytes(const Graph& graph, const std::vector<NodeId>& nodes);
 
 // One variant of a case, set up once on a device: the graph (fused or not), its executor
 // and a StaticRun over rotating random inputs. launch(i) runs step i.
@@ -43,6 +56,7 @@ class CaseRunner {
   void launch(int i);
   int kernels() const;
   int64_t input_bytes() const { return bytes_; }
+  int64_t moved_bytes() const;  // kernel_bytes of the nodes a launch runs
 
  private:
   struct Impl;
