@@ -38,6 +38,7 @@ struct StepsOptions {
   std::string device = "auto", model = "all", json;
   int reps = 20;
   bool small = false, profile = false, tf32 = false;
+  std::string profile_nodes;  // comma-separated ops whose nodes are listed one by one
 };
 
 struct StepGraph {
@@ -156,7 +157,9 @@ void profile_step_cpu(StepGraph& s, Device device, int runs) {
 // Where one step's GPU time goes, per op: a CUDA event after every node of `runs` executor
 // runs (the executor enqueues ahead of the GPU, so the gaps between events are kernel time),
 // summed per op and printed largest first.
-void profile_step(StepGraph& s, Device device, int runs) {
+// With `node_ops` (comma-separated op names), also lists each node of those ops with its
+// first input's type: which of a model's many fake-quantizers cost what.
+void profile_step(StepGraph& s, Device device, int runs, const std::string& node_ops) {
   if (device.is_cpu()) {
     profile_step_cpu(s, device, runs);
     return;
@@ -168,26 +171,40 @@ void profile_step(StepGraph& s, Device device, int runs) {
   exec.run(feeds, {s.loss}, s.updates);  // warm-up: allocator, library handles
   auto stream = static_cast<cudaStream_t>(exec.stream());
   std::vector<std::pair<std::string, cudaEvent_t>> marks;
+  std::vector<std::string> labels;  // per mark: "op node [input type]" when listed, else ""
+  const std::string listed = "," + node_ops + ",";
   exec.on_node = [&](const Node& n, const std::vector<Tensor>&) {
     cudaEvent_t e;
     QG_CUDA_CHECK("steps", cudaEventCreate(&e));
     QG_CUDA_CHECK("steps", cudaEventRecord(e, stream));
     marks.push_back({n.op->name, e});
+    std::string label;
+    if (listed.find("," + n.op->name + ",") != std::string::npos)
+      label = n.op->name + " " + n.name +
+              (n.inputs.empty() ? "" : " " + s.graph.value(n.inputs[0]).type.str());
+    labels.push_back(label);
   };
   for (int r = 0; r < runs; ++r) exec.run(feeds, {s.loss}, s.updates);
   QG_CUDA_CHECK("steps", cudaStreamSynchronize(stream));
-  std::map<std::string, std::pair<double, int>> per_op;
+  std::map<std::string, std::pair<double, int>> per_op, per_node;
   for (size_t i = 1; i < marks.size(); ++i) {
     float ms = 0;
     QG_CUDA_CHECK("steps", cudaEventElapsedTime(&ms, marks[i - 1].second, marks[i].second));
     auto& [t, count] = per_op[marks[i].first];
     t += ms / runs;
     count += 1;
+    if (!labels[i].empty()) {
+      auto& [tn, cn] = per_node[labels[i]];
+      tn += ms / runs;
+      cn += 1;
+    }
   }
   for (auto& m : marks) cudaEventDestroy(m.second);
   print_profile(per_op, runs, "between the first and last node");
+  for (const auto& [label, t] : per_node)
+    std::printf("    node %-60s %8.4f ms\n", label.c_str(), t.first);
 #else
-  (void)s, (void)device, (void)runs;
+  (void)s, (void)device, (void)runs, (void)node_ops;
 #endif
 }
 
@@ -206,6 +223,8 @@ void add_steps_command(CLI::App& app) {
   cmd->add_option("--json", o->json, "Write the rows as JSON");
   cmd->add_flag("--profile", o->profile,
                 "Also print each step's time per op (GPU time, or host wall time on the CPU)");
+  cmd->add_option("--profile-nodes", o->profile_nodes,
+                  "With --profile on a GPU: also list every node of these ops (comma-separated)");
   cmd->add_flag("--tf32", o->tf32,
                 "Also time each step with TF32 GEMMs and convolutions (rows labelled tf32)");
   cmd->callback([o] {
@@ -235,7 +254,7 @@ void add_steps_command(CLI::App& app) {
               std::string("step ") + kind + (qat ? " qat" : " float") + (tf32 ? " tf32" : " fp32");
           std::printf("%-32s %8d %12.3f\n", label.c_str(), kernels, us / 1000.0);
           std::fflush(stdout);
-          if (o->profile) profile_step(s, device, 5);
+          if (o->profile) profile_step(s, device, 5, o->profile_nodes);
           rows += std::string(rows.empty() ? "" : ",\n") + "  {\"case\": \"" + label +
                   "\", \"ours_us\": " + std::to_string(us) +
                   ", \"kernels\": " + std::to_string(kernels) + "}";
