@@ -79,9 +79,9 @@ void fused_backward_cpu(KernelContext& ctx) {
       {dy, q[0], ctx.inputs.at(3), ctx.inputs.at(4), ctx.inputs.at(5), ctx.inputs.at(6)},
       {Tensor::empty(x.shape(), t, x.device()), ctx.outputs.at(2), ctx.outputs.at(3)}, no_states,
       ctx);
-  std::vector<Tensor> d = run_original_kernel(kBackward, div_back, DeviceType::cpu, t,
-                                              {bn[0], q[0], s}, {ctx.outputs.at(0), ctx.outputs.at(1)},
-                                              no_states, ctx);
+  std::vector<Tensor> d =
+      run_original_kernel(kBackward, div_back, DeviceType::cpu, t, {bn[0], q[0], s},
+                          {ctx.outputs.at(0), ctx.outputs.at(1)}, no_states, ctx);
   ctx.outputs = {d[0], d[1], bn[1], bn[2]};
 }
 
@@ -101,8 +101,9 @@ std::vector<TensorType> fused_channel_div_batch_norm_backward_types(
   const TensorType& x = in[1];
   QG_CHECK(in[0] == x, kBackward, "dy ", in[0].str(), " must match x ", x.str());
   expect_channel_vectors(kBackward, in, 1, 2, 5);
-  QG_CHECK(in[6] == (TensorType{x.dtype, {1}}), kBackward, "used_batch_stats must be a one-element ",
-           dtype_name(x.dtype), " tensor, got ", in[6].str());
+  QG_CHECK(in[6] == (TensorType{x.dtype, {1}}), kBackward,
+           "used_batch_stats must be a one-element ", dtype_name(x.dtype), " tensor, got ",
+           in[6].str());
   const TensorType stats{x.dtype, {x.shape[1]}};
   return {x, stats, stats, stats};
 }
@@ -115,7 +116,8 @@ void define_fused_channel_div_bn_ops(OpRegistry& r) {
   op.inputs = {"x", "s", "gamma", "beta", "running_mean", "running_var"};
   op.outputs = {"y", "save_mean", "save_invstd", "used_batch_stats"};
   op.infer = [](const InferContext& ctx) -> std::vector<TensorType> {
-    QG_FAIL(ctx.op, "fused nodes are created by the fuse_channel_div_batch_norm pass, not by apply()");
+    QG_FAIL(ctx.op,
+            "fused nodes are created by the fuse_channel_div_batch_norm pass, not by apply()");
   };
   op.is_source = false;
   op.kernels.push_back({DeviceType::cpu, {DType::f32, DType::f64}, fused_forward_cpu});
@@ -127,7 +129,8 @@ void define_fused_channel_div_bn_ops(OpRegistry& r) {
   back.inputs = {"dy", "x", "s", "gamma", "save_mean", "save_invstd", "used_batch_stats"};
   back.outputs = {"dx", "ds", "dgamma", "dbeta"};
   back.infer = [](const InferContext& ctx) -> std::vector<TensorType> {
-    QG_FAIL(ctx.op, "fused nodes are created by the fuse_channel_div_batch_norm pass, not by apply()");
+    QG_FAIL(ctx.op,
+            "fused nodes are created by the fuse_channel_div_batch_norm pass, not by apply()");
   };
   back.is_source = false;
   back.kernels.push_back({DeviceType::cpu, {DType::f32, DType::f64}, fused_backward_cpu});

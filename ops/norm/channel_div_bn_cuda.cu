@@ -152,11 +152,11 @@ void backward_cuda(KernelContext& ctx) {
   // The grad-stats partials are consumed (bn_grad_finalize_kernel ran before on this
   // stream), so the ds partials reuse the buffer: the same [C, splits] double2 layout.
   cdbn_dx_kernel<T><<<dim3(d.splits, static_cast<unsigned>(d.c)), kThreads, 0, st>>>(
-      in_ptr<T>(dy), in_ptr<T>(x), s, mean, invstd, in_ptr<T>(coef), d,
-      out_ptr<T>(ctx.outputs[0]), out_ptr<double2>(partial));
+      in_ptr<T>(dy), in_ptr<T>(x), s, mean, invstd, in_ptr<T>(coef), d, out_ptr<T>(ctx.outputs[0]),
+      out_ptr<double2>(partial));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
-  channel_div_fold_kernel<T><<<fin.blocks, fin.threads, 0, st>>>(in_ptr<double2>(partial), d,
-                                                                 out_ptr<T>(ctx.outputs[1]));
+  channel_div_fold_kernel<T>
+      <<<fin.blocks, fin.threads, 0, st>>>(in_ptr<double2>(partial), d, out_ptr<T>(ctx.outputs[1]));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
@@ -166,15 +166,13 @@ void add_channel_div_bn_cuda_kernels(OpRegistry& r) {
   const std::vector<DType> types = {DType::f32, DType::f64};
   r.get_mutable("fused_channel_div_batch_norm")
       .kernels.push_back({DeviceType::cuda, types, [](KernelContext& ctx) {
-                            dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
-                              forward_cuda<decltype(tag)>(ctx);
-                            });
+                            dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op,
+                                             [&](auto tag) { forward_cuda<decltype(tag)>(ctx); });
                           }});
   r.get_mutable("fused_channel_div_batch_norm_backward")
       .kernels.push_back({DeviceType::cuda, types, [](KernelContext& ctx) {
-                            dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
-                              backward_cuda<decltype(tag)>(ctx);
-                            });
+                            dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op,
+                                             [&](auto tag) { backward_cuda<decltype(tag)>(ctx); });
                           }});
 }
 

@@ -119,7 +119,8 @@ int FuseChannelDivBatchNormPass::run(Graph& g) {
                   bn.inputs[2],  bn.inputs[3],  bn.inputs[4]};
     fwd.states = bn.states;
     fwd.fused_from = {div, bn};
-    const NodeId f = g.add_raw_node(fwd, fused_channel_div_batch_norm_types(types_of(g, fwd.inputs)));
+    const NodeId f =
+        g.add_raw_node(fwd, fused_channel_div_batch_norm_types(types_of(g, fwd.inputs)));
     old_values = bn.outputs;
     new_values = g.node(f).outputs;
     std::vector<std::string> names;

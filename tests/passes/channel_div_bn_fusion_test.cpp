@@ -86,8 +86,10 @@ void build_block(Block& b, const Shape& shape, DType t) {
 Executor::Feeds block_feeds(const Shape& shape, DType t, uint64_t seed) {
   const Shape c{shape[1]};
   Tensor s = normal(c, t, seed + 1, 1.0, 0.4);
-  return {{"x", normal(shape, t, seed, 0.3, 2.0)},       {"s", s},
-          {"gamma", normal(c, t, seed + 2, 1.0, 0.2)},   {"beta", normal(c, t, seed + 3, 0, 1)},
+  return {{"x", normal(shape, t, seed, 0.3, 2.0)},
+          {"s", s},
+          {"gamma", normal(c, t, seed + 2, 1.0, 0.2)},
+          {"beta", normal(c, t, seed + 3, 0, 1)},
           {"w", normal(shape, t, seed + 4, 0.0, 1.0)}};
 }
 
@@ -101,8 +103,7 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) {
   const char* modes[] = {"training", "eval", "frozen"};
-  *os << shape_str(c.shape) << " " << dtype_name(c.dtype) << " "
-      << modes[static_cast<int>(c.mode)];
+  *os << shape_str(c.shape) << " " << dtype_name(c.dtype) << " " << modes[static_cast<int>(c.mode)];
 }
 
 class ChannelDivBnFusion : public ::testing::TestWithParam<Case> {};
@@ -217,8 +218,7 @@ TEST(ChannelDivBnFusionLegality, BackwardWithoutChannelDivBackwardStaysUnfused) 
   ASSERT_EQ(count_nodes(g, "batch_norm_backward"), 1);
   ASSERT_EQ(count_nodes(g, "channel_div_backward"), 0);
   EXPECT_EQ(rewrites_of(optimize(g, PassOptions{})), 0);
-  EXPECT_NE(channel_div_fusion_blocker(g, g.value(q).producer).find("only one"),
-            std::string::npos);
+  EXPECT_NE(channel_div_fusion_blocker(g, g.value(q).producer).find("only one"), std::string::npos);
 }
 
 // No batch norm reads the quotient: nothing to fuse.
@@ -235,8 +235,7 @@ TEST(ChannelDivBnFusionLegality, FusedNodesCannotBeAppliedDirectly) {
   ValueId x = g.input("x", {DType::f32, {2, 3, 4}});
   ValueId v = g.input("v", {DType::f32, {3}});
   ValueId u = g.input("u", {DType::f32, {1}});
-  for (const auto& [op, inputs] :
-       std::vector<std::pair<std::string, std::vector<ValueId>>>{
+  for (const auto& [op, inputs] : std::vector<std::pair<std::string, std::vector<ValueId>>>{
            {"fused_channel_div_batch_norm", {x, v, v, v, v, v}},
            {"fused_channel_div_batch_norm_backward", {x, x, v, v, v, v, u}}}) {
     try {
