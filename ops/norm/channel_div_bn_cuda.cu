@@ -13,6 +13,10 @@
 // bit for bit, outputs, running statistics and gradients alike. The backward's last pass has
 // channel_div_grad_kernel's stretch_sums shape (not the per-plane walk of bn_dx_kernel): the
 // elementwise dx values do not depend on the walk, the ds partials do.
+// Cost (sm_90 SASS, f32, instructions per element of the four-element main loops): forward
+// 25 + 26 against 23 + 9.5 + 13 unfused, backward 32 + 52.5 against 16 + 19 + 31: the
+// divisions come back in every kernel that reads x, but the kernels stay memory-bound, and
+// the activation passes drop from 5 to 3 (forward) and 8 to 5 (backward).
 #include "core/graph.h"
 #include "ops/common/dispatch_f32_f64.h"
 #include "ops/norm/channel_cuda.cuh"
