@@ -230,6 +230,35 @@ TEST(ChannelDivBnFusionLegality, ChannelDivWithoutBatchNormStaysUnfused) {
   EXPECT_EQ(rewrites_of(optimize(g, PassOptions{})), 0);
 }
 
+// Two batch norms reading one quotient: one fused node could not replace both.
+TEST(ChannelDivBnFusionLegality, TwoBatchNormReadersStayUnfused) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2, 3, 4}});
+  ValueId s = g.input("s", {DType::f32, {3}});
+  ValueId p = g.input("p", {DType::f32, {3}});
+  ValueId q = g.apply1("channel_div", {x, s});
+  g.mark_output(g.apply("batch_norm", {q, p, p, p, p})[0]);
+  g.mark_output(g.apply("batch_norm", {q, p, p, p, p})[0]);
+  EXPECT_EQ(rewrites_of(optimize(g, PassOptions{})), 0);
+  EXPECT_NE(channel_div_fusion_blocker(g, g.value(q).producer).find("two batch_norm"),
+            std::string::npos);
+}
+
+// live_node of a node a pass removed without fusing it anywhere: an error naming the node.
+TEST(ChannelDivBnFusionLegality, LiveNodeOfARemovedUnfusedNodeIsAnError) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {4}});
+  ValueId r = g.apply1("relu", {x}, {}, "lonely");
+  const NodeId id = g.value(r).producer;
+  g.remove_node(id);
+  try {
+    live_node(g, id);
+    ADD_FAILURE() << "expected qg::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("lonely"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ChannelDivBnFusionLegality, FusedNodesCannotBeAppliedDirectly) {
   Graph g;
   ValueId x = g.input("x", {DType::f32, {2, 3, 4}});
