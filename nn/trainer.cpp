@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/printable.h"
 #include "nn/checkpoint.h"
+#include "runtime/passes/pass.h"
 
 namespace qg::nn {
 namespace {
@@ -206,7 +207,8 @@ double Trainer::integer_accuracy(const Dataset& data, int64_t* bytes) {
 
 void Trainer::freeze_batch_norms() {
   for (const ConvBnLayer& c : model_.conv_bns) {
-    Tensor& f = exec_->state(c.bn_node, "frozen");
+    // live_node: the fused node that holds the batch norm's state if a pass fused it.
+    Tensor& f = exec_->state(live_node(graph_, c.bn_node), "frozen");
     std::vector<double> ones(static_cast<size_t>(f.numel()), 1.0);
     f = Tensor::from_doubles(f.shape(), ones, f.dtype()).to(exec_->device());
   }

@@ -34,6 +34,9 @@ const Reduction kFloatReductions[] = {
     {"layer_norm", -1},
     {"layer_norm_backward", -1},
     {"channel_div_backward", 1},  // ds: a per-channel f64 sum over N, H, W in stretch order
+    // The two fused with batch_norm: every output depends on batch_norm's statistics.
+    {"fused_channel_div_batch_norm", -1},
+    {"fused_channel_div_batch_norm_backward", -1},
     // Not reductions: transcendental functions. libm's erf/tanh/exp on the CPU and CUDA's
     // erff/tanhf/expf differ by a few ulps, so these compare to the same 1e-5 relative.
     {"gelu", -1},

@@ -8,6 +8,7 @@
 // The generic kernel runs the two original kernels back to back on shared state handles,
 // so fused results are bit-identical to the unfused graph by construction; backends may
 // register single-pass kernels for specific (observer, quantizer) pairs on top of it.
+#include "ops/fused/fused_channel_div_bn.h"
 #include "ops/fused/fused_observe_quantize.h"
 #include "ops/fused/fused_ste_backward.h"
 
@@ -85,6 +86,7 @@ void define_fused_ops(OpRegistry& r) {
   op.is_source = false;
   op.kernels.push_back({DeviceType::cpu, {}, fused_observe_quantize_cpu});
   define_fused_ste_backward_op(r);
+  define_fused_channel_div_bn_ops(r);
 }
 
 }  // namespace qg

@@ -39,8 +39,13 @@ struct PassRecord {
 // readers of a value it replaces).
 void replace_all_uses(Graph& graph, ValueId old, ValueId now);
 
+// `node` itself while it is live; once a fusion pass removed it, the live fused node that
+// took it in (whose fused_from holds it), so code that kept a NodeId from graph building
+// (nn's ConvBnLayer::bn_node) still reaches the node holding its states. Throws when none.
+NodeId live_node(const Graph& graph, NodeId node);
+
 // The default pipeline, in order: fuse_observer_quantize, fuse_ste_backward,
-// fuse_activation_prologue.
+// fuse_channel_div_batch_norm, fuse_activation_prologue.
 std::vector<std::unique_ptr<Pass>> default_passes();
 std::vector<std::string> default_pass_names();
 

@@ -1,7 +1,9 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/error.h"
 #include "runtime/passes/fuse_activation_prologue.h"
+#include "runtime/passes/fuse_channel_div_batch_norm.h"
 #include "runtime/passes/fuse_observer_quantize.h"
 #include "runtime/passes/fuse_ste_backward.h"
 #include "runtime/passes/pass.h"
@@ -26,10 +28,23 @@ void replace_all_uses(Graph& g, ValueId old, ValueId now) {
   }
 }
 
+NodeId live_node(const Graph& g, NodeId node) {
+  if (!g.node(node).dead) return node;
+  for (NodeId id = 0; id < g.num_nodes(); ++id) {
+    const Node& n = g.node(id);
+    if (n.dead) continue;
+    for (const Node& original : n.fused_from)
+      if (original.id == node) return id;
+  }
+  QG_FAIL("passes", "node ", node, " ('", g.node(node).name,
+          "') was removed and no live fused node took it in");
+}
+
 std::vector<std::unique_ptr<Pass>> default_passes() {
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(std::make_unique<FuseObserverQuantizePass>());
   passes.push_back(std::make_unique<FuseSteBackwardPass>());
+  passes.push_back(std::make_unique<FuseChannelDivBatchNormPass>());
   passes.push_back(std::make_unique<FuseActivationProloguePass>());
   return passes;
 }

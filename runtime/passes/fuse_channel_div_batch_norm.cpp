@@ -1,0 +1,160 @@
+// channel_div + batch_norm fusion (a folded conv-bn block, nn/conv_bn.cpp).
+//
+//   before:                                         after:
+//     conv ─► channel_div ─► q ─► batch_norm ─► y     conv ─► fused_channel_div_batch_norm ─► y
+//     s ──────┘              │                        s ──────┘
+//     dy ─► batch_norm_backward(dy, q) ─► t           dy ─► fused_channel_div_batch_norm_backward
+//           channel_div_backward(t, q, s) ─► dconv, ds      ─► dconv, ds, dgamma, dbeta
+//
+// Legal only when every reader of the quotient q goes away with the rewrite, so q leaves the
+// graph (its memory is the point): q is neither a graph output nor named; it has exactly one
+// batch_norm reader, reading it as x only; and its other readers, if any, are exactly one
+// batch_norm_backward reading it as x only and one channel_div_backward reading it as y only,
+// whose dy is that batch_norm_backward's dx and whose s is the channel_div's s. That dx must
+// have no other reader and be neither an output nor named (the fused backward never forms
+// it). A forward without the backward pair (inference graphs) fuses the forward alone.
+//
+// The fused forward node takes the batch_norm's name and states, so checkpoints (keyed by
+// node name) and the `frozen` flag carry over; live_node() maps the removed batch_norm's id
+// to it.
+#include "runtime/passes/fuse_channel_div_batch_norm.h"
+
+#include "ops/fused/fused_channel_div_bn.h"
+
+namespace qg {
+namespace {
+
+// Whether `node` reads `v` in input slot `slot` and in no other.
+bool reads_only_at(const Node& node, ValueId v, size_t slot) {
+  for (size_t i = 0; i < node.inputs.size(); ++i)
+    if ((node.inputs[i] == v) != (i == slot)) return false;
+  return true;
+}
+
+std::vector<TensorType> types_of(const Graph& g, const std::vector<ValueId>& values) {
+  std::vector<TensorType> t;
+  for (ValueId v : values) t.push_back(g.value(v).type);
+  return t;
+}
+
+// Rewires the readers of each old value to the new one and carries names and output marks
+// over; call before removing the old values' producers.
+void take_over(Graph& g, const std::vector<ValueId>& old_values,
+               const std::vector<ValueId>& new_values, std::vector<std::string>& names,
+               std::vector<bool>& marked) {
+  for (size_t i = 0; i < old_values.size(); ++i) {
+    replace_all_uses(g, old_values[i], new_values[i]);
+    names.push_back(g.value(old_values[i]).name);
+    marked.push_back(g.is_output(old_values[i]));
+  }
+}
+
+}  // namespace
+
+std::string channel_div_fusion_blocker(const Graph& g, NodeId div_id,
+                                       ChannelDivBatchNormBlock* block) {
+  const Node& div = g.node(div_id);
+  if (div.dead) return "the node was removed";
+  if (div.op->name != "channel_div") return div.op->name + " is not channel_div";
+  const ValueId q = div.outputs.at(0);
+  if (g.is_output(q)) return "the quotient is a graph output or named (a run may fetch it)";
+  ChannelDivBatchNormBlock b;
+  b.div = div_id;
+  for (NodeId r : g.consumers(q)) {
+    const Node& n = g.node(r);
+    NodeId* slot = nullptr;
+    size_t x_slot = 0;
+    if (n.op->name == "batch_norm") {
+      slot = &b.bn;
+    } else if (n.op->name == "batch_norm_backward") {
+      slot = &b.bn_backward;
+      x_slot = 1;
+    } else if (n.op->name == "channel_div_backward") {
+      slot = &b.div_backward;
+      x_slot = 1;
+    } else {
+      return "the quotient has another reader (" + n.op->name + ")";
+    }
+    if (*slot != -1) return "the quotient has two " + n.op->name + " readers";
+    if (!reads_only_at(n, q, x_slot))
+      return n.op->name + " reads the quotient in another slot than its x";
+    *slot = r;
+  }
+  if (b.bn == -1) return "no batch_norm reads the quotient";
+  if ((b.bn_backward == -1) != (b.div_backward == -1))
+    return "the quotient has only one of batch_norm_backward and channel_div_backward as reader";
+  if (b.bn_backward != -1) {
+    const Node& bb = g.node(b.bn_backward);
+    const Node& db = g.node(b.div_backward);
+    const ValueId t = bb.outputs.at(0);
+    if (db.inputs.at(0) != t || !reads_only_at(db, t, 0))
+      return "channel_div_backward's dy is not the batch_norm_backward's dx";
+    if (db.inputs.at(2) != div.inputs.at(1))
+      return "channel_div_backward divides by another s than the channel_div";
+    if (g.is_output(t)) return "the batch_norm_backward's dx is a graph output or named";
+    if (g.consumers(t).size() != 1) return "the batch_norm_backward's dx has another reader";
+  }
+  if (block != nullptr) *block = b;
+  return "";
+}
+
+int FuseChannelDivBatchNormPass::run(Graph& g) {
+  std::vector<ChannelDivBatchNormBlock> blocks;
+  for (NodeId id : g.topological_order()) {
+    ChannelDivBatchNormBlock b;
+    if (g.node(id).op->name == "channel_div" && channel_div_fusion_blocker(g, id, &b).empty())
+      blocks.push_back(b);
+  }
+  const OpDef& fwd_op = OpRegistry::instance().get("fused_channel_div_batch_norm");
+  const OpDef& back_op = OpRegistry::instance().get("fused_channel_div_batch_norm_backward");
+  for (const ChannelDivBatchNormBlock& b : blocks) {
+    const Node div = g.node(b.div);
+    const Node bn = g.node(b.bn);
+    std::vector<ValueId> old_values, new_values;
+    // 1. Forward: the batch norm's name, attributes (via fused_from) and states.
+    Node fwd;
+    fwd.op = &fwd_op;
+    fwd.name = bn.name;
+    fwd.inputs = {div.inputs[0], div.inputs[1], bn.inputs[1],
+                  bn.inputs[2],  bn.inputs[3],  bn.inputs[4]};
+    fwd.states = bn.states;
+    fwd.fused_from = {div, bn};
+    const NodeId f =
+        g.add_raw_node(fwd, fused_channel_div_batch_norm_types(types_of(g, fwd.inputs)));
+    old_values = bn.outputs;
+    new_values = g.node(f).outputs;
+    std::vector<std::string> names;
+    std::vector<bool> marked;
+    take_over(g, old_values, new_values, names, marked);
+    // 2. Backward, reading the forward's (rewired) saved statistics.
+    if (b.bn_backward != -1) {
+      const Node bb = g.node(b.bn_backward);
+      const Node db = g.node(b.div_backward);
+      Node back;
+      back.op = &back_op;
+      back.name = bb.name + "+" + db.name;
+      back.inputs = {bb.inputs[0], div.inputs[0], div.inputs[1], bb.inputs[2],
+                     bb.inputs[3], bb.inputs[4],  bb.inputs[5]};
+      back.fused_from = {div, bb, db};
+      const NodeId k = g.add_raw_node(
+          back, fused_channel_div_batch_norm_backward_types(types_of(g, back.inputs)));
+      const std::vector<ValueId> olds = {db.outputs[0], db.outputs[1], bb.outputs[1],
+                                         bb.outputs[2]};
+      take_over(g, olds, g.node(k).outputs, names, marked);
+      old_values.insert(old_values.end(), olds.begin(), olds.end());
+      const std::vector<ValueId>& outs = g.node(k).outputs;
+      new_values.insert(new_values.end(), outs.begin(), outs.end());
+      g.remove_node(b.div_backward);
+      g.remove_node(b.bn_backward);
+    }
+    g.remove_node(b.bn);
+    g.remove_node(b.div);
+    for (size_t i = 0; i < new_values.size(); ++i) {
+      if (!names[i].empty()) g.set_name(new_values[i], names[i]);
+      if (marked[i]) g.mark_output(new_values[i]);
+    }
+  }
+  return static_cast<int>(blocks.size());
+}
+
+}  // namespace qg
