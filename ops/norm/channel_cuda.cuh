@@ -136,7 +136,7 @@ __global__ void bn_finalize_kernel(const double2* partial, const float* frozen, 
       const double m = static_cast<double>(d.m);
       mean = s.x / m;
       double var = s.y / m - mean * mean;
-      var = var > 0 ? var : 0.0;
+      var = var < 0 ? 0.0 : var;  // std::max(var, 0.0) as on the CPU: a NaN variance stays NaN
       invstd = 1.0 / sqrt(var + eps);
       double unbiased = var * m / (m - 1);
       running_mean[ch] = T((1.0 - momentum) * running_mean[ch] + momentum * mean);

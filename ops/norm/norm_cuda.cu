@@ -203,7 +203,7 @@ __global__ void ln_forward_kernel(const T* x, const T* gamma, const T* beta, int
     acc = block_reduce(acc, add2);
     const double mean = acc.x / dim;
     double var = acc.y / dim - mean * mean;
-    var = var > 0 ? var : 0.0;
+    var = var < 0 ? 0.0 : var;  // std::max(var, 0.0) as on the CPU: a NaN variance stays NaN
     const double rstd = 1.0 / sqrt(var + eps);
     if (threadIdx.x == 0) {
       mean_out[r] = T(mean);
