@@ -8,6 +8,10 @@
 // give the same bits, so the block forms the rounded products in parallel into shared memory
 // and thread 0 adds them in order: a chain of C*k*k dependent f64 adds (576 in the CNN),
 // a few microseconds, against the five launches of the chain's backward it replaces.
+// Cost (sm_90 SASS, f32): forward 18 instructions per element of its row loop (after one
+// sqrt and one division per thread); backward 22 per element of the parallel loop (two
+// loads, two multiplies, the dw store and the shared-memory store), then thread 0's ordered
+// sum at 17 per 4 elements (one LDS.128, four F2F.F64.F32 and four dependent DADDs).
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/dispatch_f32_f64.h"
