@@ -54,6 +54,7 @@ struct ConvBnLayer {
   ValueId conv = kNoValue;    // conv2d(x, fq(W_fold)) before dividing by the scale factor
   ValueId bn_out = kNoValue;  // batch_norm's y
   NodeId bn_node = -1;
+  NodeId fold_node = -1;  // conv_bn_fold_weight {w, gamma, running_var} (folded blocks only)
   ValueId gamma = kNoValue, beta = kNoValue, running_mean = kNoValue, running_var = kNoValue;
   double eps = 1e-5;
   bool folded = true;  // false with float weights: conv -> batch_norm, nothing folded

@@ -2,7 +2,9 @@
 // / ConvBnReLU2d (torch 1.13) compute it:
 //   running_std  = sqrt(running_var + eps)
 //   scale_factor = gamma / running_std
-//   conv         = conv2d(x, weight_quant(W * scale_factor[:, None, None, None]), 0)
+//   w_fold       = W * scale_factor[:, None, None, None]
+//                  (these three: one conv_bn_fold_weight node, ops/fold, same roundings)
+//   conv         = conv2d(x, weight_quant(w_fold), 0)
 //   conv         = conv / scale_factor[None, :, None, None]
 //   y            = batch_norm(conv)   (batch statistics in training, updating the running
 //                                      ones; running statistics in eval or once frozen)
@@ -49,14 +51,12 @@ ValueId Builder::conv_bn(ValueId x, int64_t in_channels, int64_t out_channels, i
     rec.folded = false;
     rec.conv = conv = g_.apply1("conv2d", {xin, w, zero_bias}, conv_attrs, name + ".conv");
   } else {
-    ValueId eps_c = g_.constant(Tensor::scalar(eps, DType::f32), name + ".bn.eps");
-    ValueId running_std =
-        g_.apply1("sqrt", {g_.apply1("add", {rec.running_var, eps_c}, {}, name + ".var_eps")}, {},
-                  name + ".running_std");
-    ValueId scale_factor = g_.apply1("div", {rec.gamma, running_std}, {}, name + ".scale_factor");
-    ValueId sf_w = g_.apply1("reshape", {scale_factor}, {{"shape", Shape{out_channels, 1, 1, 1}}},
-                             name + ".sf_w");
-    ValueId w_fold = g_.apply1("mul", {w, sf_w}, {}, name + ".weight_fold");
+    // One node for the fold (ops/fold): the same roundings as the generic chain
+    // add(running_var, eps) -> sqrt -> div -> reshape -> mul, and one backward node.
+    auto fold = g_.apply("conv_bn_fold_weight", {w, rec.gamma, rec.running_var}, {{"eps", eps}},
+                         name + ".fold");
+    rec.fold_node = g_.value(fold[0]).producer;
+    ValueId w_fold = fold[0], scale_factor = fold[1];
     rec.conv =
         g_.apply1("conv2d", {xin, weight(w_fold, name), zero_bias}, conv_attrs, name + ".conv");
     // conv / scale_factor[None, :, None, None] as one op whose backward is one pass.

@@ -27,6 +27,7 @@ void define_softmax_ops(OpRegistry&);
 void define_embedding_ops(OpRegistry&);
 void define_shape_ops(OpRegistry&);
 void define_conv_ops(OpRegistry&);
+void define_fold_ops(OpRegistry&);
 
 #ifdef QG_WITH_CUDA
 void add_cuda_kernels(OpRegistry&);  // runtime/cuda: registers every family's CUDA kernels
@@ -62,6 +63,7 @@ constexpr OpFamily kOpFamilies[] = {
     {"embedding", define_embedding_ops},
     {"shape", define_shape_ops},
     {"conv", define_conv_ops},
+    {"fold", define_fold_ops},
 };
 }  // namespace
 

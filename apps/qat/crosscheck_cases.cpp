@@ -6,6 +6,7 @@
 namespace qg::cli {
 
 void add_pool_activation_dropout_cases(std::vector<CrosscheckCase>& c);  // _pool.cpp
+void add_fold_cases(std::vector<CrosscheckCase>& c);                     // _fold.cpp
 
 namespace {
 
@@ -341,6 +342,7 @@ std::vector<CrosscheckCase> extra_crosscheck_cases() {
   add_float_ops(c);
   add_storage_quant(c);
   add_pool_activation_dropout_cases(c);
+  add_fold_cases(c);
   return c;
 }
 

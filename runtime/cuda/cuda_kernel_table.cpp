@@ -38,6 +38,7 @@ void add_softmax_cuda_kernels(OpRegistry&);
 void add_embedding_cuda_kernels(OpRegistry&);
 void add_shape_cuda_kernels(OpRegistry&);
 void add_conv_cuda_kernels(OpRegistry&);
+void add_fold_cuda_kernels(OpRegistry&);
 
 namespace {
 
@@ -124,6 +125,7 @@ void add_cuda_kernels(OpRegistry& r) {
   add_embedding_cuda_kernels(r);
   add_shape_cuda_kernels(r);
   add_conv_cuda_kernels(r);
+  add_fold_cuda_kernels(r);
   wrap_with_device_check(r);
 }
 
