@@ -6,6 +6,7 @@
 // so fused results are bit-identical to the unfused graph by construction; backends may
 // register single-pass kernels for specific (observer, quantizer) pairs on top of it.
 #include "ops/fused/fused_observe_quantize.h"
+#include "ops/fused/fused_ste_optimizer.h"
 #include "ops/fused/fused_ste_backward.h"
 
 #include "core/error.h"
@@ -63,6 +64,8 @@ void define_fused_ops(OpRegistry& r) {
   op.is_source = false;
   op.kernels.push_back({DeviceType::cpu, {}, fused_observe_quantize_cpu});
   define_fused_ste_backward_op(r);
+  define_fused_ste_optimizer_op(r);
+  define_fused_ste_chain_op(r);
 }
 
 }  // namespace qg

@@ -39,7 +39,10 @@ struct PassRecord {
 // readers of a value it replaces).
 void replace_all_uses(Graph& graph, ValueId old, ValueId now);
 
-// The default pipeline, in order: fuse_observer_quantize, fuse_ste_backward.
+// The default pipeline, in order: fuse_observer_quantize, fuse_ste_backward,
+// fuse_ste_optimizer, fuse_ste_chain. (fuse_ste_backward first: an ste_backward feeding an
+// activation backward saves more there; fuse_ste_optimizer before fuse_ste_chain: an
+// ste_backward -> ste_backward -> step chain then saves the weight gradient's round trip.)
 std::vector<std::unique_ptr<Pass>> default_passes();
 std::vector<std::string> default_pass_names();
 

@@ -3,6 +3,7 @@
 
 #include "runtime/passes/fuse_observer_quantize.h"
 #include "runtime/passes/fuse_ste_backward.h"
+#include "runtime/passes/fuse_ste_optimizer.h"
 #include "runtime/passes/pass.h"
 
 namespace qg {
@@ -29,6 +30,8 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(std::make_unique<FuseObserverQuantizePass>());
   passes.push_back(std::make_unique<FuseSteBackwardPass>());
+  passes.push_back(std::make_unique<FuseSteOptimizerPass>());
+  passes.push_back(std::make_unique<FuseSteChainPass>());
   return passes;
 }
 
