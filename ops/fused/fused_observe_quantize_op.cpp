@@ -6,8 +6,8 @@
 // so fused results are bit-identical to the unfused graph by construction; backends may
 // register single-pass kernels for specific (observer, quantizer) pairs on top of it.
 #include "ops/fused/fused_observe_quantize.h"
-#include "ops/fused/fused_ste_optimizer.h"
 #include "ops/fused/fused_ste_backward.h"
+#include "ops/fused/fused_ste_optimizer.h"
 
 #include "core/error.h"
 #include "core/graph.h"

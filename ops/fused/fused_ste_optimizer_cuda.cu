@@ -14,9 +14,7 @@ template <typename T>
 struct MaskedGrad {
   const T* dy;
   const uint8_t* mask;
-  __device__ T operator()(int64_t i) const {
-    return (mask[i >> 3] >> (i & 7)) & 1u ? dy[i] : T(0);
-  }
+  __device__ T operator()(int64_t i) const { return (mask[i >> 3] >> (i & 7)) & 1u ? dy[i] : T(0); }
 };
 
 template <typename T>

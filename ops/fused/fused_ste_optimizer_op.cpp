@@ -36,9 +36,8 @@ void check_fused_ste_optimizer_inputs(const KernelContext& ctx) {
   const Tensor& mask = ctx.inputs.at(2);
   QG_CHECK(dy.dtype() == p.dtype() && dy.shape() == p.shape(), ctx.op, "dy ", dy.str(),
            " must match param ", p.str());
-  QG_CHECK(mask.dtype() == DType::u8 && mask.numel() == bitmask_bytes(p.numel()), ctx.op,
-           "mask ", mask.str(), " must hold ", bitmask_bytes(p.numel()), " bytes for param ",
-           p.str());
+  QG_CHECK(mask.dtype() == DType::u8 && mask.numel() == bitmask_bytes(p.numel()), ctx.op, "mask ",
+           mask.str(), " must hold ", bitmask_bytes(p.numel()), " bytes for param ", p.str());
   QG_CHECK(mask.is_contiguous(), ctx.op, "mask must be contiguous");
 }
 

@@ -20,7 +20,8 @@
 // 2. ste_backward + ste_backward (fuse_ste_chain):
 //
 //     dy ──► ste_backward ──► t ──► ste_backward ──► dx        dy ─────────┐
-//     mask_first ──┘                mask_second ──┘             mask_first ─┼─► fused_ste_chain ─► dx
+//     mask_first ──┘                mask_second ──┘             mask_first ─┼─► fused_ste_chain ─►
+//     dx
 //                                                               mask_second ┘
 //
 //    A value quantized twice (a quantized residual sum feeding the block's output quantizer)
