@@ -161,8 +161,15 @@ TEST(SteOptimizerFusionLegality, MaskedGradientWithAnotherUseStaysUnfused) {
 
 // A named masked gradient (a run may fetch it by name) stays, for both passes.
 TEST(SteOptimizerFusionLegality, NamedMaskedGradientStaysUnfused) {
+  WeightCase c;
+  c.dtype = DType::f32;
+  c.per_channel = false;
+  c.optimizer.kind = "sgd";
+  c.optimizer.lr = 0.1;
+  c.optimizer.momentum = 0.0;
+  c.shape = {4, 8};
   WeightStep s;
-  testing::build_weight_step(s, {DType::f32, false, {"sgd", 0.1, 0.0}, Shape{4, 8}});
+  testing::build_weight_step(s, c);
   const ValueId dw = s.g.node(s.step).inputs.at(1);
   s.g.set_name(dw, "dw");
   EXPECT_EQ(optimize(s.g, PassOptions{}).at(2).rewrites, 0);
