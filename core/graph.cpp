@@ -250,6 +250,26 @@ void Graph::remove_node(NodeId id) {
     if (!values_[out].name.empty()) names_.erase(values_[out].name);
 }
 
+void Graph::rewrite_node(NodeId id, Node replacement) {
+  QG_CHECK(id >= 0 && id < num_nodes() && !g_[id].dead, "graph", "rewrite_node: node ", id,
+           " does not exist or was removed");
+  Node& n = g_[id];
+  for (size_t s = 0; s < replacement.inputs.size(); ++s)
+    check_value(replacement.inputs[s], replacement.name, "rewritten input");
+  // Drop the data edges (control dependencies, value kNoValue, stay), then add the new ones.
+  std::vector<BoostGraph::edge_descriptor> data;
+  for (auto [e, end] = boost::in_edges(id, g_); e != end; ++e)
+    if (g_[*e].value != kNoValue) data.push_back(*e);
+  for (auto e : data) boost::remove_edge(e, g_);
+  replacement.id = id;
+  replacement.outputs = n.outputs;
+  replacement.dead = false;
+  n = std::move(replacement);
+  for (size_t s = 0; s < n.inputs.size(); ++s)
+    boost::add_edge(values_[n.inputs[s]].producer, id, EdgeInfo{n.inputs[s], static_cast<int>(s)},
+                    g_);
+}
+
 std::vector<NodeId> Graph::topological_order() const {
   // 1. Every live node's inputs must be defined values with live producers.
   for (int i = 0; i < num_nodes(); ++i) {

@@ -86,6 +86,10 @@ class Graph {
   void remove_node(NodeId node);
   // Appends a node without shape inference (fused nodes built by passes).
   NodeId add_raw_node(Node node, const std::vector<TensorType>& output_types);
+  // Replaces node `id` by `node` (a fused node built by a pass) while keeping its id, its
+  // outputs and its control dependencies: for a fusion into a node that callers hold by id,
+  // such as an optimizer step run as an Executor target. The data edges follow node.inputs.
+  void rewrite_node(NodeId id, Node node);
 
   // Throws on a dangling input (a value that is not defined or whose producer was
   // removed), an input used before it is defined in the order, or a cycle.

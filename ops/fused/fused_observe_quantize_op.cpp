@@ -11,6 +11,7 @@
 #include "ops/fused/fused_channel_div_bn.h"
 #include "ops/fused/fused_observe_quantize.h"
 #include "ops/fused/fused_ste_backward.h"
+#include "ops/fused/fused_ste_optimizer.h"
 
 #include "core/error.h"
 #include "core/graph.h"
@@ -87,6 +88,8 @@ void define_fused_ops(OpRegistry& r) {
   op.kernels.push_back({DeviceType::cpu, {}, fused_observe_quantize_cpu});
   define_fused_ste_backward_op(r);
   define_fused_channel_div_bn_ops(r);
+  define_fused_ste_optimizer_op(r);
+  define_fused_ste_chain_op(r);
 }
 
 }  // namespace qg

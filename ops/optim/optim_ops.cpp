@@ -16,6 +16,7 @@
 #include "core/graph.h"
 #include "core/thread_pool.h"
 #include "ops/common/schema_helpers.h"
+#include "ops/optim/optim_cpu.h"
 
 namespace qg {
 namespace {
@@ -51,70 +52,16 @@ std::vector<TensorType> infer_step(const InferContext& ctx) {
   return {};
 }
 
-// Runs f(p, g, i) over every element after checking the parameter is the persistent,
-// contiguous tensor the update can be written to.
-template <typename T, typename F>
-void for_each_element(KernelContext& ctx, F f) {
-  Tensor& p = ctx.inputs[0];
-  const Tensor& g = ctx.inputs[1];
-  QG_CHECK(p.is_contiguous() && g.is_contiguous(), ctx.op, "param and grad must be contiguous");
-  T* pp = p.data<T>();
-  const T* pg = g.data<T>();
-  // Element-wise: chunks of the thread pool, each element updated exactly as on one thread.
-  parallel_for(p.numel(), kElementGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) f(pp[i], pg[i], i);
-  });
-}
-
 template <typename T>
 void sgd_cpu(KernelContext& ctx) {
-  const T lr = static_cast<T>(ctx.attrs.get_real("lr"));
-  const T mom = static_cast<T>(ctx.attrs.get_real("momentum"));
-  // 1 - dampening (and Adam's 1 - beta) are formed in double and rounded once, as PyTorch
-  // does with its Python-float hyper-parameters; forming them in f32 from a rounded beta
-  // would shift every step by ~1e-7 relative.
-  const T one_minus_damp = static_cast<T>(1.0 - ctx.attrs.get_real("dampening"));
-  const T wd = static_cast<T>(ctx.attrs.get_real("weight_decay"));
-  const bool nesterov = ctx.attrs.get_bool("nesterov");
-  T* buf = ctx.states[0].data<T>();
-  int64_t& step = ctx.states[1].data<int64_t>()[0];
-  const bool first = step == 0;
-  for_each_element<T>(ctx, [&](T& p, T g, int64_t i) {
-    if (wd != T(0)) g = g + wd * p;
-    if (mom != T(0)) {
-      buf[i] = first ? g : mom * buf[i] + one_minus_damp * g;
-      g = nesterov ? g + mom * buf[i] : buf[i];
-    }
-    p = p - lr * g;
-  });
-  ++step;
+  const T* g = ctx.inputs[1].data<T>();
+  sgd_update<T>(ctx, ctx.attrs, ctx.inputs[1], [g](int64_t i) { return g[i]; });
 }
 
 template <typename T>
 void adam_cpu(KernelContext& ctx) {
-  const double lr = ctx.attrs.get_real("lr");
-  const T b1 = static_cast<T>(ctx.attrs.get_real("beta1"));
-  const T b2 = static_cast<T>(ctx.attrs.get_real("beta2"));
-  const T one_minus_b1 = static_cast<T>(1.0 - ctx.attrs.get_real("beta1"));
-  const T one_minus_b2 = static_cast<T>(1.0 - ctx.attrs.get_real("beta2"));
-  const T eps = static_cast<T>(ctx.attrs.get_real("eps"));
-  const T wd = static_cast<T>(ctx.attrs.get_real("weight_decay"));
-  T* m = ctx.states[0].data<T>();
-  T* v = ctx.states[1].data<T>();
-  int64_t& step = ctx.states[2].data<int64_t>()[0];
-  ++step;
-  // Bias corrections in double, as PyTorch computes them on the host from a Python float.
-  const double bc1 = 1.0 - std::pow(ctx.attrs.get_real("beta1"), static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(ctx.attrs.get_real("beta2"), static_cast<double>(step));
-  const T step_size = static_cast<T>(lr / bc1);
-  const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
-  for_each_element<T>(ctx, [&](T& p, T g, int64_t i) {
-    if (wd != T(0)) g = g + wd * p;
-    m[i] = b1 * m[i] + one_minus_b1 * g;
-    v[i] = b2 * v[i] + one_minus_b2 * (g * g);
-    T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-    p = p - step_size * (m[i] / denom);
-  });
+  const T* g = ctx.inputs[1].data<T>();
+  adam_update<T>(ctx, ctx.attrs, ctx.inputs[1], [g](int64_t i) { return g[i]; });
 }
 
 template <template <typename> class K>

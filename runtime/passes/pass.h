@@ -45,7 +45,10 @@ void replace_all_uses(Graph& graph, ValueId old, ValueId now);
 NodeId live_node(const Graph& graph, NodeId node);
 
 // The default pipeline, in order: fuse_observer_quantize, fuse_ste_backward,
-// fuse_channel_div_batch_norm, fuse_activation_prologue.
+// fuse_ste_optimizer, fuse_ste_chain, fuse_channel_div_batch_norm, fuse_activation_prologue.
+// (fuse_ste_backward first: an ste_backward feeding an activation backward saves more there;
+// fuse_ste_optimizer before fuse_ste_chain: an ste_backward -> ste_backward -> step chain
+// then saves the weight gradient's round trip.)
 std::vector<std::unique_ptr<Pass>> default_passes();
 std::vector<std::string> default_pass_names();
 

@@ -6,6 +6,7 @@
 #include "runtime/passes/fuse_channel_div_batch_norm.h"
 #include "runtime/passes/fuse_observer_quantize.h"
 #include "runtime/passes/fuse_ste_backward.h"
+#include "runtime/passes/fuse_ste_optimizer.h"
 #include "runtime/passes/pass.h"
 
 namespace qg {
@@ -44,6 +45,8 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(std::make_unique<FuseObserverQuantizePass>());
   passes.push_back(std::make_unique<FuseSteBackwardPass>());
+  passes.push_back(std::make_unique<FuseSteOptimizerPass>());
+  passes.push_back(std::make_unique<FuseSteChainPass>());
   passes.push_back(std::make_unique<FuseChannelDivBatchNormPass>());
   passes.push_back(std::make_unique<FuseActivationProloguePass>());
   return passes;
