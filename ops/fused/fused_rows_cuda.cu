@@ -2,6 +2,8 @@
 // the outermost axis, tokens, groups along the innermost axis): the row is loaded once into
 // registers, reduced, one warp computes the qparams (one thread also writes the state), and
 // the row is quantized from registers. One pass over x, one launch, no host sync.
+#include <cstdlib>
+
 #include "core/graph.h"
 #include "ops/fused/fused_fast_cuda.cuh"
 
@@ -122,7 +124,7 @@ __global__ void __launch_bounds__(kBlock, 4 * kThreads / kBlock)
 }
 
 // Short rows (per-group qparams, short tokens or channels: up to 32 * kWarpRowPacks packs): one
-// warp per row, reduced with shuffles, so a block works on up to eight rows at once and never
+// warp per row, reduced with shuffles, so a block works on eight rows at once and never
 // waits at a barrier. Lane 0 writes the state.
 template <bool kCodes, typename T>
 __global__ void __launch_bounds__(kThreads, 3)
@@ -133,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   const P* xp = reinterpret_cast<const P*>(x);
   const Flags flags = read_flags(a);
   const int lane = threadIdx.x & 31;
-  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
   for (int64_t row = global_thread() / 32; row < rows; row += warps) {
     P cur[kWarpRowPacks];
 #pragma unroll
@@ -160,20 +162,13 @@ int64_t resident_blocks(Kernel kernel) {
 template <bool kCodes, typename T>
 void launch_rows(const T* x, void* y, uint32_t* mask, const FusedArgs& a, int64_t rows,
                  int64_t packs_per_row, cudaStream_t stream) {
-  // Short rows: a persistent grid of warps walks the rows (occupancy looked up once). Fewer
-  // rows than two blocks of 8 warps per multiprocessor take smaller blocks, so that they
-  // still spread over every multiprocessor: H100, per-channel f32[768, 768] (192 packs a
-  // row) took 13.2 us in 96 blocks of 8 warps against 8.2 us as one 256-thread block a row.
-  if (packs_per_row <= 32 * kWarpRowPacks) {
+  // Short rows: a persistent grid of warps walks the rows (occupancy looked up once).
+  static const bool ab_legacy = std::getenv("QG_AB_ROWS_LEGACY") != nullptr;  // A/B: remove
+  if (packs_per_row <= 32 * (ab_legacy ? kRowPacks : kWarpRowPacks)) {
     static const int64_t cap = resident_blocks(fused_warp_rows_kernel<kCodes, T>);
-    const int64_t sms = multiprocessor_count();
-    int warps_per_block = kThreads / 32;
-    while (warps_per_block > 1 && rows < int64_t{warps_per_block} * 2 * sms) warps_per_block /= 2;
-    const int64_t blocks_cap = cap * (kThreads / 32 / warps_per_block);
-    auto grid = static_cast<unsigned>(
-        std::min<int64_t>(blocks_cap, (rows + warps_per_block - 1) / warps_per_block));
+    auto grid = static_cast<unsigned>(std::min<int64_t>(cap, (rows + 7) / 8));
     fused_warp_rows_kernel<kCodes, T>
-        <<<grid, 32 * warps_per_block, 0, stream>>>(x, y, mask, rows, packs_per_row, a);
+        <<<grid, kThreads, 0, stream>>>(x, y, mask, rows, packs_per_row, a);
   } else if (sizeof(T) == 2 && packs_per_row <= kHalfBlock * kRowPacks) {
     fused_rows_kernel<kCodes, T, kHalfBlock>
         <<<static_cast<unsigned>(rows), kHalfBlock, 0, stream>>>(x, y, mask, packs_per_row, a);
