@@ -2,8 +2,6 @@
 // the outermost axis, tokens, groups along the innermost axis): the row is loaded once into
 // registers, reduced, one warp computes the qparams (one thread also writes the state), and
 // the row is quantized from registers. One pass over x, one launch, no host sync.
-#include <cstdlib>
-
 #include "core/graph.h"
 #include "ops/fused/fused_fast_cuda.cuh"
 
@@ -11,11 +9,6 @@ namespace qg::cuda::fused {
 namespace {
 
 constexpr int kRowPacks = 4;  // packs per thread a row may need (rows up to 1024 packs)
-// Packs per lane of the warp-per-row kernel: rows of up to 256 packs (1024 f32, 2048 bf16)
-// take a warp each, with no block barrier. The weight rows of the issue-12 models (768
-// and 576 f32: 192 and 144 packs) went to one 256-thread block per row with 4 packs each, a
-// block barrier and warp 0's qparams between every load and store.
-constexpr int kWarpRowPacks = 8;
 
 // Block sizes of the one-row-per-block kernel: half blocks for rows of up to half the
 // packs, so that each thread holds up to kRowPacks packs and the per-row work (the block
@@ -38,8 +31,8 @@ __device__ __forceinline__ void load_row(const Pack<T, N>* xr, int packs,
 // Reduces, updates and quantizes one row held in registers by the block (kLanes threads) or
 // by a warp (32 lanes); `resolve` turns the warps' statistics into the row's qparams (the
 // block reduction and the observer update).
-template <bool kCodes, int kLanes, typename T, int N, int kP, typename Resolve>
-__device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kP], int lane, void* y,
+template <bool kCodes, int kLanes, typename T, int N, typename Resolve>
+__device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kRowPacks], int lane, void* y,
                                              uint32_t* mask, int64_t row, int64_t packs_per_row,
                                              const FusedArgs& a, Resolve resolve) {
   // The raw-bit statistics; a thread that holds a NaN or an infinity redoes them exactly
@@ -47,7 +40,7 @@ __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kP], int la
   const int ppr = static_cast<int>(packs_per_row);  // at most kThreads * kRowPacks
   RawMinMax raw = raw_identity<T>();
 #pragma unroll
-  for (int u = 0; u < kP; ++u)
+  for (int u = 0; u < kRowPacks; ++u)
     if (lane + u * kLanes < ppr) raw_add(raw, cur[u]);
   const bool clean = raw_clean<T>(raw);
   // The warp's statistics (in every lane): reduced as raw bits when all its lanes are clean.
@@ -60,7 +53,7 @@ __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kP], int la
       m = raw_minmax<T>(raw);
     } else {
 #pragma unroll
-      for (int u = 0; u < kP; ++u)
+      for (int u = 0; u < kRowPacks; ++u)
         if (lane + u * kLanes < ppr) exact_add(m, cur[u]);
     }
     m = warp_reduce(m);
@@ -73,7 +66,7 @@ __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kP], int la
   void* yr = static_cast<char*>(y) + first * (kCodes ? N : int64_t{sizeof(Pack<T, N>)});
   uint32_t* mr = mask + first * N / 32;
 #pragma unroll
-  for (int u = 0; u < kP; ++u) {
+  for (int u = 0; u < kRowPacks; ++u) {
     const int j = lane + u * kLanes;
     bool active = j < ppr;
     uint32_t bits = 0;
@@ -123,7 +116,7 @@ __global__ void __launch_bounds__(kBlock, 4 * kThreads / kBlock)
                                [&](const MinMax& m) { return block_qparams<kBlock>(m, a, row); });
 }
 
-// Short rows (per-group qparams, short tokens or channels: up to 32 * kWarpRowPacks packs): one
+// Short rows (per-group qparams, short tokens or channels: up to 32 * kRowPacks packs): one
 // warp per row, reduced with shuffles, so a block works on eight rows at once and never
 // waits at a barrier. Lane 0 writes the state.
 template <bool kCodes, typename T>
@@ -137,9 +130,9 @@ __global__ void __launch_bounds__(kThreads, 3)
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
   for (int64_t row = global_thread() / 32; row < rows; row += warps) {
-    P cur[kWarpRowPacks];
+    P cur[kRowPacks];
 #pragma unroll
-    for (int u = 0; u < kWarpRowPacks; ++u) {
+    for (int u = 0; u < kRowPacks; ++u) {
       int64_t j = lane + int64_t{u} * 32;
       if (j < packs_per_row) cur[u] = xp[row * packs_per_row + j];
     }
@@ -163,8 +156,7 @@ template <bool kCodes, typename T>
 void launch_rows(const T* x, void* y, uint32_t* mask, const FusedArgs& a, int64_t rows,
                  int64_t packs_per_row, cudaStream_t stream) {
   // Short rows: a persistent grid of warps walks the rows (occupancy looked up once).
-  static const bool ab_legacy = std::getenv("QG_AB_ROWS_LEGACY") != nullptr;  // A/B: remove
-  if (packs_per_row <= 32 * (ab_legacy ? kRowPacks : kWarpRowPacks)) {
+  if (packs_per_row <= 32 * kRowPacks) {
     static const int64_t cap = resident_blocks(fused_warp_rows_kernel<kCodes, T>);
     auto grid = static_cast<unsigned>(std::min<int64_t>(cap, (rows + 7) / 8));
     fused_warp_rows_kernel<kCodes, T>
