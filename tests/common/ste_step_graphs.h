@@ -14,6 +14,7 @@
 #include "autograd/grad.h"
 #include "nn/builder.h"
 #include "nn/optimizer.h"
+#include "tests/common/tensor_compare.h"
 
 namespace qg::testing {
 
@@ -32,21 +33,6 @@ inline Tensor special_data(const Shape& shape, DType dtype, uint64_t seed, doubl
     v[i + 12] = -INFINITY;
   }
   return Tensor::from_doubles(shape, v, dtype);
-}
-
-// One parameter element's first differing byte pattern, "" when a and b are bit-identical.
-inline std::string first_difference(const Tensor& a, const Tensor& b) {
-  Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
-  if (ha.dtype() != hb.dtype() || ha.shape() != hb.shape())
-    return "different tensors " + ha.str() + " vs " + hb.str();
-  const size_t es = dtype_size(ha.dtype());
-  const auto* pa = static_cast<const unsigned char*>(ha.raw_data());
-  const auto* pb = static_cast<const unsigned char*>(hb.raw_data());
-  for (int64_t i = 0; i < ha.numel(); ++i)
-    if (std::memcmp(pa + i * es, pb + i * es, es) != 0)
-      return "element " + std::to_string(i) + ": " + std::to_string(ha.at(i)) + " vs " +
-             std::to_string(hb.at(i));
-  return "";
 }
 
 struct WeightCase {

@@ -9,9 +9,13 @@
 #include <random>
 
 #include "gpu_test_util.h"
+#include "tests/common/tensor_compare.h"
 
 namespace qg {
 namespace {
+
+using testing::first_difference;
+using testing::NanRule;
 
 using testing::run_op;
 using testing::same_bits;
@@ -24,23 +28,6 @@ Tensor data(const Shape& shape, DType dtype, uint64_t seed) {
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
   for (size_t i = 0; i < v.size(); ++i) v[i] = i % 37 == 3 ? edges[(i / 37) % 6] : dist(rng);
   return Tensor::from_doubles(shape, v, dtype);
-}
-
-// Empty when a and b hold the same bits at every element, or both a NaN (the NaN payload
-// and sign that f32/f64 arithmetic produces differ between x86 and CUDA, on every path);
-// else the first element that differs.
-std::string first_difference(const Tensor& a, const Tensor& b) {
-  const size_t es = dtype_size(a.dtype());
-  const auto* pa = static_cast<const unsigned char*>(a.raw_data());
-  const auto* pb = static_cast<const unsigned char*>(b.raw_data());
-  const auto va = a.to_doubles(), vb = b.to_doubles();
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    if (std::memcmp(pa + i * es, pb + i * es, es) == 0) continue;
-    if (std::isnan(va[i]) && std::isnan(vb[i])) continue;
-    return "element " + std::to_string(i) + ": cpu " + std::to_string(va[i]) + ", gpu " +
-           std::to_string(vb[i]);
-  }
-  return "";
 }
 
 struct BroadcastCase {
@@ -70,7 +57,7 @@ TEST(ArithBroadcastGpu, MatchesCpuBitForBit) {
           auto cpu = run_op(Device::cpu(), op, in);
           auto gpu = run_op(Device::cuda(), op, in);
           ASSERT_EQ(cpu[0].shape(), gpu[0].shape());
-          EXPECT_EQ(first_difference(cpu[0], gpu[0]), "")
+          EXPECT_EQ(first_difference(cpu[0], gpu[0], NanRule::any_payload), "")
               << op << " " << dtype_name(t) << " " << shape_str(c.full) << " with "
               << shape_str(c.small) << (small_first ? " (broadcast operand first)" : "");
         }

@@ -9,9 +9,13 @@
 #include <random>
 
 #include "gpu_test_util.h"
+#include "tests/common/tensor_compare.h"
 
 namespace qg {
 namespace {
+
+using testing::first_difference;
+using testing::NanRule;
 
 using testing::run_op;
 
@@ -24,23 +28,6 @@ Tensor data(const Shape& shape, DType dtype, uint64_t seed, double lo, double hi
   for (size_t i = 0; i < v.size(); ++i)
     v[i] = edges && i % 29 == 3 ? special[(i / 29) % 5] : dist(rng);
   return Tensor::from_doubles(shape, v, dtype);
-}
-
-// Empty when every element holds the same bits or both hold a NaN; else the first difference.
-std::string first_difference(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape())
-    return "cpu " + a.str() + ", gpu " + b.str();
-  const size_t es = dtype_size(a.dtype());
-  const auto* pa = static_cast<const unsigned char*>(a.raw_data());
-  const auto* pb = static_cast<const unsigned char*>(b.raw_data());
-  const auto va = a.to_doubles(), vb = b.to_doubles();
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    if (std::memcmp(pa + i * es, pb + i * es, es) == 0) continue;
-    if (std::isnan(va[i]) && std::isnan(vb[i])) continue;
-    return "element " + std::to_string(i) + ": cpu " + std::to_string(va[i]) + ", gpu " +
-           std::to_string(vb[i]);
-  }
-  return "";
 }
 
 TEST(ConvBnFoldGpu, MatchesTheCpuBitForBit) {
@@ -59,14 +46,16 @@ TEST(ConvBnFoldGpu, MatchesTheCpuBitForBit) {
         const std::string label =
             std::string(dtype_name(dt)) + shape_str(ws) + (edges ? " with NaN/Inf/-0" : "");
         for (size_t i = 0; i < 3; ++i)
-          EXPECT_EQ(first_difference(cpu[i], gpu[i]), "") << label << " forward output " << i;
+          EXPECT_EQ(first_difference(cpu[i], gpu[i], NanRule::any_payload), "")
+              << label << " forward output " << i;
         Tensor dwf = data(ws, dt, 4, -1, 1, edges), dsf = data(vs, dt, 5, -1, 1, edges);
         auto bcpu =
             run_op(Device::cpu(), "conv_bn_fold_weight_backward", {dwf, dsf, w, cpu[1], cpu[2]});
         auto bgpu =
             run_op(Device::cuda(), "conv_bn_fold_weight_backward", {dwf, dsf, w, cpu[1], cpu[2]});
         for (size_t i = 0; i < 2; ++i)
-          EXPECT_EQ(first_difference(bcpu[i], bgpu[i]), "") << label << " backward output " << i;
+          EXPECT_EQ(first_difference(bcpu[i], bgpu[i], NanRule::any_payload), "")
+              << label << " backward output " << i;
       }
 }
 

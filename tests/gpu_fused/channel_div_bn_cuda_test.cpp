@@ -16,9 +16,13 @@
 #include "runtime/crosscheck.h"
 #include "runtime/executor.h"
 #include "runtime/passes/pass.h"
+#include "tests/common/tensor_compare.h"
 
 namespace qg {
 namespace {
+
+using testing::first_difference;
+using testing::NanRule;
 
 const char kPass[] = "fuse_channel_div_batch_norm";
 
@@ -63,19 +67,6 @@ Executor::Feeds feeds(const Shape& shape, DType t, uint64_t seed) {
           {"gamma", normal(c, t, seed + 2, 1.0, 0.2)},
           {"beta", normal(c, t, seed + 3, 0, 1)},
           {"w", normal(shape, t, seed + 4, 0.0, 1.0)}};
-}
-
-std::string first_difference(const Tensor& a, const Tensor& b) {
-  Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
-  if (ha.nbytes() != hb.nbytes()) return "sizes differ: " + ha.str() + " vs " + hb.str();
-  const size_t es = dtype_size(ha.dtype());
-  const auto* pa = static_cast<const unsigned char*>(ha.raw_data());
-  const auto* pb = static_cast<const unsigned char*>(hb.raw_data());
-  for (int64_t i = 0; i < ha.numel(); ++i)
-    if (std::memcmp(pa + i * es, pb + i * es, es) != 0)
-      return "element " + std::to_string(i) + ": " + std::to_string(ha.at(i)) + " vs " +
-             std::to_string(hb.at(i));
-  return "";
 }
 
 enum class Mode { training, eval, frozen };

@@ -10,9 +10,13 @@
 #include "runtime/backend.h"
 #include "runtime/executor.h"
 #include "runtime/passes/pass.h"
+#include "tests/common/tensor_compare.h"
 
 namespace qg {
 namespace {
+
+using testing::first_difference;
+using testing::NanRule;
 
 struct Case {
   std::string observer;
@@ -64,20 +68,6 @@ Tensor batch(const Case& c, int step) {
     v[5] = -INFINITY;
   }
   return Tensor::from_doubles(c.shape, v, c.dtype);
-}
-
-// Empty when bit-identical, else the first differing element with both values.
-std::string first_difference(const Tensor& a, const Tensor& b) {
-  Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
-  if (ha.dtype() != hb.dtype() || ha.shape() != hb.shape()) return ha.str() + " vs " + hb.str();
-  size_t es = dtype_size(ha.dtype());
-  const auto* pa = static_cast<const unsigned char*>(ha.raw_data());
-  const auto* pb = static_cast<const unsigned char*>(hb.raw_data());
-  for (int64_t i = 0; i < ha.numel(); ++i)
-    if (std::memcmp(pa + i * es, pb + i * es, es) != 0)
-      return "element " + std::to_string(i) + ": cpu " + std::to_string(ha.at(i)) + ", cuda " +
-             std::to_string(hb.at(i));
-  return "";
 }
 
 class FusedCuda : public ::testing::TestWithParam<Case> {};

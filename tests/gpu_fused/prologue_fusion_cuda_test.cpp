@@ -17,9 +17,13 @@
 #include "runtime/backend.h"
 #include "runtime/executor.h"
 #include "runtime/passes/pass.h"
+#include "tests/common/tensor_compare.h"
 
 namespace qg {
 namespace {
+
+using testing::first_difference;
+using testing::NanRule;
 
 struct Case {
   std::string act;
@@ -64,21 +68,6 @@ Graph build(const Case& c) {
   return g;
 }
 
-// The first element whose bytes differ; with `nan_equal`, two NaNs of any payload match.
-std::string first_difference(const Tensor& a, const Tensor& b, bool nan_equal = false) {
-  Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
-  if (ha.nbytes() != hb.nbytes()) return "sizes differ";
-  const size_t es = dtype_size(ha.dtype());
-  const auto* pa = static_cast<const unsigned char*>(ha.raw_data());
-  const auto* pb = static_cast<const unsigned char*>(hb.raw_data());
-  for (int64_t i = 0; i < ha.numel(); ++i)
-    if (std::memcmp(pa + i * es, pb + i * es, es) != 0 &&
-        !(nan_equal && std::isnan(ha.at(i)) && std::isnan(hb.at(i))))
-      return "element " + std::to_string(i) + ": " + std::to_string(ha.at(i)) + " vs " +
-             std::to_string(hb.at(i));
-  return "";
-}
-
 class PrologueFusionCuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PrologueFusionCuda, FusedKernelEqualsUnfusedKernels) {
@@ -104,7 +93,8 @@ TEST_P(PrologueFusionCuda, FusedKernelEqualsUnfusedKernels) {
       // NaN in, NaN out (SEMANTICS.md) but not the same NaN: f32 arithmetic on a NaN keeps
       // its payload on x86 and gives the canonical NaN in CUDA, in the unfused
       // fake_quantize kernels as much as here (the GPU-vs-GPU checks above are exact).
-      EXPECT_EQ(first_difference(r[0], b[0], true), "") << "y against the CPU, step " << step;
+      EXPECT_EQ(first_difference(r[0], b[0], NanRule::any_payload), "")
+          << "y against the CPU, step " << step;
       EXPECT_EQ(first_difference(r[1], b[1]), "") << "dx against the CPU, step " << step;
     }
   }

@@ -13,9 +13,13 @@
 #include "runtime/backend.h"
 #include "runtime/executor.h"
 #include "runtime/passes/pass.h"
+#include "tests/common/tensor_compare.h"
 
 namespace qg {
 namespace {
+
+using testing::first_difference;
+using testing::NanRule;
 
 struct Case {
   std::string act;
@@ -55,18 +59,6 @@ ValueId build(Graph& g, const Case& c) {
   g.set_name(dx, "dx");
   g.mark_output(dx);
   return dx;
-}
-
-std::string first_difference(const Tensor& a, const Tensor& b) {
-  Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
-  const size_t es = dtype_size(ha.dtype());
-  const auto* pa = static_cast<const unsigned char*>(ha.raw_data());
-  const auto* pb = static_cast<const unsigned char*>(hb.raw_data());
-  for (int64_t i = 0; i < ha.numel(); ++i)
-    if (std::memcmp(pa + i * es, pb + i * es, es) != 0)
-      return "element " + std::to_string(i) + ": " + std::to_string(ha.at(i)) + " vs " +
-             std::to_string(hb.at(i));
-  return "";
 }
 
 class SteFusionCuda : public ::testing::TestWithParam<Case> {};
