@@ -35,8 +35,8 @@ std::string prologue_fusion_blocker(const Graph& g, NodeId act_id, NodeId fused_
   if (g.node(g.value(act.inputs[0]).producer).op->name == "parameter")
     return "the activation reads a parameter";
   const ValueId h = act.outputs[0];
-  if (g.is_output(h)) return "the activation's output is a graph output";
-  if (!g.value(h).name.empty()) return "the activation's output is named (a run may fetch it)";
+  if (g.is_output(h))
+    return "the activation's output is a graph output or named (a run may fetch it)";
   const auto readers = g.consumers(h);
   if (readers.size() != 1 || readers[0] != fused_id)
     return "the activation's output has another reader";
@@ -56,27 +56,11 @@ int FuseActivationProloguePass::run(Graph& g) {
   for (auto [act_id, fused_id] : pairs) {
     const Node act = g.node(act_id);
     Node fused = g.node(fused_id);
-    const std::vector<ValueId> old_out = fused.outputs;
-    std::vector<TensorType> types;
-    for (ValueId v : old_out) types.push_back(g.value(v).type);
+    const std::vector<ValueId> replaced = fused.outputs;
     fused.inputs = {act.inputs[0]};
     fused.outputs.clear();
     fused.fused_from.push_back(act);
-    const NodeId f = g.add_raw_node(fused, types);
-    const std::vector<ValueId> new_out = g.node(f).outputs;
-    std::vector<bool> marked;
-    std::vector<std::string> names;
-    for (size_t i = 0; i < old_out.size(); ++i) {
-      replace_all_uses(g, old_out[i], new_out[i]);
-      marked.push_back(g.is_output(old_out[i]));
-      names.push_back(g.value(old_out[i]).name);
-    }
-    g.remove_node(fused_id);
-    g.remove_node(act_id);
-    for (size_t i = 0; i < new_out.size(); ++i) {
-      if (!names[i].empty()) g.set_name(new_out[i], names[i]);
-      if (marked[i]) g.mark_output(new_out[i]);
-    }
+    replace_with_fused_node(g, std::move(fused), replaced, {fused_id, act_id});
   }
   return static_cast<int>(pairs.size());
 }

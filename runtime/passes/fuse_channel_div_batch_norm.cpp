@@ -37,18 +37,6 @@ std::vector<TensorType> types_of(const Graph& g, const std::vector<ValueId>& val
   return t;
 }
 
-// Rewires the readers of each old value to the new one and carries names and output marks
-// over; call before removing the old values' producers.
-void take_over(Graph& g, const std::vector<ValueId>& old_values,
-               const std::vector<ValueId>& new_values, std::vector<std::string>& names,
-               std::vector<bool>& marked) {
-  for (size_t i = 0; i < old_values.size(); ++i) {
-    replace_all_uses(g, old_values[i], new_values[i]);
-    names.push_back(g.value(old_values[i]).name);
-    marked.push_back(g.is_output(old_values[i]));
-  }
-}
-
 }  // namespace
 
 std::string channel_div_fusion_blocker(const Graph& g, NodeId div_id,
@@ -110,7 +98,6 @@ int FuseChannelDivBatchNormPass::run(Graph& g) {
   for (const ChannelDivBatchNormBlock& b : blocks) {
     const Node div = g.node(b.div);
     const Node bn = g.node(b.bn);
-    std::vector<ValueId> old_values, new_values;
     // 1. Forward: the batch norm's name, attributes (via fused_from) and states.
     Node fwd;
     fwd.op = &fwd_op;
@@ -119,13 +106,11 @@ int FuseChannelDivBatchNormPass::run(Graph& g) {
                   bn.inputs[2],  bn.inputs[3],  bn.inputs[4]};
     fwd.states = bn.states;
     fwd.fused_from = {div, bn};
-    const NodeId f =
-        g.add_raw_node(fwd, fused_channel_div_batch_norm_types(types_of(g, fwd.inputs)));
-    old_values = bn.outputs;
-    new_values = g.node(f).outputs;
-    std::vector<std::string> names;
-    std::vector<bool> marked;
-    take_over(g, old_values, new_values, names, marked);
+    const std::vector<ValueId> fwd_inputs = fwd.inputs;
+    // The batch norm's outputs have no reader left once rewired: it goes now; the quotient
+    // is still read by the backward pair, so channel_div goes last.
+    replace_with_fused_node(g, std::move(fwd), bn.outputs, {b.bn},
+                            fused_channel_div_batch_norm_types(types_of(g, fwd_inputs)));
     // 2. Backward, reading the forward's (rewired) saved statistics.
     if (b.bn_backward != -1) {
       const Node bb = g.node(b.bn_backward);
@@ -136,23 +121,13 @@ int FuseChannelDivBatchNormPass::run(Graph& g) {
       back.inputs = {bb.inputs[0], div.inputs[0], div.inputs[1], bb.inputs[2],
                      bb.inputs[3], bb.inputs[4],  bb.inputs[5]};
       back.fused_from = {div, bb, db};
-      const NodeId k = g.add_raw_node(
-          back, fused_channel_div_batch_norm_backward_types(types_of(g, back.inputs)));
-      const std::vector<ValueId> olds = {db.outputs[0], db.outputs[1], bb.outputs[1],
-                                         bb.outputs[2]};
-      take_over(g, olds, g.node(k).outputs, names, marked);
-      old_values.insert(old_values.end(), olds.begin(), olds.end());
-      const std::vector<ValueId>& outs = g.node(k).outputs;
-      new_values.insert(new_values.end(), outs.begin(), outs.end());
-      g.remove_node(b.div_backward);
-      g.remove_node(b.bn_backward);
+      const std::vector<TensorType> types =
+          fused_channel_div_batch_norm_backward_types(types_of(g, back.inputs));
+      replace_with_fused_node(g, std::move(back),
+                              {db.outputs[0], db.outputs[1], bb.outputs[1], bb.outputs[2]},
+                              {b.div_backward, b.bn_backward}, types);
     }
-    g.remove_node(b.bn);
     g.remove_node(b.div);
-    for (size_t i = 0; i < new_values.size(); ++i) {
-      if (!names[i].empty()) g.set_name(new_values[i], names[i]);
-      if (marked[i]) g.mark_output(new_values[i]);
-    }
   }
   return static_cast<int>(blocks.size());
 }

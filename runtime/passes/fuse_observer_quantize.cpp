@@ -79,18 +79,10 @@ int FuseObserverQuantizePass::run(Graph& g) {
     fused.fused_from = {obs, q};
     std::vector<TensorType> types = {g.value(q.outputs[0]).type, g.value(q.outputs[1]).type,
                                      g.value(obs.outputs[0]).type, g.value(obs.outputs[1]).type};
-    NodeId f = g.add_raw_node(fused, types);
-    std::vector<ValueId> new_out = g.node(f).outputs;
-    // 3. Rewire the quantizer's readers, carry names and output marks over, drop the pair.
-    for (int i = 0; i < 2; ++i) replace_all_uses(g, q.outputs[i], new_out[i]);
-    bool marked[2] = {g.is_output(q.outputs[0]), g.is_output(q.outputs[1])};
-    std::string names[2] = {g.value(q.outputs[0]).name, g.value(q.outputs[1]).name};
-    g.remove_node(q_id);
-    g.remove_node(obs_id);
-    for (int i = 0; i < 2; ++i) {
-      if (!names[i].empty()) g.set_name(new_out[i], names[i]);
-      if (marked[i]) g.mark_output(new_out[i]);
-    }
+    // 3. Rewire the quantizer's readers, carry names and output marks over, drop the pair
+    //    (the observer's qparams had no reader but the quantizer).
+    replace_with_fused_node(g, std::move(fused), {q.outputs[0], q.outputs[1]}, {q_id, obs_id},
+                            types);
     ++rewrites;
   }
   return rewrites;

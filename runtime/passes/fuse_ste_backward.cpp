@@ -26,8 +26,7 @@ std::string ste_fusion_blocker(const Graph& g, NodeId ste_id, NodeId act_id) {
   if (std::find(ok.begin(), ok.end(), act.op->name) == ok.end())
     return act.op->name + " is not a fusible activation backward";
   const ValueId t = ste.outputs.at(0);
-  if (g.is_output(t)) return "the masked gradient is a graph output";
-  if (!g.value(t).name.empty()) return "the masked gradient is named (a run may fetch it)";
+  if (g.is_output(t)) return "the masked gradient is a graph output or named (a run may fetch it)";
   const auto readers = g.consumers(t);
   if (readers.size() != 1 || readers[0] != act_id) return "the masked gradient has another reader";
   if (act.inputs.size() != 2 || act.inputs[0] != t || act.inputs[1] == t)
@@ -53,15 +52,7 @@ int FuseSteBackwardPass::run(Graph& g) {
     fused.name = ste.name + "+" + act.name;
     fused.inputs = {ste.inputs.at(0), ste.inputs.at(1), act.inputs.at(1)};
     fused.fused_from = {ste, act};
-    NodeId f = g.add_raw_node(fused, {g.value(act.outputs[0]).type});
-    const ValueId out = g.node(f).outputs[0], old = act.outputs[0];
-    replace_all_uses(g, old, out);
-    const bool marked = g.is_output(old);
-    const std::string name = g.value(old).name;
-    g.remove_node(act_id);
-    g.remove_node(ste_id);
-    if (!name.empty()) g.set_name(out, name);
-    if (marked) g.mark_output(out);
+    replace_with_fused_node(g, std::move(fused), {act.outputs[0]}, {act_id, ste_id});
   }
   return static_cast<int>(pairs.size());
 }

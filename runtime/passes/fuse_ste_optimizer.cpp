@@ -43,8 +43,7 @@ std::string single_reader_blocker(const Graph& g, NodeId ste_id, NodeId reader) 
   const Node& ste = g.node(ste_id);
   if (ste.op->name != "ste_backward") return ste.op->name + " is not ste_backward";
   const ValueId t = ste.outputs.at(0);
-  if (g.is_output(t)) return "the masked gradient is a graph output";
-  if (!g.value(t).name.empty()) return "the masked gradient is named (a run may fetch it)";
+  if (g.is_output(t)) return "the masked gradient is a graph output or named (a run may fetch it)";
   const auto readers = g.consumers(t);
   if (readers.size() != 1 || readers[0] != reader) return "the masked gradient has another reader";
   return "";
@@ -124,15 +123,7 @@ int FuseSteChainPass::run(Graph& g) {
     fused.name = first.name + "+" + second.name;
     fused.inputs = {first.inputs.at(0), first.inputs.at(1), second.inputs.at(1)};
     fused.fused_from = {first, second};
-    NodeId f = g.add_raw_node(fused, {g.value(second.outputs[0]).type});
-    const ValueId out = g.node(f).outputs[0], old = second.outputs[0];
-    replace_all_uses(g, old, out);
-    const bool marked = g.is_output(old);
-    const std::string name = g.value(old).name;
-    g.remove_node(second_id);
-    g.remove_node(first_id);
-    if (!name.empty()) g.set_name(out, name);
-    if (marked) g.mark_output(out);
+    replace_with_fused_node(g, std::move(fused), {second.outputs[0]}, {second_id, first_id});
   }
   return static_cast<int>(pairs.size());
 }

@@ -41,6 +41,28 @@ NodeId live_node(const Graph& g, NodeId node) {
           "') was removed and no live fused node took it in");
 }
 
+NodeId replace_with_fused_node(Graph& g, Node fused, const std::vector<ValueId>& replaced,
+                               const std::vector<NodeId>& originals,
+                               std::vector<TensorType> types) {
+  if (types.empty())
+    for (ValueId v : replaced) types.push_back(g.value(v).type);
+  const NodeId f = g.add_raw_node(std::move(fused), types);
+  const std::vector<ValueId> outs = g.node(f).outputs;
+  std::vector<std::string> names;
+  std::vector<bool> marked;
+  for (size_t i = 0; i < replaced.size(); ++i) {
+    replace_all_uses(g, replaced[i], outs[i]);
+    names.push_back(g.value(replaced[i]).name);
+    marked.push_back(g.is_output(replaced[i]));
+  }
+  for (NodeId n : originals) g.remove_node(n);  // frees the names for the new outputs
+  for (size_t i = 0; i < replaced.size(); ++i) {
+    if (!names[i].empty()) g.set_name(outs[i], names[i]);
+    if (marked[i]) g.mark_output(outs[i]);
+  }
+  return f;
+}
+
 std::vector<std::unique_ptr<Pass>> default_passes() {
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(std::make_unique<FuseObserverQuantizePass>());
