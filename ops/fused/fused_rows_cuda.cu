@@ -17,6 +17,17 @@ constexpr int kRowPacks = 4;  // packs per thread a row may need (rows up to 102
 // f32 rows ran slower ([2048, 2048] 3.21x and [8192, 4096] 1.26x copy, against 1.38x and
 // 1.17x before), so f32 keeps full blocks.
 constexpr int kHalfBlock = kThreads / 2;
+// Full blocks resident per multiprocessor the register budget must allow: 5 (48 registers,
+// no spill) against 4 (51 registers) took per-channel f32[8192, 4096] from 1.19x to 1.11x
+// the copy on an H200; 6 (40 registers) spilled and ran at 1.20x.
+constexpr int kFullBlocksPerSm = 5;
+// Rows of 129..256 packs (the weights of the issue-12 transformer: 768 f32 = 192 packs) go
+// to a warp each, 8 packs per lane, when there are enough rows to fill the device with
+// warps; otherwise a block per row spreads each row over more threads. H200: f32[2304, 768]
+// 14-15 -> 9.0 us, [3072, 768] 16.5-18 -> 12.9 us; [768, 768] the same either way there,
+// and 8.2 -> 13.2 us on an H100 as warps (last session), so it keeps its blocks.
+constexpr int kWarpRowPacks = 8;
+constexpr int kManyRowsPerSm = 16;
 
 template <int kBlock, typename T, int N>
 __device__ __forceinline__ void load_row(const Pack<T, N>* xr, int packs,
@@ -31,8 +42,8 @@ __device__ __forceinline__ void load_row(const Pack<T, N>* xr, int packs,
 // Reduces, updates and quantizes one row held in registers by the block (kLanes threads) or
 // by a warp (32 lanes); `resolve` turns the warps' statistics into the row's qparams (the
 // block reduction and the observer update).
-template <bool kCodes, int kLanes, typename T, int N, typename Resolve>
-__device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kRowPacks], int lane, void* y,
+template <bool kCodes, int kLanes, typename T, int N, int kP, typename Resolve>
+__device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kP], int lane, void* y,
                                              uint32_t* mask, int64_t row, int64_t packs_per_row,
                                              const FusedArgs& a, Resolve resolve) {
   // The raw-bit statistics; a thread that holds a NaN or an infinity redoes them exactly
@@ -40,7 +51,7 @@ __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kRowPacks],
   const int ppr = static_cast<int>(packs_per_row);  // at most kThreads * kRowPacks
   RawMinMax raw = raw_identity<T>();
 #pragma unroll
-  for (int u = 0; u < kRowPacks; ++u)
+  for (int u = 0; u < kP; ++u)
     if (lane + u * kLanes < ppr) raw_add(raw, cur[u]);
   const bool clean = raw_clean<T>(raw);
   // The warp's statistics (in every lane): reduced as raw bits when all its lanes are clean.
@@ -53,7 +64,7 @@ __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kRowPacks],
       m = raw_minmax<T>(raw);
     } else {
 #pragma unroll
-      for (int u = 0; u < kRowPacks; ++u)
+      for (int u = 0; u < kP; ++u)
         if (lane + u * kLanes < ppr) exact_add(m, cur[u]);
     }
     m = warp_reduce(m);
@@ -66,7 +77,7 @@ __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kRowPacks],
   void* yr = static_cast<char*>(y) + first * (kCodes ? N : int64_t{sizeof(Pack<T, N>)});
   uint32_t* mr = mask + first * N / 32;
 #pragma unroll
-  for (int u = 0; u < kRowPacks; ++u) {
+  for (int u = 0; u < kP; ++u) {
     const int j = lane + u * kLanes;
     bool active = j < ppr;
     uint32_t bits = 0;
@@ -79,8 +90,8 @@ __device__ __forceinline__ void quantize_row(const Pack<T, N> (&cur)[kRowPacks],
 // warps' partials and runs the observer update (the other warps wait at the barrier instead
 // of repeating it: ~100 instructions per warp) and shares the result.
 template <int kBlock>
-__device__ __forceinline__ UniformQP block_qparams(const MinMax& m, const FusedArgs& a,
-                                                   int64_t row) {
+__device__ __forceinline__ UniformQP block_qparams(const MinMax& m, const FusedArgs& a, int64_t row,
+                                                   const Running& old, const Flags& flags) {
   constexpr int kWarps = kBlock / 32;
   __shared__ MinMax warps[kWarps];
   __shared__ QP result;
@@ -90,8 +101,7 @@ __device__ __forceinline__ UniformQP block_qparams(const MinMax& m, const FusedA
   if (warp == 0) {
     // Lanes below kWarps hold the partials; lane 0 ends with all of them.
     MinMax w = lanes_reduce(lane < kWarps ? warps[lane] : minmax_identity(), kWarps);
-    const QP qp =
-        update_and_qparams(a, read_flags(a), row, read_state(a, row), finish(w), true, lane == 0);
+    const QP qp = update_and_qparams(a, flags, row, old, finish(w), true, lane == 0);
     if (lane == 0) result = qp;
   }
   __syncthreads();
@@ -103,23 +113,33 @@ __device__ __forceinline__ UniformQP block_qparams(const MinMax& m, const FusedA
 // hide each other's barriers and reductions. Measured on an H100 against a persistent grid
 // that walks runs of rows and prefetches the next one: 0.91x vs 1.07x copy for obs+quantize
 // per-channel f32[8192, 4096], 2.08x vs 2.74x for obs+fq bf16[8192, 4096].
-template <bool kCodes, typename T, int kBlock>
-__global__ void __launch_bounds__(kBlock, 4 * kThreads / kBlock)
+template <bool kCodes, typename T, int kBlock, int kMinBlocks>
+__global__ void __launch_bounds__(kBlock, kMinBlocks)
     fused_rows_kernel(const T* x, void* y, uint32_t* mask, int64_t packs_per_row, FusedArgs a) {
   constexpr int N = kVec<T>;
   using P = Pack<T, N>;
   const int64_t row = blockIdx.x;
+  // Warp 0 reads the row's observer state and the flags before the row itself, so their
+  // latency overlaps the row's loads instead of following the block reduction (H200,
+  // per-channel f32[8192, 4096]: 1.39x -> 1.19x copy; bf16 1.49x -> 1.22x).
+  Running old{};
+  Flags flags{};
+  if (threadIdx.x < 32) {
+    old = read_state(a, row);
+    flags = read_flags(a);
+  }
   P cur[kRowPacks];
   load_row<kBlock>(reinterpret_cast<const P*>(x) + row * packs_per_row,
                    static_cast<int>(packs_per_row), cur);
-  quantize_row<kCodes, kBlock>(cur, threadIdx.x, y, mask, row, packs_per_row, a,
-                               [&](const MinMax& m) { return block_qparams<kBlock>(m, a, row); });
+  quantize_row<kCodes, kBlock>(
+      cur, threadIdx.x, y, mask, row, packs_per_row, a,
+      [&](const MinMax& m) { return block_qparams<kBlock>(m, a, row, old, flags); });
 }
 
-// Short rows (per-group qparams, short tokens or channels: up to 32 * kRowPacks packs): one
+// Short rows (per-group qparams, short tokens or channels: up to 32 * kP packs): one
 // warp per row, reduced with shuffles, so a block works on eight rows at once and never
 // waits at a barrier. Lane 0 writes the state.
-template <bool kCodes, typename T>
+template <bool kCodes, typename T, int kP>
 __global__ void __launch_bounds__(kThreads, 3)
     fused_warp_rows_kernel(const T* x, void* y, uint32_t* mask, int64_t rows, int64_t packs_per_row,
                            FusedArgs a) {
@@ -130,13 +150,13 @@ __global__ void __launch_bounds__(kThreads, 3)
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
   for (int64_t row = global_thread() / 32; row < rows; row += warps) {
-    P cur[kRowPacks];
+    const Running state = read_state(a, row);  // in flight with the row's loads
+    P cur[kP];
 #pragma unroll
-    for (int u = 0; u < kRowPacks; ++u) {
+    for (int u = 0; u < kP; ++u) {
       int64_t j = lane + int64_t{u} * 32;
       if (j < packs_per_row) cur[u] = xp[row * packs_per_row + j];
     }
-    const Running state = read_state(a, row);
     quantize_row<kCodes, 32>(cur, lane, y, mask, row, packs_per_row, a, [&](const MinMax& m) {
       return UniformQP{update_and_qparams(a, flags, row, state, finish(m), true, lane == 0)};
     });
@@ -152,21 +172,36 @@ int64_t resident_blocks(Kernel kernel) {
   return int64_t{multiprocessor_count()} * std::max(per_sm, 1);
 }
 
+template <bool kCodes, typename T, int kP>
+void launch_warp_rows(const T* x, void* y, uint32_t* mask, const FusedArgs& a, int64_t rows,
+                      int64_t packs_per_row, cudaStream_t stream) {
+  static const int64_t cap = resident_blocks(fused_warp_rows_kernel<kCodes, T, kP>);
+  auto grid = static_cast<unsigned>(std::min<int64_t>(cap, (rows + 7) / 8));
+  fused_warp_rows_kernel<kCodes, T, kP>
+      <<<grid, kThreads, 0, stream>>>(x, y, mask, rows, packs_per_row, a);
+}
+
+template <bool kCodes, typename T, int kBlock, int kMinBlocks>
+void launch_block_rows(const T* x, void* y, uint32_t* mask, const FusedArgs& a, int64_t rows,
+                       int64_t packs_per_row, cudaStream_t stream) {
+  fused_rows_kernel<kCodes, T, kBlock, kMinBlocks>
+      <<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(x, y, mask, packs_per_row, a);
+}
+
 template <bool kCodes, typename T>
 void launch_rows(const T* x, void* y, uint32_t* mask, const FusedArgs& a, int64_t rows,
                  int64_t packs_per_row, cudaStream_t stream) {
-  // Short rows: a persistent grid of warps walks the rows (occupancy looked up once).
+  static const int64_t many_rows = int64_t{kManyRowsPerSm} * multiprocessor_count();
   if (packs_per_row <= 32 * kRowPacks) {
-    static const int64_t cap = resident_blocks(fused_warp_rows_kernel<kCodes, T>);
-    auto grid = static_cast<unsigned>(std::min<int64_t>(cap, (rows + 7) / 8));
-    fused_warp_rows_kernel<kCodes, T>
-        <<<grid, kThreads, 0, stream>>>(x, y, mask, rows, packs_per_row, a);
+    // Short rows: a persistent grid of warps walks the rows (occupancy looked up once).
+    launch_warp_rows<kCodes, T, kRowPacks>(x, y, mask, a, rows, packs_per_row, stream);
+  } else if (packs_per_row <= 32 * kWarpRowPacks && rows >= many_rows) {
+    launch_warp_rows<kCodes, T, kWarpRowPacks>(x, y, mask, a, rows, packs_per_row, stream);
   } else if (sizeof(T) == 2 && packs_per_row <= kHalfBlock * kRowPacks) {
-    fused_rows_kernel<kCodes, T, kHalfBlock>
-        <<<static_cast<unsigned>(rows), kHalfBlock, 0, stream>>>(x, y, mask, packs_per_row, a);
+    launch_block_rows<kCodes, T, kHalfBlock, 8>(x, y, mask, a, rows, packs_per_row, stream);
   } else {
-    fused_rows_kernel<kCodes, T, kThreads>
-        <<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, y, mask, packs_per_row, a);
+    launch_block_rows<kCodes, T, kThreads, kFullBlocksPerSm>(x, y, mask, a, rows, packs_per_row,
+                                                             stream);
   }
   QG_CUDA_CHECK_LAUNCH("fused_observe_quantize");
 }

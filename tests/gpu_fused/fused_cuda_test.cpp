@@ -143,6 +143,12 @@ INSTANTIATE_TEST_SUITE_P(
         // per channel, rows contiguous
         Case{"moving_average_observer", {96, 4096}, DType::f32, kChannel0, true},
         Case{"minmax_observer", {33, 64}, DType::f32, kChannel0, true},
+        // Rows of 129..256 packs in numbers that take the warp-per-row kernel with 8 packs
+        // per lane (at least 16 rows per multiprocessor on the test GPU).
+        Case{"moving_average_observer", {2304, 768}, DType::f32, kChannel0, true},
+        Case{"minmax_observer", {2200, 2048}, DType::bf16, kChannel0, true},
+        Case{"moving_average_observer", {4096, 608}, DType::f32, {{"scope", "token"}}, true},
+        Case{"minmax_observer", {2304, 768}, DType::f32, kChannel0, true, "quantize"},
         Case{"moving_average_observer", {64, 768}, DType::bf16, kChannel0, true},
         // fallbacks (composed kernels): odd sizes, non-leading axis, f64
         Case{"minmax_observer", {7, 13}, DType::f32, {}, true},
