@@ -12,6 +12,7 @@
 #include "core/graph.h"
 #include "ops/common/dispatch_f32_f64.h"
 #include "ops/norm/channel_cuda.cuh"
+#include "ops/norm/layer_norm_backward_cuda.cuh"
 
 namespace qg {
 namespace {
@@ -216,68 +217,12 @@ __global__ void ln_forward_kernel(const T* x, const T* gamma, const T* beta, int
 }
 
 template <typename T>
-__global__ void ln_dx_kernel(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd,
-                             int64_t rows, int64_t dim, T* dx) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T mu = mean[r], rs = rstd[r];
-    double2 acc = make_double2(0, 0);
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-      const int64_t i = r * dim + j;
-      T xhat = (x[i] - mu) * rs;
-      double g = static_cast<double>(dy[i] * gamma[j]);
-      acc = add2(acc, make_double2(g, g * static_cast<double>(xhat)));
-    }
-    acc = block_reduce(acc, add2);
-    const T mean_g = T(acc.x / dim), mean_g_xhat = T(acc.y / dim);
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-      const int64_t i = r * dim + j;
-      T xhat = (x[i] - mu) * rs;
-      dx[i] = rs * (dy[i] * gamma[j] - mean_g - xhat * mean_g_xhat);
-    }
-  }
-}
-
-constexpr int64_t kRowsPerChunk = 64;
-
-// Column partials of dgamma (y) and dbeta (x) over one chunk of rows.
-template <typename T>
-__global__ void ln_param_partial_kernel(const T* dy, const T* x, const T* mean, const T* rstd,
-                                        int64_t rows, int64_t dim, double2* partial) {
-  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (j >= dim) return;
-  const int64_t r0 = blockIdx.y * kRowsPerChunk;
-  const int64_t r1 = r0 + kRowsPerChunk < rows ? r0 + kRowsPerChunk : rows;
-  double2 acc = make_double2(0, 0);
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t i = r * dim + j;
-    T xhat = (x[i] - mean[r]) * rstd[r];
-    acc = add2(acc, make_double2(static_cast<double>(dy[i]), static_cast<double>(dy[i] * xhat)));
-  }
-  partial[blockIdx.y * dim + j] = acc;
-}
-
-template <typename T>
-__global__ void ln_param_fold_kernel(const double2* partial, int64_t chunks, int64_t dim, T* dgamma,
-                                     T* dbeta) {
-  for (int64_t j = global_thread(); j < dim; j += global_stride()) {
-    double2 s = make_double2(0, 0);
-    for (int64_t c = 0; c < chunks; ++c) s = add2(s, partial[c * dim + j]);
-    dbeta[j] = T(s.x);
-    dgamma[j] = T(s.y);
-  }
-}
-
-unsigned row_blocks(int64_t rows) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(rows, 1 << 20)));
-}
-
-template <typename T>
 void layer_norm_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const int64_t dim = x.shape().back(), rows = x.numel() / dim;
   if (rows == 0) return;
   auto s = static_cast<cudaStream_t>(ctx.stream);
-  ln_forward_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(
+  ln_forward_kernel<T><<<ln_row_blocks(rows), kThreads, 0, s>>>(
       in_ptr<T>(x), in_ptr<T>(ctx.inputs[1]), in_ptr<T>(ctx.inputs[2]), rows, dim,
       ctx.attrs.get_real("eps"), out_ptr<T>(ctx.outputs[0]), out_ptr<T>(ctx.outputs[1]),
       out_ptr<T>(ctx.outputs[2]));
@@ -286,32 +231,7 @@ void layer_norm_cuda(KernelContext& ctx) {
 
 template <typename T>
 void layer_norm_backward_cuda(KernelContext& ctx) {
-  const Tensor& x = ctx.inputs[1];
-  const int64_t dim = x.shape().back(), rows = x.numel() / dim;
-  auto s = static_cast<cudaStream_t>(ctx.stream);
-  if (rows == 0) {
-    for (int o = 1; o <= 2; ++o)
-      QG_CUDA_CHECK(ctx.op,
-                    cudaMemsetAsync(ctx.outputs[o].raw_data(), 0, ctx.outputs[o].nbytes(), s));
-    return;
-  }
-  const T *dy = in_ptr<T>(ctx.inputs[0]), *xp = in_ptr<T>(x);
-  const T *mean = in_ptr<T>(ctx.inputs[3]), *rstd = in_ptr<T>(ctx.inputs[4]);
-  ln_dx_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(
-      dy, xp, in_ptr<T>(ctx.inputs[2]), mean, rstd, rows, dim, out_ptr<T>(ctx.outputs[0]));
-  QG_CUDA_CHECK_LAUNCH(ctx.op);
-  const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
-  QG_CHECK(chunks <= 65535, ctx.op, "too many rows for the column partials: ", x.str());
-  Tensor partial = Tensor::empty({chunks * dim * 2}, DType::f64, x.device());
-  dim3 grid(static_cast<unsigned>((dim + kThreads - 1) / kThreads), static_cast<unsigned>(chunks));
-  ln_param_partial_kernel<T>
-      <<<grid, kThreads, 0, s>>>(dy, xp, mean, rstd, rows, dim, out_ptr<double2>(partial));
-  QG_CUDA_CHECK_LAUNCH(ctx.op);
-  auto fold = elementwise_launch(dim);
-  ln_param_fold_kernel<T><<<fold.blocks, fold.threads, 0, s>>>(in_ptr<double2>(partial), chunks,
-                                                               dim, out_ptr<T>(ctx.outputs[1]),
-                                                               out_ptr<T>(ctx.outputs[2]));
-  QG_CUDA_CHECK_LAUNCH(ctx.op);
+  layer_norm_backward_launch<T>(ctx, PlainDy<T>{in_ptr<T>(ctx.inputs[0])}, 1);
 }
 
 // The kernel of `fn`'s op in the dtype of input 0.
