@@ -3,12 +3,18 @@
 // gradient through `DyOf`, an accessor dy(i) that is either the tensor itself or the STE
 // mask applied on load. Both forms run the same kernels with the same launch shapes, so
 // the fused node's outputs are bit-identical to ste_backward followed by the plain op.
-//   dx:            one block per row, the row's two f64 sums, then the element-wise dx;
+//   dx:            f32 rows of up to 1024 elements: one warp per row, the row's dy * gamma
+//                  and xhat kept in registers between its two f64 sums (warp shuffles) and
+//                  the element-wise dx, so dy and x are read once; other rows: one block
+//                  per row, reading them twice;
 //   dgamma, dbeta: per-chunk column partials (kRowsPerChunk rows), then a fold over the
 //                  chunks in order (deterministic, no atomics).
+// Measured on an H200 before the warp kernel and the unrolled fold: 57 us per
+// f32[8, 512, 768] layer_norm_backward, about 5x its bytes at copy speed.
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/graph.h"
 #include "ops/norm/channel_cuda.cuh"
@@ -55,7 +61,55 @@ __global__ void ln_dx_kernel(DyOf dy, const T* x, const T* gamma, const T* mean,
   }
 }
 
-constexpr int64_t kRowsPerChunk = 64;
+// Rows of up to 32 * K elements (f32): a warp per row, element j of the row in lane j % 32,
+// slot j / 32. Per element the same expressions as ln_dx_kernel; the sums are added per lane
+// in slot order, then across lanes by a shuffle tree (deterministic).
+// 4 warps a block: the 32-slot form needs ~130 registers, so smaller blocks let 3 share a
+// multiprocessor.
+constexpr int kWarpRowThreads = 128;
+
+template <int K, typename DyOf>
+__global__ void __launch_bounds__(kWarpRowThreads)
+    ln_dx_warp_kernel(DyOf dy, const float* x, const float* gamma, const float* mean,
+                      const float* rstd, int64_t rows, int dim, float* dx) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t{gridDim.x} * blockDim.x) >> 5;
+  for (int64_t r = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) >> 5; r < rows; r += warps) {
+    const float mu = mean[r], rs = rstd[r];
+    float g[K], xhat[K];
+    double sum_g = 0, sum_g_xhat = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int j = lane + 32 * k;
+      if (j < dim) {
+        const int64_t i = r * dim + j;
+        g[k] = dy(i) * gamma[j];
+        xhat[k] = (x[i] - mu) * rs;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (lane + 32 * k < dim) {
+        const double gd = static_cast<double>(g[k]);
+        sum_g += gd;
+        sum_g_xhat += gd * static_cast<double>(xhat[k]);
+      }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      sum_g += __shfl_xor_sync(0xffffffffu, sum_g, off);
+      sum_g_xhat += __shfl_xor_sync(0xffffffffu, sum_g_xhat, off);
+    }
+    const float mean_g = float(sum_g / dim), mean_g_xhat = float(sum_g_xhat / dim);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int j = lane + 32 * k;
+      if (j < dim) dx[r * dim + j] = rs * (g[k] - mean_g - xhat[k] * mean_g_xhat);
+    }
+  }
+}
+
+// 32 rows a chunk: 384 blocks for [4096, 768] (64 gave 192, too few loads in flight).
+constexpr int64_t kRowsPerChunk = 32;
 
 // Column partials of dgamma (y) and dbeta (x) over one chunk of rows.
 template <typename T, typename DyOf>
@@ -66,6 +120,7 @@ __global__ void ln_param_partial_kernel(DyOf dy, const T* x, const T* mean, cons
   const int64_t r0 = blockIdx.y * kRowsPerChunk;
   const int64_t r1 = r0 + kRowsPerChunk < rows ? r0 + kRowsPerChunk : rows;
   double2 acc = make_double2(0, 0);
+#pragma unroll 8
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t i = r * dim + j;
     T xhat = (x[i] - mean[r]) * rstd[r];
@@ -80,6 +135,9 @@ __global__ void ln_param_fold_kernel(const double2* partial, int64_t chunks, int
                                      T* dbeta) {
   for (int64_t j = global_thread(); j < dim; j += global_stride()) {
     double2 s = make_double2(0, 0);
+    // Unrolled so the loads are issued ahead of the (ordered) adds: one L2 round trip per
+    // chunk in sequence made this fold alone ~20 us for 64 chunks.
+#pragma unroll 16
     for (int64_t c = 0; c < chunks; ++c) s = add2(s, partial[c * dim + j]);
     dbeta[j] = T(s.x);
     dgamma[j] = T(s.y);
@@ -107,8 +165,28 @@ void layer_norm_backward_launch(KernelContext& ctx, DyOf dy, size_t x_index) {
   const T* gamma = in_ptr<T>(ctx.inputs.at(x_index + 1));
   const T* mean = in_ptr<T>(ctx.inputs.at(x_index + 2));
   const T* rstd = in_ptr<T>(ctx.inputs.at(x_index + 3));
-  ln_dx_kernel<T><<<ln_row_blocks(rows), kThreads, 0, s>>>(dy, xp, gamma, mean, rstd, rows, dim,
-                                                           out_ptr<T>(ctx.outputs[0]));
+  T* dx = out_ptr<T>(ctx.outputs[0]);
+  if constexpr (std::is_same_v<T, float>) {
+    if (dim <= 1024) {
+      const unsigned blocks = ln_row_blocks((rows + 3) / 4);  // a warp per row
+      const int d = static_cast<int>(dim);
+      if (dim <= 256)
+        ln_dx_warp_kernel<8>
+            <<<blocks, kWarpRowThreads, 0, s>>>(dy, xp, gamma, mean, rstd, rows, d, dx);
+      else if (dim <= 512)
+        ln_dx_warp_kernel<16>
+            <<<blocks, kWarpRowThreads, 0, s>>>(dy, xp, gamma, mean, rstd, rows, d, dx);
+      else
+        ln_dx_warp_kernel<32>
+            <<<blocks, kWarpRowThreads, 0, s>>>(dy, xp, gamma, mean, rstd, rows, d, dx);
+    } else {
+      ln_dx_kernel<T>
+          <<<ln_row_blocks(rows), kThreads, 0, s>>>(dy, xp, gamma, mean, rstd, rows, dim, dx);
+    }
+  } else {
+    ln_dx_kernel<T>
+        <<<ln_row_blocks(rows), kThreads, 0, s>>>(dy, xp, gamma, mean, rstd, rows, dim, dx);
+  }
   QG_CUDA_CHECK_LAUNCH(ctx.op);
   const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
   QG_CHECK(chunks <= 65535, ctx.op, "too many rows for the column partials: ", x.str());

@@ -78,7 +78,10 @@ TEST(NormGpu, BatchNormMatchesTheCpu) {
 
 TEST(NormGpu, LayerNormMatchesTheCpu) {
   QG_REQUIRE_GPU();
-  for (Shape shape : {Shape{4, 7}, Shape{3, 100, 768}, Shape{4096, 32}, Shape{2, 3000}}) {
+  // Row lengths for each form of the dx kernel: a warp per row with 8, 16 or 32 slots a lane
+  // (full and partial), and the block-per-row kernel above 1024.
+  for (Shape shape : {Shape{4, 7}, Shape{3, 100, 768}, Shape{4096, 32}, Shape{50, 300},
+                      Shape{9, 1024}, Shape{5, 1025}, Shape{2, 3000}}) {
     SCOPED_TRACE(shape_str(shape));
     const int64_t d = shape.back();
     std::vector<Tensor> in = {random_tensor(shape, 1), random_tensor({d}, 2, 0.5, 1.5),
