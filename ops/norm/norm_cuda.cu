@@ -5,9 +5,10 @@
 //   batch_norm:  partial sums per (channel, stretch of its N*S values) -> per-channel
 //                finalize (mean, invstd, running-stat update, used flag) -> element-wise y.
 //   channel_div: element-wise; its backward writes dx and the per-channel sums in one pass.
-//   layer_norm:  one block per row; dgamma/dbeta as per-chunk column partials, then a fold
-//                over the chunks in order.
+//   layer_norm:  f32 rows of up to 1024 elements a warp each (the row in registers),
+//                longer or f64 rows a block each; the backward in layer_norm_backward_cuda.cuh.
 #include <algorithm>
+#include <type_traits>
 
 #include "core/graph.h"
 #include "ops/common/dispatch_f32_f64.h"
@@ -216,16 +217,77 @@ __global__ void ln_forward_kernel(const T* x, const T* gamma, const T* beta, int
   }
 }
 
+// f32 rows of up to 32 * K elements: a warp per row, the row in registers between its f64
+// sums (a shuffle tree) and y, so x is read once and no block barrier is waited on (the
+// block-per-row kernel above reads x twice and reduces through shared memory).
+template <int K>
+__global__ void __launch_bounds__(kWarpRowThreads)
+    ln_forward_warp_kernel(const float* x, const float* gamma, const float* beta, int64_t rows,
+                           int dim, double eps, float* y, float* mean_out, float* rstd_out) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t{gridDim.x} * blockDim.x) >> 5;
+  for (int64_t r = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) >> 5; r < rows; r += warps) {
+    float v[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (lane + 32 * k < dim) v[k] = x[r * dim + lane + 32 * k];
+    double2 acc = make_double2(0, 0);
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (lane + 32 * k < dim) {
+        const double d = static_cast<double>(v[k]);
+        acc = add2(acc, make_double2(d, d * d));
+      }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2)
+      acc = add2(acc, make_double2(__shfl_xor_sync(0xffffffffu, acc.x, off),
+                                   __shfl_xor_sync(0xffffffffu, acc.y, off)));
+    const double mean = acc.x / dim;
+    double var = acc.y / dim - mean * mean;
+    var = var < 0 ? 0.0 : var;  // as ln_forward_kernel
+    const double rstd = 1.0 / sqrt(var + eps);
+    if (lane == 0) {
+      mean_out[r] = float(mean);
+      rstd_out[r] = float(rstd);
+    }
+    const float mu = float(mean), rs = float(rstd);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int j = lane + 32 * k;
+      if (j < dim) y[r * dim + j] = (v[k] - mu) * rs * gamma[j] + beta[j];
+    }
+  }
+}
+
 template <typename T>
 void layer_norm_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const int64_t dim = x.shape().back(), rows = x.numel() / dim;
   if (rows == 0) return;
   auto s = static_cast<cudaStream_t>(ctx.stream);
-  ln_forward_kernel<T><<<ln_row_blocks(rows), kThreads, 0, s>>>(
-      in_ptr<T>(x), in_ptr<T>(ctx.inputs[1]), in_ptr<T>(ctx.inputs[2]), rows, dim,
-      ctx.attrs.get_real("eps"), out_ptr<T>(ctx.outputs[0]), out_ptr<T>(ctx.outputs[1]),
-      out_ptr<T>(ctx.outputs[2]));
+  const T *xp = in_ptr<T>(x), *gamma = in_ptr<T>(ctx.inputs[1]), *beta = in_ptr<T>(ctx.inputs[2]);
+  T *y = out_ptr<T>(ctx.outputs[0]), *mean = out_ptr<T>(ctx.outputs[1]);
+  T* rstd = out_ptr<T>(ctx.outputs[2]);
+  const double eps = ctx.attrs.get_real("eps");
+  if constexpr (std::is_same_v<T, float>) {
+    if (dim <= 1024) {
+      const unsigned blocks = ln_row_blocks((rows + 3) / 4);  // a warp per row
+      const int d = static_cast<int>(dim);
+      if (dim <= 256)
+        ln_forward_warp_kernel<8>
+            <<<blocks, kWarpRowThreads, 0, s>>>(xp, gamma, beta, rows, d, eps, y, mean, rstd);
+      else if (dim <= 512)
+        ln_forward_warp_kernel<16>
+            <<<blocks, kWarpRowThreads, 0, s>>>(xp, gamma, beta, rows, d, eps, y, mean, rstd);
+      else
+        ln_forward_warp_kernel<32>
+            <<<blocks, kWarpRowThreads, 0, s>>>(xp, gamma, beta, rows, d, eps, y, mean, rstd);
+      QG_CUDA_CHECK_LAUNCH(ctx.op);
+      return;
+    }
+  }
+  ln_forward_kernel<T>
+      <<<ln_row_blocks(rows), kThreads, 0, s>>>(xp, gamma, beta, rows, dim, eps, y, mean, rstd);
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
