@@ -87,7 +87,6 @@ void define_fused_ops(OpRegistry& r) {
   op.is_source = false;
   op.kernels.push_back({DeviceType::cpu, {}, fused_observe_quantize_cpu});
   define_fused_ste_backward_op(r);
-  define_fused_ste_layer_norm_backward_op(r);
   define_fused_channel_div_bn_ops(r);
   define_fused_ste_optimizer_op(r);
   define_fused_ste_chain_op(r);

@@ -16,7 +16,4 @@ const std::vector<std::string>& ste_fusible_consumers();
 // Registers fused_ste_backward (called by define_fused_ops).
 void define_fused_ste_backward_op(OpRegistry& r);
 
-// Registers fused_ste_layer_norm_backward: ste_backward + the layer_norm_backward reading it.
-void define_fused_ste_layer_norm_backward_op(OpRegistry& r);
-
 }  // namespace qg

@@ -1,8 +1,4 @@
-// layer_norm_backward on the GPU, shared by the plain op (norm_cuda.cu) and the fused
-// ste_backward + layer_norm_backward node (ops/fused): the kernels read the incoming
-// gradient through `DyOf`, an accessor dy(i) that is either the tensor itself or the STE
-// mask applied on load. Both forms run the same kernels with the same launch shapes, so
-// the fused node's outputs are bit-identical to ste_backward followed by the plain op.
+// layer_norm_backward on the GPU (included by norm_cuda.cu, kept apart for its size):
 //   dx:            f32 rows of up to 1024 elements: one warp per row, the row's dy * gamma
 //                  and xhat kept in registers between its two f64 sums (warp shuffles) and
 //                  the element-wise dx, so dy and x are read once; other rows: one block
@@ -21,26 +17,8 @@
 
 namespace qg::norm_cuda {
 
-// The plain incoming gradient.
 template <typename T>
-struct PlainDy {
-  const T* dy;
-  __device__ __forceinline__ T operator()(int64_t i) const { return dy[i]; }
-};
-
-// ste_backward's output, computed where it is read: dy where the mask bit of element i is
-// set, else +0 (bit i % 8 of mask byte i / 8, as ste_backward stores and reads it).
-template <typename T>
-struct MaskedDy {
-  const T* dy;
-  const uint8_t* mask;
-  __device__ __forceinline__ T operator()(int64_t i) const {
-    return ((mask[i >> 3] >> (i & 7)) & 1u) ? dy[i] : T(0);
-  }
-};
-
-template <typename T, typename DyOf>
-__global__ void ln_dx_kernel(DyOf dy, const T* x, const T* gamma, const T* mean, const T* rstd,
+__global__ void ln_dx_kernel(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd,
                              int64_t rows, int64_t dim, T* dx) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T mu = mean[r], rs = rstd[r];
@@ -48,7 +26,7 @@ __global__ void ln_dx_kernel(DyOf dy, const T* x, const T* gamma, const T* mean,
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
       const int64_t i = r * dim + j;
       T xhat = (x[i] - mu) * rs;
-      double g = static_cast<double>(dy(i) * gamma[j]);
+      double g = static_cast<double>(dy[i] * gamma[j]);
       acc = add2(acc, make_double2(g, g * static_cast<double>(xhat)));
     }
     acc = block_reduce(acc, add2);
@@ -56,7 +34,7 @@ __global__ void ln_dx_kernel(DyOf dy, const T* x, const T* gamma, const T* mean,
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
       const int64_t i = r * dim + j;
       T xhat = (x[i] - mu) * rs;
-      dx[i] = rs * (dy(i) * gamma[j] - mean_g - xhat * mean_g_xhat);
+      dx[i] = rs * (dy[i] * gamma[j] - mean_g - xhat * mean_g_xhat);
     }
   }
 }
@@ -68,9 +46,9 @@ __global__ void ln_dx_kernel(DyOf dy, const T* x, const T* gamma, const T* mean,
 // multiprocessor.
 constexpr int kWarpRowThreads = 128;
 
-template <int K, typename DyOf>
+template <int K>
 __global__ void __launch_bounds__(kWarpRowThreads)
-    ln_dx_warp_kernel(DyOf dy, const float* x, const float* gamma, const float* mean,
+    ln_dx_warp_kernel(const float* dy, const float* x, const float* gamma, const float* mean,
                       const float* rstd, int64_t rows, int dim, float* dx) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = (int64_t{gridDim.x} * blockDim.x) >> 5;
@@ -83,7 +61,7 @@ __global__ void __launch_bounds__(kWarpRowThreads)
       const int j = lane + 32 * k;
       if (j < dim) {
         const int64_t i = r * dim + j;
-        g[k] = dy(i) * gamma[j];
+        g[k] = dy[i] * gamma[j];
         xhat[k] = (x[i] - mu) * rs;
       }
     }
@@ -112,8 +90,8 @@ __global__ void __launch_bounds__(kWarpRowThreads)
 constexpr int64_t kRowsPerChunk = 32;
 
 // Column partials of dgamma (y) and dbeta (x) over one chunk of rows.
-template <typename T, typename DyOf>
-__global__ void ln_param_partial_kernel(DyOf dy, const T* x, const T* mean, const T* rstd,
+template <typename T>
+__global__ void ln_param_partial_kernel(const T* dy, const T* x, const T* mean, const T* rstd,
                                         int64_t rows, int64_t dim, double2* partial) {
   const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (j >= dim) return;
@@ -124,7 +102,7 @@ __global__ void ln_param_partial_kernel(DyOf dy, const T* x, const T* mean, cons
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t i = r * dim + j;
     T xhat = (x[i] - mean[r]) * rstd[r];
-    const T d = dy(i);
+    const T d = dy[i];
     acc = add2(acc, make_double2(static_cast<double>(d), static_cast<double>(d * xhat)));
   }
   partial[blockIdx.y * dim + j] = acc;
@@ -148,11 +126,11 @@ inline unsigned ln_row_blocks(int64_t rows) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(rows, 1 << 20)));
 }
 
-// {dy, x, gamma, mean, rstd} -> {dx, dgamma, dbeta} with dy read through `dy`; `x_index` is
-// the position of x among the context's inputs (gamma, mean and rstd follow it).
-template <typename T, typename DyOf>
-void layer_norm_backward_launch(KernelContext& ctx, DyOf dy, size_t x_index) {
-  const Tensor& x = ctx.inputs.at(x_index);
+// {dy, x, gamma, mean, rstd} -> {dx, dgamma, dbeta}.
+template <typename T>
+void layer_norm_backward_launch(KernelContext& ctx) {
+  const T* dy = in_ptr<T>(ctx.inputs.at(0));
+  const Tensor& x = ctx.inputs.at(1);
   const int64_t dim = x.shape().back(), rows = x.numel() / dim;
   auto s = static_cast<cudaStream_t>(ctx.stream);
   if (rows == 0) {
@@ -162,9 +140,9 @@ void layer_norm_backward_launch(KernelContext& ctx, DyOf dy, size_t x_index) {
     return;
   }
   const T* xp = in_ptr<T>(x);
-  const T* gamma = in_ptr<T>(ctx.inputs.at(x_index + 1));
-  const T* mean = in_ptr<T>(ctx.inputs.at(x_index + 2));
-  const T* rstd = in_ptr<T>(ctx.inputs.at(x_index + 3));
+  const T* gamma = in_ptr<T>(ctx.inputs.at(2));
+  const T* mean = in_ptr<T>(ctx.inputs.at(3));
+  const T* rstd = in_ptr<T>(ctx.inputs.at(4));
   T* dx = out_ptr<T>(ctx.outputs[0]);
   if constexpr (std::is_same_v<T, float>) {
     if (dim <= 1024) {

@@ -293,7 +293,7 @@ void layer_norm_cuda(KernelContext& ctx) {
 
 template <typename T>
 void layer_norm_backward_cuda(KernelContext& ctx) {
-  layer_norm_backward_launch<T>(ctx, PlainDy<T>{in_ptr<T>(ctx.inputs[0])}, 1);
+  layer_norm_backward_launch<T>(ctx);
 }
 
 // The kernel of `fn`'s op in the dtype of input 0.

@@ -29,7 +29,6 @@ void add_percentile_observer_cuda_kernels(OpRegistry&);
 void add_histogram_observer_cuda_kernels(OpRegistry&);
 void add_fused_cuda_kernels(OpRegistry&);
 void add_fused_ste_backward_cuda_kernels(OpRegistry&);
-void add_fused_ste_layer_norm_backward_cuda_kernels(OpRegistry&);
 void add_fused_ste_optimizer_cuda_kernels(OpRegistry&);
 void add_fused_ste_chain_cuda_kernels(OpRegistry&);
 void add_optim_cuda_kernels(OpRegistry&);
@@ -119,7 +118,6 @@ void add_cuda_kernels(OpRegistry& r) {
   add_histogram_observer_cuda_kernels(r);
   add_fused_cuda_kernels(r);
   add_fused_ste_backward_cuda_kernels(r);
-  add_fused_ste_layer_norm_backward_cuda_kernels(r);
   add_fused_ste_optimizer_cuda_kernels(r);
   add_fused_ste_chain_cuda_kernels(r);
   add_optim_cuda_kernels(r);

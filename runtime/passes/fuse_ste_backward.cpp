@@ -6,12 +6,10 @@
 //                                                             x ──┘
 //
 // Where a fake-quantizer follows an activation (conv-bn-relu, the MLP's GELU), the gradient
-// of the activation's output is the STE-masked gradient and nothing else reads it. The same
-// holds where it follows a LayerNorm (the pre-norm transformer's attention and MLP inputs):
-// the masked gradient goes to layer_norm_backward alone, and the pair becomes
-// fused_ste_layer_norm_backward (dx, dgamma, dbeta). Legal only when the masked gradient t
-// has exactly one reader, the backward reading it as its dy (as no other input), and t is
-// neither a graph output nor named (fusion removes it, so nothing may fetch it).
+// of the activation's output is the STE-masked gradient and nothing else reads it. Legal
+// only when the masked gradient t has exactly one reader, the activation backward reading
+// it as its dy (not as its x), and t is neither a graph output nor named (fusion removes
+// it, so nothing may fetch it).
 #include "runtime/passes/fuse_ste_backward.h"
 
 #include <algorithm>
@@ -25,17 +23,14 @@ std::string ste_fusion_blocker(const Graph& g, NodeId ste_id, NodeId act_id) {
   const Node& act = g.node(act_id);
   if (ste.op->name != "ste_backward") return ste.op->name + " is not ste_backward";
   const auto& ok = ste_fusible_consumers();
-  const bool layer_norm = act.op->name == "layer_norm_backward";
-  if (!layer_norm && std::find(ok.begin(), ok.end(), act.op->name) == ok.end())
-    return act.op->name + " is not a fusible activation or layer_norm backward";
+  if (std::find(ok.begin(), ok.end(), act.op->name) == ok.end())
+    return act.op->name + " is not a fusible activation backward";
   const ValueId t = ste.outputs.at(0);
   if (g.is_output(t)) return "the masked gradient is a graph output or named (a run may fetch it)";
   const auto readers = g.consumers(t);
   if (readers.size() != 1 || readers[0] != act_id) return "the masked gradient has another reader";
-  const size_t arity = layer_norm ? 5 : 2;
-  if (act.inputs.size() != arity || act.inputs[0] != t ||
-      std::count(act.inputs.begin(), act.inputs.end(), t) != 1)
-    return act.op->name + " does not read the masked gradient as dy only";
+  if (act.inputs.size() != 2 || act.inputs[0] != t || act.inputs[1] == t)
+    return "the activation backward does not read the masked gradient as dy only";
   return "";
 }
 
@@ -48,19 +43,16 @@ int FuseSteBackwardPass::run(Graph& g) {
     if (readers.size() == 1 && ste_fusion_blocker(g, id, readers[0]).empty())
       pairs.emplace_back(id, readers[0]);
   }
-  const OpDef& activation_op = OpRegistry::instance().get("fused_ste_backward");
-  const OpDef& layer_norm_op = OpRegistry::instance().get("fused_ste_layer_norm_backward");
+  const OpDef& fused_op = OpRegistry::instance().get("fused_ste_backward");
   for (auto [ste_id, act_id] : pairs) {
     Node ste = g.node(ste_id);
     Node act = g.node(act_id);
     Node fused;
+    fused.op = &fused_op;
     fused.name = ste.name + "+" + act.name;
-    // dy and the mask from the STE, then the backward's inputs other than its dy.
-    fused.inputs = {ste.inputs.at(0), ste.inputs.at(1)};
-    fused.inputs.insert(fused.inputs.end(), act.inputs.begin() + 1, act.inputs.end());
-    fused.op = act.op->name == "layer_norm_backward" ? &layer_norm_op : &activation_op;
+    fused.inputs = {ste.inputs.at(0), ste.inputs.at(1), act.inputs.at(1)};
     fused.fused_from = {ste, act};
-    replace_with_fused_node(g, std::move(fused), act.outputs, {act_id, ste_id});
+    replace_with_fused_node(g, std::move(fused), {act.outputs[0]}, {act_id, ste_id});
   }
   return static_cast<int>(pairs.size());
 }

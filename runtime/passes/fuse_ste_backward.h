@@ -5,16 +5,14 @@
 namespace qg {
 
 // Fuses ste_backward -> activation backward (relu, gelu, silu) chains into one
-// fused_ste_backward node, and ste_backward -> layer_norm_backward into one
-// fused_ste_layer_norm_backward node (see the .cpp for the legality predicate).
+// fused_ste_backward node (see the .cpp for the legality predicate).
 class FuseSteBackwardPass final : public Pass {
  public:
   const char* name() const override { return "fuse_ste_backward"; }
   int run(Graph& graph) override;
 };
 
-// Why an (ste_backward, activation or layer_norm backward) pair may not be fused; empty when
-// it may.
+// Why an (ste_backward, activation backward) pair may not be fused; empty when it may.
 std::string ste_fusion_blocker(const Graph& graph, NodeId ste, NodeId consumer);
 
 }  // namespace qg
