@@ -42,6 +42,21 @@ __global__ void ln_dx_kernel(const T* dy, const T* x, const T* gamma, const T* m
 // Rows of up to 32 * K elements (f32): a warp per row, element j of the row in lane j % 32,
 // slot j / 32. Per element the same expressions as ln_dx_kernel; the sums are added per lane
 // in slot order, then across lanes by a shuffle tree (deterministic).
+// f32 rows of up to kWarpRowMax elements go to the warp-per-row kernels (forward and
+// backward): element j in lane j % 32, slot j / 32.
+constexpr int64_t kWarpRowMax = 1024;
+
+// Calls fn(std::integral_constant<int, K>{}) with the slots per lane rows of `dim` need.
+template <typename Fn>
+void with_row_slots(int64_t dim, Fn fn) {
+  if (dim <= 256)
+    fn(std::integral_constant<int, 8>{});
+  else if (dim <= 512)
+    fn(std::integral_constant<int, 16>{});
+  else
+    fn(std::integral_constant<int, 32>{});
+}
+
 // 4 warps a block: the 32-slot form needs ~130 registers, so smaller blocks let 3 share a
 // multiprocessor.
 constexpr int kWarpRowThreads = 128;
@@ -126,6 +141,11 @@ inline unsigned ln_row_blocks(int64_t rows) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(rows, 1 << 20)));
 }
 
+// Blocks of the warp-per-row kernels: one warp per row (grid-strided past 2^20 blocks).
+inline unsigned warp_row_blocks(int64_t rows) {
+  return ln_row_blocks((rows + kWarpRowThreads / 32 - 1) / (kWarpRowThreads / 32));
+}
+
 // {dy, x, gamma, mean, rstd} -> {dx, dgamma, dbeta}.
 template <typename T>
 void layer_norm_backward_launch(KernelContext& ctx) {
@@ -145,18 +165,13 @@ void layer_norm_backward_launch(KernelContext& ctx) {
   const T* rstd = in_ptr<T>(ctx.inputs.at(4));
   T* dx = out_ptr<T>(ctx.outputs[0]);
   if constexpr (std::is_same_v<T, float>) {
-    if (dim <= 1024) {
-      const unsigned blocks = ln_row_blocks((rows + 3) / 4);  // a warp per row
+    if (dim <= kWarpRowMax) {
       const int d = static_cast<int>(dim);
-      if (dim <= 256)
-        ln_dx_warp_kernel<8>
-            <<<blocks, kWarpRowThreads, 0, s>>>(dy, xp, gamma, mean, rstd, rows, d, dx);
-      else if (dim <= 512)
-        ln_dx_warp_kernel<16>
-            <<<blocks, kWarpRowThreads, 0, s>>>(dy, xp, gamma, mean, rstd, rows, d, dx);
-      else
-        ln_dx_warp_kernel<32>
-            <<<blocks, kWarpRowThreads, 0, s>>>(dy, xp, gamma, mean, rstd, rows, d, dx);
+      with_row_slots(dim, [&](auto slots) {
+        constexpr int kSlots = decltype(slots)::value;
+        ln_dx_warp_kernel<kSlots><<<warp_row_blocks(rows), kWarpRowThreads, 0, s>>>(
+            dy, xp, gamma, mean, rstd, rows, d, dx);
+      });
     } else {
       ln_dx_kernel<T>
           <<<ln_row_blocks(rows), kThreads, 0, s>>>(dy, xp, gamma, mean, rstd, rows, dim, dx);

@@ -270,18 +270,13 @@ void layer_norm_cuda(KernelContext& ctx) {
   T* rstd = out_ptr<T>(ctx.outputs[2]);
   const double eps = ctx.attrs.get_real("eps");
   if constexpr (std::is_same_v<T, float>) {
-    if (dim <= 1024) {
-      const unsigned blocks = ln_row_blocks((rows + 3) / 4);  // a warp per row
+    if (dim <= kWarpRowMax) {
       const int d = static_cast<int>(dim);
-      if (dim <= 256)
-        ln_forward_warp_kernel<8>
-            <<<blocks, kWarpRowThreads, 0, s>>>(xp, gamma, beta, rows, d, eps, y, mean, rstd);
-      else if (dim <= 512)
-        ln_forward_warp_kernel<16>
-            <<<blocks, kWarpRowThreads, 0, s>>>(xp, gamma, beta, rows, d, eps, y, mean, rstd);
-      else
-        ln_forward_warp_kernel<32>
-            <<<blocks, kWarpRowThreads, 0, s>>>(xp, gamma, beta, rows, d, eps, y, mean, rstd);
+      with_row_slots(dim, [&](auto slots) {
+        ln_forward_warp_kernel<decltype(slots)::value>
+            <<<warp_row_blocks(rows), kWarpRowThreads, 0, s>>>(xp, gamma, beta, rows, d, eps, y,
+                                                               mean, rstd);
+      });
       QG_CUDA_CHECK_LAUNCH(ctx.op);
       return;
     }
