@@ -3,10 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <cstdlib>
-#include <string>
-#include <vector>
+#include <iterator>
 
 #include "core/error.h"
 
@@ -72,49 +72,59 @@ void* CachingCpuAllocator::allocate(size_t bytes) {
   return p;
 }
 
-CachingCpuAllocator::Block CachingCpuAllocator::pop_oldest_locked() {
-  Block oldest = lru_.back();
-  std::deque<Lru::iterator>& bucket = buckets_.at(oldest.bytes);
-  // The bucket lists its blocks in the order they were freed, as lru_ does (backwards).
+void CachingCpuAllocator::evict_oldest_locked(Lru& evicted) {
+  Lru::iterator oldest = std::prev(lru_.end());
+  std::deque<Lru::iterator>& bucket = buckets_.at(oldest->bytes);
+  // A bucket lists its blocks in the order they were freed, as lru_ does (backwards), so
+  // the oldest block of all is the front of its bucket.
+  assert(bucket.front() == oldest);
   bucket.pop_front();
-  lru_.pop_back();
-  cached_bytes_ -= oldest.bytes;
-  return oldest;
+  cached_bytes_ -= oldest->bytes;
+  ++evictions_;
+  evicted.splice(evicted.end(), lru_, oldest);  // moves the list node: cannot throw
 }
 
-void CachingCpuAllocator::deallocate(void* ptr, size_t bytes) {
+void CachingCpuAllocator::free_blocks(const Lru& blocks) {
+  for (const Block& b : blocks) std::free(b.ptr);
+}
+
+void CachingCpuAllocator::deallocate(void* ptr, size_t bytes) noexcept {
   if (ptr == nullptr) return;
   const size_t rounded = round_size(bytes);
-  std::vector<void*> to_free;
+  Lru evicted;
+  bool kept = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (rounded >= kMinCachedBytes && rounded <= limit_) {
-      while (cached_bytes_ + rounded > limit_) {
-        to_free.push_back(pop_oldest_locked().ptr);
-        ++evictions_;
+      while (cached_bytes_ + rounded > limit_) evict_oldest_locked(evicted);
+      // Keeping the block allocates a list node and maybe a bucket slot; should that fail
+      // (deallocate runs in destructors and must not throw), the block is freed instead.
+      try {
+        lru_.push_front(Block{ptr, rounded});
+        try {
+          buckets_[rounded].push_back(lru_.begin());
+          cached_bytes_ += rounded;
+          kept = true;
+        } catch (...) {
+          lru_.pop_front();
+        }
+      } catch (...) {
       }
-      lru_.push_front(Block{ptr, rounded});
-      buckets_[rounded].push_back(lru_.begin());
-      cached_bytes_ += rounded;
-      ptr = nullptr;
     }
   }
-  // Outside the lock: munmap of a large block takes a while.
-  if (ptr != nullptr) std::free(ptr);
-  for (void* p : to_free) std::free(p);
+  // Outside the lock: unmapping a large block takes a while.
+  if (!kept) std::free(ptr);
+  free_blocks(evicted);
 }
 
 void CachingCpuAllocator::set_limit(size_t bytes) {
-  std::vector<void*> to_free;
+  Lru evicted;
   {
     std::lock_guard<std::mutex> lock(mu_);
     limit_ = bytes;
-    while (cached_bytes_ > limit_) {
-      to_free.push_back(pop_oldest_locked().ptr);
-      ++evictions_;
-    }
+    while (cached_bytes_ > limit_) evict_oldest_locked(evicted);
   }
-  for (void* p : to_free) std::free(p);
+  free_blocks(evicted);
 }
 
 void CachingCpuAllocator::release_cached() {
@@ -125,7 +135,7 @@ void CachingCpuAllocator::release_cached() {
     buckets_.clear();
     cached_bytes_ = 0;
   }
-  for (const Block& b : blocks) std::free(b.ptr);
+  free_blocks(blocks);
 }
 
 CpuCacheStats CachingCpuAllocator::stats() const {

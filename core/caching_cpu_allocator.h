@@ -48,7 +48,7 @@ class CachingCpuAllocator final : public Allocator {
   CachingCpuAllocator& operator=(const CachingCpuAllocator&) = delete;
 
   void* allocate(size_t bytes) override;
-  void deallocate(void* ptr, size_t bytes) override;
+  void deallocate(void* ptr, size_t bytes) noexcept override;
   Device device() const override { return Device::cpu(); }
 
   // A new limit; cached blocks beyond it are returned to the system (0 empties the cache).
@@ -68,9 +68,10 @@ class CachingCpuAllocator final : public Allocator {
   };
   using Lru = std::list<Block>;
 
-  // Under mu_: unlinks the block freed longest ago and returns it (the caller frees it
-  // after unlocking).
-  Block pop_oldest_locked();
+  // Under mu_: moves the block freed longest ago from the cache to `evicted`, which the
+  // caller frees after unlocking.
+  void evict_oldest_locked(Lru& evicted);
+  static void free_blocks(const Lru& blocks);
 
   mutable std::mutex mu_;
   size_t limit_;
