@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <iterator>
 
@@ -47,6 +48,9 @@ CachingCpuAllocator::~CachingCpuAllocator() {
 
 void* CachingCpuAllocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
+  // No system has that much; the check keeps round_size from wrapping around.
+  QG_CHECK(bytes <= (SIZE_MAX >> 1), "cpu_allocator", "out of host memory allocating ", bytes,
+           " bytes");
   const size_t rounded = round_size(bytes);
   if (rounded >= kMinCachedBytes) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -186,11 +190,15 @@ size_t parse_cpu_cache_bytes(const char* text) {
 }
 
 size_t default_cpu_cache_limit() {
+  const char* env = std::getenv("QG_CPU_CACHE_BYTES");
+  // Parsed in every build, so that a bad value is the same error everywhere.
+  const bool set = env != nullptr && *env != '\0';
+  const size_t from_env = set ? parse_cpu_cache_bytes(env) : 0;
 #ifdef QG_ASAN_BUILD
+  (void)from_env;
   return 0;
 #else
-  if (const char* env = std::getenv("QG_CPU_CACHE_BYTES"); env != nullptr && *env != '\0')
-    return parse_cpu_cache_bytes(env);
+  if (set) return from_env;
   size_t limit = size_t{2} << 30;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0)

@@ -83,10 +83,11 @@ class CachingCpuAllocator final : public Allocator {
   uint64_t hits_ = 0, misses_ = 0, evictions_ = 0;
 };
 
-// The limit of the process's CPU allocator when it is created: 0 in AddressSanitizer builds
-// (a cached block would hide a use after free), else QG_CPU_CACHE_BYTES when set (a byte
-// count with an optional K, M or G suffix, powers of 1024; 0 disables; anything else is a
-// qg::Error naming the variable), else 2 GiB or an eighth of the physical memory if less.
+// The limit of the process's CPU allocator when it is created: QG_CPU_CACHE_BYTES when set (a
+// byte count with an optional K, M or G suffix, powers of 1024; 0 disables; anything else is
+// a qg::Error naming the variable), else 2 GiB or an eighth of the physical memory if less.
+// Always 0 in AddressSanitizer builds (a cached block would hide a use after free), though a
+// bad QG_CPU_CACHE_BYTES is still an error there.
 size_t default_cpu_cache_limit();
 // Parses a QG_CPU_CACHE_BYTES value as above.
 size_t parse_cpu_cache_bytes(const char* text);
