@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -245,6 +246,24 @@ TEST(CpuAllocator, DefaultLimitComesFromTheEnvironment) {
     EXPECT_GT(default_cpu_cache_limit(), 0u);
     EXPECT_LE(default_cpu_cache_limit(), size_t{2} << 30);
   }
+#endif
+}
+
+TEST(CpuAllocator, AddressSanitizerStillSeesAUseAfterFree) {
+#ifdef QG_TEST_ASAN
+  // The process allocator hands freed blocks straight back in this build, so ASan catches a
+  // read of one.
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_DEATH(
+      {
+        Allocator& a = cpu_allocator();
+        auto* p = static_cast<volatile unsigned char*>(a.allocate(kMiB));
+        a.deallocate(const_cast<unsigned char*>(p), kMiB);
+        std::printf("%d\n", p[100]);
+      },
+      "heap-use-after-free");
+#else
+  GTEST_SKIP() << "not an AddressSanitizer build";
 #endif
 }
 
