@@ -1,26 +1,24 @@
 #include "core/allocator.h"
 
-#include <cstdlib>
 #include <cstring>
-#include <new>
 
+#include "core/caching_cpu_allocator.h"
 #include "core/error.h"
 
 namespace qg {
 namespace {
 
-class AlignedCpuAllocator final : public Allocator {
- public:
-  void* allocate(size_t bytes) override {
-    if (bytes == 0) return nullptr;
-    size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    void* p = std::aligned_alloc(kCpuAlignment, rounded);
-    QG_CHECK(p != nullptr, "cpu_allocator", "out of host memory allocating ", bytes, " bytes");
-    return p;
-  }
-  void deallocate(void* ptr, size_t) override { std::free(ptr); }
-  Device device() const override { return Device::cpu(); }
-};
+// The process's CPU allocator. Never destroyed: a tensor held by a static object may be freed
+// after any other static's destructor has run. At exit its cache is emptied and switched off
+// instead (ReleaseAtExit), so that no cached block outlives the process's teardown and blocks
+// freed later go straight back to the system.
+CachingCpuAllocator& process_cpu_allocator() {
+  static CachingCpuAllocator* allocator = new CachingCpuAllocator(default_cpu_cache_limit());
+  static struct ReleaseAtExit {
+    ~ReleaseAtExit() { allocator->set_limit(0); }
+  } release_at_exit;
+  return *allocator;
+}
 
 struct DeviceSlot {
   Allocator* allocator = nullptr;
@@ -51,8 +49,19 @@ ScopedAllocator::~ScopedAllocator() {
 }
 
 Allocator& cpu_allocator() {
-  static AlignedCpuAllocator a;
-  return a;
+  return process_cpu_allocator();
+}
+
+CpuCacheStats cpu_cache_stats() {
+  return process_cpu_allocator().stats();
+}
+
+void set_cpu_cache_limit(size_t bytes) {
+  process_cpu_allocator().set_limit(bytes);
+}
+
+void release_cpu_cache() {
+  process_cpu_allocator().release_cached();
 }
 
 void install_device_allocator(DeviceType type, Allocator* allocator, CopyFn copy) {

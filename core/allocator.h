@@ -1,6 +1,7 @@
 // Allocators per device. The CPU allocator is 64-byte aligned (one cache line, and wide
-// enough for AVX-512 loads). A device backend (CUDA) installs its allocator and its copy
-// routine at start-up, so core never includes CUDA headers.
+// enough for AVX-512 loads) and keeps freed blocks for reuse up to a limit
+// (core/caching_cpu_allocator.h: QG_CPU_CACHE_BYTES, statistics). A device backend (CUDA) installs
+// its allocator and its copy routine at start-up, so core never includes CUDA headers.
 #pragma once
 
 #include <cstddef>
