@@ -17,6 +17,7 @@ constexpr int kRowPacks = 4;  // packs per thread a row may need (rows up to 102
 // f32 rows ran slower ([2048, 2048] 3.21x and [8192, 4096] 1.26x copy, against 1.38x and
 // 1.17x before), so f32 keeps full blocks.
 constexpr int kHalfBlock = kThreads / 2;
+constexpr int kHalfBlocksPerSm = 8;  // the same register budget as 4 full blocks
 // Full blocks resident per multiprocessor the register budget must allow: 5 (48 registers,
 // no spill) against 4 (51 registers) took per-channel f32[8192, 4096] from 1.19x to 1.11x
 // the copy on an H200; 6 (40 registers) spilled and ran at 1.20x.
@@ -198,7 +199,8 @@ void launch_rows(const T* x, void* y, uint32_t* mask, const FusedArgs& a, int64_
   } else if (packs_per_row <= 32 * kWarpRowPacks && rows >= many_rows) {
     launch_warp_rows<kCodes, T, kWarpRowPacks>(x, y, mask, a, rows, packs_per_row, stream);
   } else if (sizeof(T) == 2 && packs_per_row <= kHalfBlock * kRowPacks) {
-    launch_block_rows<kCodes, T, kHalfBlock, 8>(x, y, mask, a, rows, packs_per_row, stream);
+    launch_block_rows<kCodes, T, kHalfBlock, kHalfBlocksPerSm>(x, y, mask, a, rows, packs_per_row,
+                                                               stream);
   } else {
     launch_block_rows<kCodes, T, kThreads, kFullBlocksPerSm>(x, y, mask, a, rows, packs_per_row,
                                                              stream);

@@ -1,4 +1,5 @@
-// layer_norm_backward on the GPU (included by norm_cuda.cu, kept apart for its size):
+// layer_norm_backward on the GPU, and the warp-per-row launch helpers the forward shares
+// (included by norm_cuda.cu, kept apart for its size):
 //   dx:            f32 rows of up to 1024 elements: one warp per row, the row's dy * gamma
 //                  and xhat kept in registers between its two f64 sums (warp shuffles) and
 //                  the element-wise dx, so dy and x are read once; other rows: one block
@@ -39,9 +40,6 @@ __global__ void ln_dx_kernel(const T* dy, const T* x, const T* gamma, const T* m
   }
 }
 
-// Rows of up to 32 * K elements (f32): a warp per row, element j of the row in lane j % 32,
-// slot j / 32. Per element the same expressions as ln_dx_kernel; the sums are added per lane
-// in slot order, then across lanes by a shuffle tree (deterministic).
 // f32 rows of up to kWarpRowMax elements go to the warp-per-row kernels (forward and
 // backward): element j in lane j % 32, slot j / 32.
 constexpr int64_t kWarpRowMax = 1024;
@@ -61,6 +59,9 @@ void with_row_slots(int64_t dim, Fn fn) {
 // multiprocessor.
 constexpr int kWarpRowThreads = 128;
 
+// Rows of up to 32 * K elements (f32): a warp per row, element j of the row in lane j % 32,
+// slot j / 32. Per element the same expressions as ln_dx_kernel; the sums are added per lane
+// in slot order, then across lanes by a shuffle tree (deterministic).
 template <int K>
 __global__ void __launch_bounds__(kWarpRowThreads)
     ln_dx_warp_kernel(const float* dy, const float* x, const float* gamma, const float* mean,
