@@ -80,6 +80,32 @@ __device__ void stretch_sums(const ChannelDims& d, double2* partial, Load load, 
   if (threadIdx.x == 0) partial[ch * d.splits + blockIdx.x] = acc;
 }
 
+// Calls body(i, load(i)) for every element i of the block's stretch (blockIdx.y the channel,
+// blockIdx.x the stretch): stretch_sums' walk without the sums, for element-wise kernels
+// that set up per-channel constants once per thread.
+template <typename Load, typename Body>
+__device__ void stretch_each(const ChannelDims& d, Load load, Body body) {
+  const int64_t ch = blockIdx.y, begin = blockIdx.x * d.per_split;
+  const int64_t end = begin + d.per_split < d.m ? begin + d.per_split : d.m;
+  const int64_t step = blockDim.x;
+  for (int64_t k = begin; k < end;) {
+    const int64_t image = k / d.s, plane_end = (image + 1) * d.s < end ? (image + 1) * d.s : end;
+    const int64_t shift = (image * d.c + ch) * d.s - image * d.s;
+    int64_t kk = k + threadIdx.x;
+    for (; kk + 3 * step < plane_end; kk += 4 * step) {
+      const int64_t i = shift + kk;
+      const auto v0 = load(i), v1 = load(i + step), v2 = load(i + 2 * step),
+                 v3 = load(i + 3 * step);
+      body(i, v0);
+      body(i + step, v1);
+      body(i + 2 * step, v2);
+      body(i + 3 * step, v3);
+    }
+    for (; kk < plane_end; kk += step) body(shift + kk, load(shift + kk));
+    k = plane_end;
+  }
+}
+
 // Calls f(i, ch) for every element i of x (channel ch): per image plane when planes are
 // long enough to occupy a block, else flat over the elements.
 constexpr int64_t kPlaneMin = 128;

@@ -1,24 +1,24 @@
 // CUDA kernels of fused_channel_div_batch_norm and its backward (ops/fused/
 // fused_channel_div_bn_op.cpp): a folded conv-bn block's channel_div and batch_norm without
 // the quotient q = x / s[c] in memory. Each kernel that read q now reads x and divides where
-// it loads it, with the same IEEE division in T that channel_div_kernel rounds q with (nvcc
-// divides correctly rounded: no fast math), so every kernel sees q's exact bits.
+// it loads it. The division is ExactDivisor's (ops/common/exact_divisor.h): the bits of the
+// IEEE division channel_div_kernel rounds q with, in four fused multiply-adds per element
+// after a per-thread set-up (nvcc divides correctly rounded: no fast math), so every kernel
+// sees q's exact bits.
 //   forward:  stats of q (stretch_sums) -> bn_finalize_kernel -> y = bn_normalize(q)
 //   backward: grad stats of (dy, q) -> bn_grad_finalize_kernel -> one stretch_sums pass that
 //             forms batch_norm's dx (bn_input_grad, rounded in T), dx / s and the ds partials
 //             -> channel_div_fold_kernel.
-// The launch shapes (ChannelDims, grids, blocks) are those of the unfused kernels and the
-// per-element expressions the same shared functions (channel_cuda.cuh), so each f64 partial
-// sum adds the same terms in the same order: the fused results equal the unfused CUDA graph
-// bit for bit, outputs, running statistics and gradients alike. The backward's last pass has
+// Every kernel that reads x runs a block per (stretch, channel), so a thread sets up its
+// channel's divisor once. The reductions have the unfused kernels' launch shapes (ChannelDims)
+// and per-element expressions (channel_cuda.cuh), so each f64 partial sum adds the same terms
+// in the same order: the fused results equal the unfused CUDA graph bit for bit, outputs,
+// running statistics and gradients alike. The backward's last pass has
 // channel_div_grad_kernel's stretch_sums shape (not the per-plane walk of bn_dx_kernel): the
 // elementwise dx values do not depend on the walk, the ds partials do.
-// Cost (sm_90 SASS, f32, instructions per element of the four-element main loops): forward
-// 25 + 26 against 23 + 9.5 + 13 unfused, backward 32 + 52.5 against 16 + 19 + 31: the
-// divisions come back in every kernel that reads x, but the kernels stay memory-bound, and
-// the activation passes drop from 5 to 3 (forward) and 8 to 5 (backward).
 #include "core/graph.h"
 #include "ops/common/dispatch_f32_f64.h"
+#include "ops/common/exact_divisor.h"
 #include "ops/norm/channel_cuda.cuh"
 
 namespace qg {
@@ -31,11 +31,11 @@ template <typename T>
 __global__ void cdbn_stats_kernel(const T* __restrict__ x, const T* __restrict__ s,
                                   const float* frozen, ChannelDims d, double2* partial) {
   if (*frozen != 0.0f) return;  // running statistics: nothing to reduce
-  const T sc = s[blockIdx.y];
+  const ExactDivisor<T> unscale(s[blockIdx.y]);
   stretch_sums(
       d, partial, [&](int64_t i) { return x[i]; },
       [&](int64_t, int64_t, T xv) {
-        const double v = static_cast<double>(xv / sc);
+        const double v = static_cast<double>(unscale(xv));
         return make_double2(v, v * v);
       });
 }
@@ -45,11 +45,12 @@ __global__ void cdbn_apply_kernel(const T* __restrict__ x, const T* __restrict__
                                   const T* __restrict__ gamma, const T* __restrict__ beta,
                                   const T* __restrict__ mean, const T* __restrict__ invstd,
                                   ChannelDims d, T* __restrict__ y) {
-  for_each_channel_element(
+  const int64_t ch = blockIdx.y;
+  const ExactDivisor<T> unscale(s[ch]);
+  const T m = mean[ch], is = invstd[ch], g = gamma[ch], b = beta[ch];
+  stretch_each(
       d, [&](int64_t i) { return x[i]; },
-      [&](int64_t i, int64_t ch, T xv) {
-        y[i] = bn_normalize(xv / s[ch], mean[ch], invstd[ch], gamma[ch], beta[ch]);
-      });
+      [&](int64_t i, T xv) { y[i] = bn_normalize(unscale(xv), m, is, g, b); });
 }
 
 template <typename T>
@@ -57,12 +58,13 @@ __global__ void cdbn_grad_stats_kernel(const T* __restrict__ dy, const T* __rest
                                        const T* __restrict__ s, const T* __restrict__ mean,
                                        const T* __restrict__ invstd, ChannelDims d,
                                        double2* partial) {
-  const T m = mean[blockIdx.y], is = invstd[blockIdx.y], sc = s[blockIdx.y];
+  const T m = mean[blockIdx.y], is = invstd[blockIdx.y];
+  const ExactDivisor<T> unscale(s[blockIdx.y]);
   stretch_sums(
       d, partial, [&](int64_t i) { return make_pair2(dy[i], x[i]); },
       [&](int64_t, int64_t, Pair2<T> v) {
         const double g = static_cast<double>(v.a);
-        return make_double2(g, g * static_cast<double>((v.b / sc - m) * is));
+        return make_double2(g, g * static_cast<double>((unscale(v.b) - m) * is));
       });
 }
 
@@ -74,13 +76,14 @@ __global__ void cdbn_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x
                                const T* __restrict__ invstd, const T* __restrict__ coef,
                                ChannelDims d, T* __restrict__ dx, double2* partial) {
   const int64_t ch = blockIdx.y;
-  const T sc = s[ch], m = mean[ch], is = invstd[ch];
+  const T m = mean[ch], is = invstd[ch];
+  const ExactDivisor<T> unscale(s[ch]);
   const T* c = coef + 3 * ch;
   stretch_sums(
       d, partial, [&](int64_t i) { return make_pair2(dy[i], x[i]); },
       [&](int64_t, int64_t i, Pair2<T> v) {
-        const T q = v.b / sc;
-        const T g = bn_input_grad(v.a, q, m, is, c) / sc;
+        const T q = unscale(v.b);
+        const T g = unscale(bn_input_grad(v.a, q, m, is, c));
         dx[i] = g;
         const T product = g * q;
         return make_double2(static_cast<double>(product), 0.0);
@@ -93,6 +96,7 @@ void forward_cuda(KernelContext& ctx) {
   const Attrs& bn = ctx.node.fused_from.at(1).attrs;
   ChannelDims d = channel_dims(x.shape());
   auto st = static_cast<cudaStream_t>(ctx.stream);
+  QG_CHECK(d.c <= 65535, ctx.op, "at most 65535 channels (one grid row each), got ", x.str());
   if (ctx.training)
     QG_CHECK(d.m > 1, ctx.op, "expected more than 1 value per channel when training, got input ",
              x.str());
@@ -114,10 +118,8 @@ void forward_cuda(KernelContext& ctx) {
       out_ptr<T>(ctx.inputs[5]), out_ptr<T>(ctx.outputs[1]), out_ptr<T>(ctx.outputs[2]),
       out_ptr<T>(ctx.outputs[3]));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
-  const int64_t total = x.numel();
-  if (total == 0) return;
-  auto app = elementwise_launch(total);
-  cdbn_apply_kernel<T><<<app.blocks, app.threads, 0, st>>>(
+  if (d.c == 0 || d.m == 0) return;
+  cdbn_apply_kernel<T><<<dim3(d.splits, static_cast<unsigned>(d.c)), kThreads, 0, st>>>(
       in_ptr<T>(x), s, in_ptr<T>(ctx.inputs[2]), in_ptr<T>(ctx.inputs[3]),
       in_ptr<T>(ctx.outputs[1]), in_ptr<T>(ctx.outputs[2]), d, out_ptr<T>(ctx.outputs[0]));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
