@@ -164,12 +164,12 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
-// The blocks of `kernel` resident at once on the device.
+// The blocks of `kernel` (of `block` threads) resident at once on the device.
 template <typename Kernel>
-int64_t resident_blocks(Kernel kernel) {
+int64_t resident_blocks(Kernel kernel, int block = kThreads) {
   int per_sm = 0;
   QG_CUDA_CHECK("fused_observe_quantize",
-                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0));
   return int64_t{multiprocessor_count()} * std::max(per_sm, 1);
 }
 
@@ -193,12 +193,20 @@ template <bool kCodes, typename T>
 void launch_rows(const T* x, void* y, uint32_t* mask, const FusedArgs& a, int64_t rows,
                  int64_t packs_per_row, cudaStream_t stream) {
   static const int64_t many_rows = int64_t{kManyRowsPerSm} * multiprocessor_count();
+  static const int64_t full_wave =
+      resident_blocks(fused_rows_kernel<kCodes, T, kThreads, kFullBlocksPerSm>);
+  static const int64_t half_wave =
+      resident_blocks(fused_rows_kernel<kCodes, T, kHalfBlock, kHalfBlocksPerSm>, kHalfBlock);
+  static const bool one_wave_env =
+      getenv("QG_ROWS_ONE_WAVE") == nullptr || std::string(getenv("QG_ROWS_ONE_WAVE")) != "0";
+  // Rows that need a second wave of full blocks but fit one wave of half blocks.
+  const bool one_half_wave = one_wave_env && rows > full_wave && rows <= half_wave;
   if (packs_per_row <= 32 * kRowPacks) {
     // Short rows: a persistent grid of warps walks the rows (occupancy looked up once).
     launch_warp_rows<kCodes, T, kRowPacks>(x, y, mask, a, rows, packs_per_row, stream);
   } else if (packs_per_row <= 32 * kWarpRowPacks && rows >= many_rows) {
     launch_warp_rows<kCodes, T, kWarpRowPacks>(x, y, mask, a, rows, packs_per_row, stream);
-  } else if (sizeof(T) == 2 && packs_per_row <= kHalfBlock * kRowPacks) {
+  } else if ((sizeof(T) == 2 || one_half_wave) && packs_per_row <= kHalfBlock * kRowPacks) {
     launch_block_rows<kCodes, T, kHalfBlock, kHalfBlocksPerSm>(x, y, mask, a, rows, packs_per_row,
                                                                stream);
   } else {

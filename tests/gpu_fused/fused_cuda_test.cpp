@@ -150,6 +150,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"moving_average_observer", {4096, 608}, DType::f32, {{"scope", "token"}}, true},
         Case{"minmax_observer", {2304, 768}, DType::f32, kChannel0, true, "quantize"},
         Case{"moving_average_observer", {64, 768}, DType::bf16, kChannel0, true},
+        // f32 rows that need a second wave of full blocks but fit one of half blocks (a
+        // 132-multiprocessor GPU: 660 full, 1056 half), the transformer's [768, 768] weights.
+        Case{"moving_average_observer", {768, 768}, DType::f32, kChannel0, true},
+        Case{"minmax_observer", {1000, 2048}, DType::f32, kChannel0, true, "quantize"},
         // fallbacks (composed kernels): odd sizes, non-leading axis, f64
         Case{"minmax_observer", {7, 13}, DType::f32, {}, true},
         Case{"moving_average_observer",
