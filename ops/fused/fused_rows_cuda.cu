@@ -15,7 +15,8 @@ constexpr int kRowPacks = 4;  // packs per thread a row may need (rows up to 102
 // reduction, the qparams) is spread over more elements (bf16[8192, 4096]: 4 packs of 8 per
 // thread instead of 2). 16-bit types only: on an H100, with half blocks for every type, the
 // f32 rows ran slower ([2048, 2048] 3.21x and [8192, 4096] 1.26x copy, against 1.38x and
-// 1.17x before), so f32 keeps full blocks.
+// 1.17x before), so f32 keeps full blocks, except where half blocks save a second wave
+// (launch_rows).
 constexpr int kHalfBlock = kThreads / 2;
 constexpr int kHalfBlocksPerSm = 8;  // the same register budget as 4 full blocks
 // Full blocks resident per multiprocessor the register budget must allow: 5 (48 registers,
