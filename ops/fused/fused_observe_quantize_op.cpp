@@ -12,6 +12,7 @@
 #include "ops/fused/fused_observe_quantize.h"
 #include "ops/fused/fused_ste_backward.h"
 #include "ops/fused/fused_ste_optimizer.h"
+#include "ops/fused/fused_ste_producer.h"
 
 #include "core/error.h"
 #include "core/graph.h"
@@ -90,6 +91,7 @@ void define_fused_ops(OpRegistry& r) {
   define_fused_channel_div_bn_ops(r);
   define_fused_ste_optimizer_op(r);
   define_fused_ste_chain_op(r);
+  define_fused_ste_producer_op(r);
 }
 
 }  // namespace qg

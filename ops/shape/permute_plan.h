@@ -6,10 +6,13 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
+#include "core/op_schema.h"
 #include "core/tensor.h"
+#include "ops/common/schema_helpers.h"
 
 namespace qg {
 
@@ -54,6 +57,19 @@ inline std::vector<int64_t> checked_perm(const std::string& op, const std::vecto
     out[i] = a;
   }
   return out;
+}
+
+// The permutation a permute or transpose node applies (`op` is its op name, `attrs` its
+// attributes), checked: permute's perm, or the identity with transpose's dim0 and dim1 swapped.
+// Shared by the permute kernels and the fused ste_backward + permute node (ops/fused).
+inline std::vector<int64_t> perm_of(const std::string& op, const Attrs& attrs, int rank) {
+  if (op != "transpose") return checked_perm(op, attrs.get_ints("perm"), rank);
+  const int d0 = normalize_axis(op, "dim0", attrs.get_int("dim0"), rank);
+  const int d1 = normalize_axis(op, "dim1", attrs.get_int("dim1"), rank);
+  std::vector<int64_t> perm(rank);
+  for (int i = 0; i < rank; ++i) perm[i] = i;
+  std::swap(perm[d0], perm[d1]);
+  return perm;
 }
 
 }  // namespace qg

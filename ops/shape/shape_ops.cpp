@@ -12,20 +12,6 @@
 namespace qg {
 namespace {
 
-std::vector<int64_t> transpose_perm(const std::string& op, const Attrs& attrs, int rank) {
-  int d0 = normalize_axis(op, "dim0", attrs.get_int("dim0"), rank);
-  int d1 = normalize_axis(op, "dim1", attrs.get_int("dim1"), rank);
-  std::vector<int64_t> perm(rank);
-  for (int i = 0; i < rank; ++i) perm[i] = i;
-  std::swap(perm[d0], perm[d1]);
-  return perm;
-}
-
-std::vector<int64_t> perm_of(const std::string& op, const Attrs& attrs, int rank) {
-  if (op == "transpose") return transpose_perm(op, attrs, rank);
-  return checked_perm(op, attrs.get_ints("perm"), rank);
-}
-
 template <typename E>
 void gather_cpu(const E* src, E* dst, const PermutePlan& p) {
   const int rank = static_cast<int>(p.sizes.size());

@@ -31,6 +31,7 @@ void add_fused_cuda_kernels(OpRegistry&);
 void add_fused_ste_backward_cuda_kernels(OpRegistry&);
 void add_fused_ste_optimizer_cuda_kernels(OpRegistry&);
 void add_fused_ste_chain_cuda_kernels(OpRegistry&);
+void add_fused_ste_producer_cuda_kernels(OpRegistry&);
 void add_optim_cuda_kernels(OpRegistry&);
 void add_norm_cuda_kernels(OpRegistry&);
 void add_channel_div_bn_cuda_kernels(OpRegistry&);
@@ -120,6 +121,7 @@ void add_cuda_kernels(OpRegistry& r) {
   add_fused_ste_backward_cuda_kernels(r);
   add_fused_ste_optimizer_cuda_kernels(r);
   add_fused_ste_chain_cuda_kernels(r);
+  add_fused_ste_producer_cuda_kernels(r);
   add_optim_cuda_kernels(r);
   add_norm_cuda_kernels(r);
   add_channel_div_bn_cuda_kernels(r);

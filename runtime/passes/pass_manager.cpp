@@ -7,6 +7,7 @@
 #include "runtime/passes/fuse_observer_quantize.h"
 #include "runtime/passes/fuse_ste_backward.h"
 #include "runtime/passes/fuse_ste_optimizer.h"
+#include "runtime/passes/fuse_ste_producer.h"
 #include "runtime/passes/pass.h"
 
 namespace qg {
@@ -69,6 +70,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   passes.push_back(std::make_unique<FuseSteBackwardPass>());
   passes.push_back(std::make_unique<FuseSteOptimizerPass>());
   passes.push_back(std::make_unique<FuseSteChainPass>());
+  passes.push_back(std::make_unique<FuseSteProducerPass>());
   passes.push_back(std::make_unique<FuseChannelDivBatchNormPass>());
   passes.push_back(std::make_unique<FuseActivationProloguePass>());
   return passes;

@@ -231,17 +231,20 @@ TEST(SteOptimizerFusionTransformer, TrainsIdenticallyWithAndWithoutThePasses) {
   testing::TransformerStep plain, fused;
   testing::build_transformer_step(plain);
   testing::build_transformer_step(fused);
-  optimize(plain.g, kUnfused);
+  optimize(plain.g, PassOptions{{"fuse_ste_optimizer", "fuse_ste_chain", "fuse_ste_producer"}});
   auto records = optimize(fused.g, PassOptions{});
   // 18 ste_backward nodes after fuse_ste_backward (one went into the MLP's GELU): the 7
   // weight quantizers' feed their sgd steps; one of the two ste_backward -> ste_backward
-  // pairs has a single reader in between (the other's feeds a gradient sum too).
+  // pairs has a single reader in between (the other's feeds a gradient sum too); then
+  // fuse_ste_producer takes 4 of the other 9 (q, k, v into the head-merge permutes, ln1's into
+  // the gradient sum: tests/passes/ste_producer_fusion_test.cpp).
   EXPECT_EQ(count_nodes(plain.g, "ste_backward"), 18);
   EXPECT_EQ(records.at(2).rewrites, 7);
   EXPECT_EQ(records.at(3).rewrites, 1);
   EXPECT_EQ(count_nodes(fused.g, "fused_ste_optimizer"), 7);
   EXPECT_EQ(count_nodes(fused.g, "fused_ste_chain"), 1);
-  EXPECT_EQ(count_nodes(fused.g, "ste_backward"), 9);
+  EXPECT_EQ(count_nodes(fused.g, "ste_backward"), 5);
+  EXPECT_EQ(count_nodes(fused.g, "fused_ste_producer"), 4);
   EXPECT_EQ(count_nodes(fused.g, "sgd"), 11);  // biases and layer-norm parameters
   Executor ep(plain.g), ef(fused.g);
   for (int i = 0; i < 3; ++i) {
