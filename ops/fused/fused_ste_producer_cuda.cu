@@ -149,8 +149,8 @@ void launch_permute(KernelContext& ctx) {
       dispatch_index(n, [&](auto itag) {
         masked_permute_packs_kernel<T, decltype(itag)>
             <<<pack_blocks<kPacksPerThread<T>>(n / 8), kPackThreads, 0,
-               static_cast<cudaStream_t>(ctx.stream)>>>(in_ptr<T>(a), store.mask,
-                                                        out_ptr<T>(ctx.outputs[0]), n / 8, g, vec);
+               static_cast<cudaStream_t>(ctx.stream)>>>(
+                in_ptr<T>(a), store.mask, out_ptr<T>(ctx.outputs[0]), n / 8, with_divisors(g), vec);
       });
       QG_CUDA_CHECK_LAUNCH(ctx.op);
     });

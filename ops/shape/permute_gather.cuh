@@ -9,10 +9,12 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
+#include "ops/common/fast_divmod.h"
 #include "ops/shape/permute_plan.h"
 
 namespace qg::cuda {
@@ -23,7 +25,17 @@ struct GatherDims {
   int rank;
   int64_t sizes[kMaxPermuteRank];
   int64_t src_strides[kMaxPermuteRank];
+  FastDivmod divisors[kMaxPermuteRank];  // of sizes, for 32-bit indices (with_divisors)
 };
+
+// g with the divisors of its sizes filled in: call after the last change to g.sizes, before
+// a launch with 32-bit indices (every size is then below 2^31).
+inline GatherDims with_divisors(GatherDims g) {
+  for (int d = 0; d < g.rank; ++d)
+    if (g.sizes[d] < (int64_t{1} << 31))
+      g.divisors[d] = FastDivmod(static_cast<uint32_t>(g.sizes[d]));
+  return g;
+}
 
 // The plan as kernel arguments; throws (naming `op`) when it has too many dimensions.
 inline GatherDims gather_dims(const std::string& op, const PermutePlan& plan, const Tensor& x) {
@@ -47,29 +59,51 @@ struct PlainStore {
   }
 };
 
-// Source offset of output element k (or unit k) under g: one division per dimension.
+// Source offset of output element k (or unit k) under g: one division per dimension, a
+// multiply-high and a shift for 32-bit indices (FastDivmod). The loop runs over the largest
+// rank with compile-time indices, so g stays in the kernel's parameters (a runtime-bounded
+// loop indexed g.sizes[d] and copied g to local memory first: 12 STL/LDL per element).
 template <typename I>
 __device__ __forceinline__ I gather_offset(const GatherDims& g, I k) {
   I rest = k, off = 0;
-  for (int d = g.rank - 1; d >= 0; --d) {
+#pragma unroll
+  for (int d = kMaxPermuteRank - 1; d >= 0; --d) {
+    if (d >= g.rank) continue;
     const I size = static_cast<I>(g.sizes[d]);
-    const I i = rest % size;
-    rest /= size;
-    off += i * static_cast<I>(g.src_strides[d]);
+    I q;
+    if constexpr (std::is_same_v<I, uint32_t>)
+      q = g.divisors[d].div(rest);
+    else
+      q = rest / size;
+    off += (rest - q * size) * static_cast<I>(g.src_strides[d]);
+    rest = q;
   }
   return off;
 }
 
-// I: uint32_t when every element offset fits (a 32-bit division costs a fraction of a
-// 64-bit one, and there is one per dimension per element), else int64_t.
+// Elements (or units) per thread per grid step, all loaded before any is stored.
+inline constexpr int kGatherUnroll = 4;
+
+// I: uint32_t when every element offset fits (with FastDivmod divisions), else int64_t.
 template <typename E, typename I, typename Store>
 __global__ void permute_gather_kernel(const E* __restrict__ src, E* __restrict__ dst, int64_t n64,
                                       GatherDims g, Store store) {
-  const I n = static_cast<I>(n64);
-  const I stride = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
-  for (I k = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + threadIdx.x; k < n;
-       k += stride)
-    store(dst, k, src[gather_offset(g, k)]);
+  const I n = static_cast<I>(n64), block = static_cast<I>(blockDim.x);
+  const I stride = static_cast<I>(gridDim.x) * block * kGatherUnroll;
+  for (I base = static_cast<I>(blockIdx.x) * block * kGatherUnroll + threadIdx.x; base < n;
+       base += stride) {
+    E v[kGatherUnroll];
+#pragma unroll
+    for (int u = 0; u < kGatherUnroll; ++u) {
+      const I k = base + u * block;
+      if (k < n) v[u] = src[gather_offset(g, k)];
+    }
+#pragma unroll
+    for (int u = 0; u < kGatherUnroll; ++u) {
+      const I k = base + u * block;
+      if (k < n) store(dst, k, v[u]);
+    }
+  }
 }
 
 inline constexpr int kTile = 32, kTileRows = 8;
@@ -130,11 +164,11 @@ void launch_gather(KernelContext& ctx, const PermutePlan& plan, const GatherDims
     QG_CUDA_CHECK_LAUNCH(ctx.op);
     return;
   }
-  auto shape = elementwise_launch(n);
+  auto shape = elementwise_launch((n + kGatherUnroll - 1) / kGatherUnroll);
   // Offsets are below n (a permutation), so 32 bits suffice whenever n does.
   if (n < (int64_t{1} << 31))
     permute_gather_kernel<E, uint32_t>
-        <<<shape.blocks, shape.threads, 0, stream>>>(src, dst, n, g, store);
+        <<<shape.blocks, shape.threads, 0, stream>>>(src, dst, n, with_divisors(g), store);
   else
     permute_gather_kernel<E, int64_t>
         <<<shape.blocks, shape.threads, 0, stream>>>(src, dst, n, g, store);

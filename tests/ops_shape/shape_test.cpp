@@ -129,6 +129,10 @@ TEST(ShapeGpu, BitExactForEveryElementSize) {
       {{2, 5, 3, 64}, {0, 2, 1, 3}},
       {{3, 4, 2, 16}, {2, 0, 1, 3}},
       {{2, 5, 3, 6}, {0, 2, 1, 3}},
+      // Larger ones: several grid steps of four elements per thread, odd sizes that leave a
+      // partial step, and attention's head split at a bigger scale.
+      {{37, 129, 5}, {2, 0, 1}},
+      {{4, 64, 12, 64}, {0, 2, 1, 3}},
       {{0, 4}, {1, 0}},
       {{}, {}}};
   std::mt19937 rng(3);
