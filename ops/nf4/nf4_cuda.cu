@@ -34,6 +34,7 @@ struct Nf4Codec {
   static constexpr bool kPipelined = true;
   static constexpr bool kPairStats = false;
   static constexpr int kMinBlocksPerSm = 4;
+  static constexpr int kMinBlocksPerSm16 = 4;
   M* absmax;
   struct Stats {
     M amax;
