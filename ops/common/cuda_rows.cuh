@@ -103,11 +103,15 @@ __device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b) {
 //  - rint(y) (or y = +/-Inf) past it: r = 32767 >= qmax - zp (or -32768 <= qmin - zp), and
 //    rint(y) + zp lies past the same end, so both give qmax (qmin);
 //  - NaN: r = 0 and clamp(zp) = zp, the CPU's NaN code.
-// |r + zp| < 2^16, so the 32-bit add of VIADDMNMX cannot overflow.
-__device__ __forceinline__ int32_t code_of(float y, int32_t zp, int32_t qmin, int32_t qmax) {
+// |r + zp| < 2^16, so the 32-bit add of VIADDMNMX cannot overflow. rint_sat_s16 is the
+// cvt alone: r, sign-extended to 32 bits.
+__device__ __forceinline__ int32_t rint_sat_s16(float y) {
   short r;
   asm("cvt.rni.sat.s16.f32 %0, %1;" : "=h"(r) : "f"(y));
-  return min(__viaddmax_s32(static_cast<int32_t>(r), zp, qmin), qmax);
+  return r;
+}
+__device__ __forceinline__ int32_t code_of(float y, int32_t zp, int32_t qmin, int32_t qmax) {
+  return min(__viaddmax_s32(rint_sat_s16(y), zp, qmin), qmax);
 }
 
 }  // namespace qg::cuda

@@ -35,6 +35,13 @@ struct Int4Codec {
   // f32 math: 4 blocks of 256 (at most 64 registers; the full 8-pack kernels would take 80
   // and leave 3). f64 keeps 3: at 64 registers it spills.
   static constexpr int kMinBlocksPerSm = std::is_same_v<M, float> ? 4 : 3;
+  // 16-bit types: 6 blocks of 256 (at most 40 registers). Not issue-bound alone: at 0.72x
+  // copy (H200, bf16[8192, 4096]) the old kernel issued ~12.4 instructions per element,
+  // about half the SM's issue rate, but a lane holds only 64 bytes in flight (4 x 16-byte
+  // packs, between its loads and its first use), so 4 blocks per SM (56 registers) kept
+  // at most 64 KiB per SM in flight, half what the f32 path keeps. One round per block and
+  // no per-pack validity branches brought the kernel to 40 registers: 6 blocks, 96 KiB.
+  static constexpr int kMinBlocksPerSm16 = 6;
   M* scale;
   uint8_t* zp;
   struct Stats {
@@ -85,12 +92,62 @@ struct Int4Codec {
     const float mx = fmaxf(low_as_float<T>(s.mx), high_as_float<T>(s.mx));
     return {mn, mx, mn <= mx ? fmaxf(fabsf(mn), fabsf(mx)) : 0.0f};
   }
+  // Groups without +/-Inf (f32 math): the kernel takes the statistics without the finite
+  // filter and, when no lane of the warp saw +/-Inf, encodes with encode_finite.
+  static constexpr bool kFiniteFastPath = std::is_same_v<M, float>;
+  __device__ Stats add_any(Stats s, M v) const {
+    if (!kSymmetric) {
+      s.mn = fmin_of(s.mn, v);
+      s.mx = fmax_of(s.mx, v);
+    }
+    s.amax = fmax_of(s.amax, fabs(v));
+    return s;
+  }
+  template <typename T>
+  __device__ Stats2 add2_any(Stats2 s, uint32_t w) const {
+    return {min2<T>(s.mn, w), max2<T>(s.mx, w)};
+  }
+  // The absmax (symmetric) or min / max (asymmetric) of add_any / add2_any + fold2 is
+  // infinite exactly when a +/-Inf was taken (the empty min / max are +Inf / -Inf, the
+  // wrong way round, and the empty absmax is 0).
+  __device__ bool saw_inf(const Stats& s) const {
+    if constexpr (kSymmetric)
+      return s.amax == static_cast<M>(INFINITY);
+    else
+      return s.mn == static_cast<M>(-INFINITY) || s.mx == static_cast<M>(INFINITY);
+  }
+  // The code of a finite x (or NaN) of a group without +/-Inf, less the nibble of
+  // finite_bias: the clamps of encode that cannot bind are left out (CPU check of these
+  // bounds: tests/ops_int4/int4_code_range_test.cpp). r = rint(y), y = x * inv (the f32
+  // product encode takes; the same cvt, so NaN gives r = 0 and the code zp as in encode):
+  //  - symmetric: |r| <= 7, so the code is r + 8 with no clamp (bias 8 in every nibble).
+  //    Either finish_params kept scale = fl(absmax / 7) > 0 with inv = fl(1 / scale)
+  //    finite: inv is then normal, and scale, even subnormal, is >= 2^-128 and within
+  //    2^-22 (relative) of absmax / 7, so |y| <= fl(absmax * inv) <= 7 * (1 + 2^-24) /
+  //    (1 - 2^-22) < 7.5; or it set scale = inv = 1, which needs absmax / 7 <= 2^-128
+  //    (or absmax = 0), so |y| = |x| <= absmax < 0.5.
+  //  - asymmetric: r + zp >= 0 and |y| < 16, so only the clamp to 15 remains (one
+  //    VIADDMNMX, which cannot overflow). min' = min(min, 0) <= x and inv >= 0, so y >=
+  //    fl(min' * inv) = -fl(-min' * inv); zp is rint(fl(-min' * inv)) unclamped (0 <=
+  //    -min', max' <= R = fl(max' - min'), and R * inv <= 15 * (1 + 2^-24) / (1 - 2^-22)
+  //    < 15.5 as above; R = inf gives inv = 0, the degenerate ranges inv = 1 with -min',
+  //    max' < 0.5), and rint is monotone and odd, so rint(y) >= -zp.
+  __device__ uint32_t encode_finite(M x, const Params& p) const {
+    const int32_t r = rint_sat_s16(x * p.inv_scale);
+    if constexpr (kSymmetric)
+      return static_cast<uint32_t>(r);
+    else
+      return static_cast<uint32_t>(min(r + p.zp, 15));
+  }
+  __device__ uint32_t finite_bias(const Params&) const { return kSymmetric ? 0x88888888u : 0u; }
+  // No statistic is NaN (add / fold2 skip NaN), so fmin / fmax (one FMNMX) equal min_of /
+  // max_of up to the sign of a zero, which the params cannot see (see min_of).
   __device__ Stats reduce(Stats s, int team) const {
     if (!kSymmetric) {
-      s.mn = team_reduce(s.mn, team, [](M a, M b) { return min_of(a, b); });
-      s.mx = team_reduce(s.mx, team, [](M a, M b) { return max_of(a, b); });
+      s.mn = team_reduce(s.mn, team, [](M a, M b) { return fmin_of(a, b); });
+      s.mx = team_reduce(s.mx, team, [](M a, M b) { return fmax_of(a, b); });
     } else {
-      s.amax = team_reduce(s.amax, team, [](M a, M b) { return max_of(a, b); });
+      s.amax = team_reduce(s.amax, team, [](M a, M b) { return fmax_of(a, b); });
     }
     return s;
   }

@@ -33,7 +33,9 @@ struct Nf4Codec {
   static constexpr int kMaxPacksPerLane16 = 2;
   static constexpr bool kPipelined = true;
   static constexpr bool kPairStats = false;
+  static constexpr bool kFiniteFastPath = false;
   static constexpr int kMinBlocksPerSm = 4;
+  static constexpr int kMinBlocksPerSm16 = 4;
   M* absmax;
   struct Stats {
     M amax;

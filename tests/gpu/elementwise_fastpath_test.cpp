@@ -273,5 +273,46 @@ TEST(GpuFastPaths, Int4AndNf4PackMatchCpu) {
   }
 }
 
+// The INT4 packer's finite fast path (Int4Codec::kFiniteFastPath: a warp whose groups hold
+// no +/-Inf skips the finite filter and most code clamps). data() puts +/-Inf into every
+// warp, so these groups take NaN, signed zeros, subnormals, a range wider than the type,
+// all-subnormal groups (scale 1), a tie at the top of an asymmetric range (rint(max * inv)
+// + zp = 16 before the clamp) and random ranges; a +Inf in row 20 sends the third warp
+// (rows 16..23: 8 groups of 128 or 16 of 64 per warp) down the filtered path.
+TEST(GpuFastPaths, Int4PackFiniteWarpsMatchCpu) {
+  QG_REQUIRE_GPU();
+  const double nan = std::nan("");
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    const double big = d == DType::f16 ? 6e4 : 3e38;
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<double> dist(-3, 3);
+    std::vector<double> g(24 * 128);
+    for (int i = 0; i < 128; ++i) {
+      g[i] = i % 2 ? -0.0 : 0.0;
+      g[128 + i] = nan;
+      g[256 + i] = i % 5 == 0 ? nan : 0.01 * (i - 64);
+      g[384 + i] = i == 77 ? 0.25 : nan;
+      g[512 + i] = 3e-6 * static_cast<double>(i % 5 - 2);
+      g[640 + i] = i == 127 ? 1e-35 : -1e-39 * static_cast<double>(1 + i % 3);
+      g[768 + i] = 1e-40 * static_cast<double>(i % 7 - 3);
+      g[896 + i] = i % 3 == 0 ? big : -big * static_cast<double>(i % 3) / 2;
+      const double tie[] = {-0.25, 2.25, 1.0, 0.5};  // inv 6, zp 2, 2.25 * 6 = 13.5
+      g[1024 + i] = tie[i % 4];
+      for (int k = 9; k < 24; ++k) g[k * 128 + i] = dist(rng) * static_cast<double>(k - 8);
+    }
+    g[20 * 128 + 40] = std::numeric_limits<double>::infinity();
+    Tensor x = Tensor::from_doubles({24, 128}, g, d);
+    for (int64_t group : {128, 64})
+      for (const char* order : {"low_first", "high_first"})
+        for (const char* mode : {"symmetric", "asymmetric"})
+          expect_same("int4_quantize_pack", {x},
+                      {{"group_size", group},
+                       {"nibble_order", std::string(order)},
+                       {"mode", std::string(mode)}},
+                      std::string("finite warps g") + std::to_string(group) + " " + dtype_name(d) +
+                          " " + order + " " + mode);
+  }
+}
+
 }  // namespace
 }  // namespace qg
