@@ -14,6 +14,7 @@
 #include "autograd/grad.h"
 #include "nn/builder.h"
 #include "nn/optimizer.h"
+#include "runtime/executor.h"
 #include "tests/common/tensor_compare.h"
 
 namespace qg::testing {
@@ -136,6 +137,21 @@ inline void build_transformer_step(TransformerStep& s) {
   for (auto& v : xs) v = u(rng);
   s.feeds = {{"x", Tensor::from_doubles({batch, seq, d}, xs, DType::f32)},
              {"labels", Tensor::from_doubles({batch * seq}, lab, DType::i64)}};
+}
+
+// Runs `plain` and `fused` (the same step, optimized differently) for `steps` training steps
+// on `device` and expects the same loss bits every step and the same parameters at the end.
+inline void expect_trains_identically(TransformerStep& plain, TransformerStep& fused, Device device,
+                                      int steps = 3) {
+  Executor ep(plain.g, device), ef(fused.g, device);
+  for (int i = 0; i < steps; ++i) {
+    Tensor lp = ep.run(plain.feeds, {plain.loss}, plain.updates)[0];
+    Tensor lf = ef.run(fused.feeds, {fused.loss}, fused.updates)[0];
+    EXPECT_EQ(first_difference(lp, lf), "") << "loss, step " << i;
+    ASSERT_TRUE(std::isfinite(lf.to(Device::cpu()).at(0))) << "loss, step " << i;
+  }
+  for (NodeId p : plain.g.parameters())
+    EXPECT_EQ(first_difference(ep.states(p).at(0), ef.states(p).at(0)), "") << plain.g.node(p).name;
 }
 
 inline int count_nodes(const Graph& g, const std::string& op) {

@@ -126,14 +126,7 @@ TEST(SteOptimizerFusionCudaTransformer, TrainsIdenticallyWithAndWithoutThePasses
   optimize(fused.g, PassOptions{});
   ASSERT_EQ(count_nodes(fused.g, "fused_ste_optimizer"), 7);
   ASSERT_EQ(count_nodes(fused.g, "fused_ste_chain"), 1);
-  Executor ep(plain.g, Device::cuda()), ef(fused.g, Device::cuda());
-  for (int i = 0; i < 3; ++i) {
-    Tensor lp = ep.run(plain.feeds, {plain.loss}, plain.updates)[0];
-    Tensor lf = ef.run(fused.feeds, {fused.loss}, fused.updates)[0];
-    EXPECT_EQ(first_difference(lp, lf), "") << "loss, step " << i;
-  }
-  for (NodeId p : plain.g.parameters())
-    EXPECT_EQ(first_difference(ep.states(p).at(0), ef.states(p).at(0)), "") << plain.g.node(p).name;
+  testing::expect_trains_identically(plain, fused, Device::cuda());
 }
 
 }  // namespace

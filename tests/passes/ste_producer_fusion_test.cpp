@@ -134,15 +134,7 @@ TEST(SteProducerFusionTransformer, TrainsIdenticallyWithAndWithoutThePass) {
   }
   EXPECT_EQ(permutes, 3);
   EXPECT_EQ(adds, 1);
-  Executor ep(plain.g), ef(fused.g);
-  for (int i = 0; i < 3; ++i) {
-    Tensor lp = ep.run(plain.feeds, {plain.loss}, plain.updates)[0];
-    Tensor lf = ef.run(fused.feeds, {fused.loss}, fused.updates)[0];
-    EXPECT_EQ(first_difference(lp, lf), "") << "loss, step " << i;
-    ASSERT_TRUE(std::isfinite(lf.at(0)));
-  }
-  for (NodeId p : plain.g.parameters())
-    EXPECT_EQ(first_difference(ep.states(p).at(0), ef.states(p).at(0)), "") << plain.g.node(p).name;
+  testing::expect_trains_identically(plain, fused, Device::cpu());
 }
 
 TEST(SteProducerFusionErrors, FusedNodeCannotBeAppliedDirectly) {
