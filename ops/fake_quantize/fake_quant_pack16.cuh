@@ -128,4 +128,24 @@ __device__ __forceinline__ uint32_t pair_mask(unsigned bits, int i) {
   return m;
 }
 
+// The 8 elements of a pack kept (bit set) or made +0 (bit clear) by the bits of their mask
+// byte: ste_backward's element rule, shared by its kernel and the fused nodes that apply it
+// (fused_ste_chain, fused_ste_producer), so all move dy's bits or +0 the same way. 16-bit
+// types go as 32-bit words ANDed with pair_mask.
+template <typename T>
+__device__ __forceinline__ Pack8<T> masked_pack(const Pack8<T>& v, unsigned bits) {
+  Pack8<T> out;
+  if constexpr (sizeof(T) == 2) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(v.v);
+    uint32_t* o = reinterpret_cast<uint32_t*>(out.v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[i] = w[i] & pair_mask(bits, i);
+  } else {
+    const T zero = from_math<T>(0);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out.v[j] = (bits >> j) & 1u ? v.v[j] : zero;
+  }
+  return out;
+}
+
 }  // namespace qg::cuda

@@ -221,20 +221,8 @@ __global__ void __launch_bounds__(kPackThreads)
     unsigned bits;
   };
   auto load = [&](I b) { return In{load_pack(dy, b, vec), mask[b]}; };
-  flat_packs<kPacksPerThread<T>>(nfull, load, [&](I b, const In& in) {
-    Pack8<T> out;
-    if constexpr (sizeof(T) == 2) {
-      // Two elements per 32-bit word: dy & a word mask (+0 where the bit is clear).
-      const uint32_t* w = reinterpret_cast<const uint32_t*>(in.v.v);
-      uint32_t* o = reinterpret_cast<uint32_t*>(out.v);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[i] = w[i] & pair_mask(in.bits, i);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) out.v[j] = (in.bits >> j) & 1u ? in.v.v[j] : zero;
-    }
-    store_pack(dx, b, vec, out);
-  });
+  flat_packs<kPacksPerThread<T>>(
+      nfull, load, [&](I b, const In& in) { store_pack(dx, b, vec, masked_pack(in.v, in.bits)); });
   if (blockIdx.x == 0 && threadIdx.x == 0)
     for (I k = nfull * 8; k < n; ++k) dx[k] = (mask[nfull] >> (k - nfull * 8)) & 1u ? dy[k] : zero;
 }

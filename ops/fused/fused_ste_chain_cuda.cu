@@ -29,21 +29,8 @@ __global__ void __launch_bounds__(kPackThreads)
   auto load = [&](I b) {
     return In{load_pack(dy, b, vec), static_cast<unsigned>(first[b] & second[b])};
   };
-  flat_packs<kPacksPerThread<T>>(nfull, load, [&](I b, const In& in) {
-    Pack8<T> out;
-    if constexpr (sizeof(T) == 2) {
-      // As ste_backward_kernel: two elements per 32-bit word, dy's word AND a word mask that
-      // is 0xffff in the half of each element whose bit is set (so +0 where it is clear).
-      const uint32_t* w = reinterpret_cast<const uint32_t*>(in.v.v);
-      uint32_t* o = reinterpret_cast<uint32_t*>(out.v);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[i] = w[i] & pair_mask(in.bits, i);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) out.v[j] = (in.bits >> j) & 1u ? in.v.v[j] : zero;
-    }
-    store_pack(dx, b, vec, out);
-  });
+  flat_packs<kPacksPerThread<T>>(
+      nfull, load, [&](I b, const In& in) { store_pack(dx, b, vec, masked_pack(in.v, in.bits)); });
   // The last, partial mask byte: one thread.
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     const unsigned bits = first[nfull] & second[nfull];

@@ -33,25 +33,6 @@ namespace {
 
 using namespace cuda;
 
-// The 8 elements of a pack kept or zeroed by the bits of their mask byte: ste_backward_kernel's
-// body.
-template <typename T>
-__device__ __forceinline__ Pack8<T> masked_pack(const Pack8<T>& v, unsigned bits) {
-  Pack8<T> out;
-  if constexpr (sizeof(T) == 2) {
-    // Two elements per 32-bit word: the word & a word mask (+0 where the bit is clear).
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(v.v);
-    uint32_t* o = reinterpret_cast<uint32_t*>(out.v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) o[i] = w[i] & pair_mask(bits, i);
-  } else {
-    const T zero = from_math<T>(0);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) out.v[j] = (bits >> j) & 1u ? v.v[j] : zero;
-  }
-  return out;
-}
-
 // The permute's store with ste_backward's select: element k or +0 (all bits clear).
 struct MaskedStore {
   const uint8_t* __restrict__ mask;
