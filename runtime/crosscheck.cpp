@@ -47,6 +47,10 @@ const Reduction kFloatReductions[] = {
     // block tree on the GPU); its backward: the row sum of dy * y.
     {"softmax", -1},
     {"softmax_backward", -1},
+    // The same softmax (and backward) with the mul by a scale folded in: the mul is exact
+    // against the CPU, the softmax part differs from the CPU as the plain op does.
+    {"fused_scaled_softmax", -1},
+    {"fused_scaled_softmax_backward", -1},
     {"batched_matmul", -1},  // cuBLAS's GEMM summation order vs Eigen's
     // embedding_backward needs no row: both backends sum each row in position order.
     {"conv2d", -1},                  // GEMM: Eigen's vs cuBLAS's summation order

@@ -10,6 +10,7 @@
 // register single-pass kernels for specific (observer, quantizer) pairs on top of it.
 #include "ops/fused/fused_channel_div_bn.h"
 #include "ops/fused/fused_observe_quantize.h"
+#include "ops/fused/fused_scaled_softmax.h"
 #include "ops/fused/fused_ste_backward.h"
 #include "ops/fused/fused_ste_optimizer.h"
 #include "ops/fused/fused_ste_producer.h"
@@ -92,6 +93,7 @@ void define_fused_ops(OpRegistry& r) {
   define_fused_ste_optimizer_op(r);
   define_fused_ste_chain_op(r);
   define_fused_ste_producer_op(r);
+  define_fused_scaled_softmax_ops(r);
 }
 
 }  // namespace qg

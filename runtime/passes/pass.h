@@ -54,12 +54,13 @@ NodeId live_node(const Graph& graph, NodeId node);
 
 // The default pipeline, in order: fuse_observer_quantize, fuse_ste_backward,
 // fuse_ste_optimizer, fuse_ste_chain, fuse_ste_producer, fuse_channel_div_batch_norm,
-// fuse_activation_prologue.
+// fuse_activation_prologue, fuse_scaled_softmax.
 // (fuse_ste_backward first: an ste_backward feeding an activation backward saves more there;
 // fuse_ste_optimizer before fuse_ste_chain: an ste_backward -> ste_backward -> step chain
 // then saves the weight gradient's round trip; fuse_ste_producer after the passes that fuse
 // an ste_backward into its reader: where both apply, each saves one round trip of the masked
-// gradient, and the readers' fusions came first, so graphs they fuse keep their fusions.)
+// gradient, and the readers' fusions came first, so graphs they fuse keep their fusions;
+// fuse_scaled_softmax last: no other pass fuses mul, softmax or softmax_backward.)
 std::vector<std::unique_ptr<Pass>> default_passes();
 std::vector<std::string> default_pass_names();
 

@@ -5,6 +5,7 @@
 #include "runtime/passes/fuse_activation_prologue.h"
 #include "runtime/passes/fuse_channel_div_batch_norm.h"
 #include "runtime/passes/fuse_observer_quantize.h"
+#include "runtime/passes/fuse_scaled_softmax.h"
 #include "runtime/passes/fuse_ste_backward.h"
 #include "runtime/passes/fuse_ste_optimizer.h"
 #include "runtime/passes/fuse_ste_producer.h"
@@ -73,6 +74,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   passes.push_back(std::make_unique<FuseSteProducerPass>());
   passes.push_back(std::make_unique<FuseChannelDivBatchNormPass>());
   passes.push_back(std::make_unique<FuseActivationProloguePass>());
+  passes.push_back(std::make_unique<FuseScaledSoftmaxPass>());
   return passes;
 }
 
