@@ -35,6 +35,29 @@ void reject_apply(const InferContext& ctx) {
 
 }  // namespace
 
+void check_fused_scaled_softmax_inputs(const KernelContext& ctx) {
+  const bool backward = ctx.op == "fused_scaled_softmax_backward";
+  const std::vector<Node>& from = ctx.node.fused_from;
+  const char* first = backward ? "softmax_backward" : "mul";
+  const char* second = backward ? "mul" : "softmax";
+  QG_CHECK(from.size() == 2 && from[0].op->name == first && from[1].op->name == second, ctx.op,
+           "fused_from must be {", first, ", ", second, "}, got ", from.size(), " nodes");
+  const size_t want = backward ? 3 : 2;
+  QG_CHECK(ctx.inputs.size() == want, ctx.op, "takes ", want, " inputs, got ", ctx.inputs.size());
+  const Tensor& out = ctx.outputs.at(0);
+  for (size_t i = 0; i + 1 < want; ++i) {
+    const Tensor& v = ctx.inputs[i];
+    QG_CHECK(is_floating(v.dtype()) && v.dtype() == out.dtype() && v.shape() == out.shape() &&
+                 v.is_contiguous(),
+             ctx.op, "input ", i, " ", v.str(),
+             " must be a contiguous float tensor of the output's", " dtype and shape (output ",
+             out.str(), ")");
+  }
+  const Tensor& s = ctx.inputs[want - 1];
+  QG_CHECK(s.numel() == 1 && s.dtype() == out.dtype(), ctx.op, "scale ", s.str(),
+           " must be one element of the output's dtype (output ", out.str(), ")");
+}
+
 void run_scaled_softmax_composed(KernelContext& ctx, DeviceType device) {
   const Tensor& x = ctx.inputs.at(0);
   const std::string op = "fused_scaled_softmax";
@@ -76,6 +99,7 @@ void define_fused_scaled_softmax_ops(OpRegistry& r) {
   };
   op.is_source = false;
   op.kernels.push_back({DeviceType::cpu, {}, [](KernelContext& c) {
+                          check_fused_scaled_softmax_inputs(c);
                           run_scaled_softmax_composed(c, DeviceType::cpu);
                         }});
 
@@ -89,6 +113,7 @@ void define_fused_scaled_softmax_ops(OpRegistry& r) {
   back.infer = op.infer;
   back.is_source = false;
   back.kernels.push_back({DeviceType::cpu, {}, [](KernelContext& c) {
+                            check_fused_scaled_softmax_inputs(c);
                             run_scaled_softmax_backward_composed(c, DeviceType::cpu);
                           }});
 }

@@ -333,6 +333,7 @@ bool single_pass(const KernelContext& ctx, const SoftmaxColumns& c) {
 }
 
 void fused_scaled_softmax_cuda(KernelContext& ctx) {
+  check_fused_scaled_softmax_inputs(ctx);
   const Tensor& x = ctx.inputs[0];
   SoftmaxColumns c = softmax_columns(ctx.op, ctx.attrs, x);
   if (!single_pass(ctx, c)) return run_scaled_softmax_composed(ctx, DeviceType::cuda);
@@ -347,6 +348,7 @@ void fused_scaled_softmax_cuda(KernelContext& ctx) {
 }
 
 void fused_scaled_softmax_backward_cuda(KernelContext& ctx) {
+  check_fused_scaled_softmax_inputs(ctx);
   const Tensor& dy = ctx.inputs[0];
   SoftmaxColumns c = softmax_columns(ctx.op, ctx.attrs, dy);
   if (!single_pass(ctx, c)) return run_scaled_softmax_backward_composed(ctx, DeviceType::cuda);

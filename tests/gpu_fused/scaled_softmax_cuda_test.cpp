@@ -13,6 +13,7 @@
 #include "runtime/crosscheck.h"
 #include "runtime/executor.h"
 #include "runtime/passes/pass.h"
+#include "tests/common/scaled_softmax_graphs.h"
 #include "tests/common/ste_step_graphs.h"
 
 namespace qg {
@@ -36,15 +37,8 @@ Shape case_shape(const Case& c) {
 }
 
 void build(Graph& g, const Case& c) {
-  ValueId x = g.input("x", {c.dtype, case_shape(c)});
-  ValueId w = g.input("w", {c.dtype, case_shape(c)});
-  ValueId s = g.constant(Tensor::scalar(1.0 / std::sqrt(48.0), c.dtype), "scale");
-  ValueId t =
-      g.apply1("mul", c.scale_first ? std::vector<ValueId>{s, x} : std::vector<ValueId>{x, s});
-  ValueId y = g.apply1("softmax", {t}, {{"axis", -1}});
-  ValueId dx = grad(g, g.apply1("sum", {g.apply1("mul", {y, w})}), {x})[0];
-  g.set_name(y, "y");
-  g.set_name(dx, "dx");
+  testing::build_scaled_softmax(g, c.dtype, case_shape(c),
+                                Tensor::scalar(1.0 / std::sqrt(48.0), c.dtype), c.scale_first);
 }
 
 // GPU against the CPU as the crosscheck compares softmax outputs.

@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "autograd/grad.h"
 #include "runtime/executor.h"
 #include "runtime/passes/fuse_scaled_softmax.h"
 #include "runtime/passes/pass.h"
+#include "tests/common/scaled_softmax_graphs.h"
 #include "tests/common/ste_step_graphs.h"
 
 namespace qg {
@@ -44,16 +46,9 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 // y = softmax(mul(x, s)) over rows of c.len; loss = sum(y * w); dx = dloss/dx. y and dx named.
 void build(Graph& g, const Case& c, double scale) {
-  const Shape shape = {3, 2, c.len};
-  ValueId x = g.input("x", {c.dtype, shape});
-  ValueId w = g.input("w", {c.dtype, shape});
-  ValueId s = g.constant(Tensor::from_doubles(c.scale_shape, {scale}, c.dtype), "scale");
-  ValueId t =
-      g.apply1("mul", c.scale_first ? std::vector<ValueId>{s, x} : std::vector<ValueId>{x, s});
-  ValueId y = g.apply1("softmax", {t}, {{"axis", -1}});
-  ValueId dx = grad(g, g.apply1("sum", {g.apply1("mul", {y, w})}), {x})[0];
-  g.set_name(y, "y");
-  g.set_name(dx, "dx");
+  testing::build_scaled_softmax(g, c.dtype, {3, 2, c.len},
+                                Tensor::from_doubles(c.scale_shape, {scale}, c.dtype),
+                                c.scale_first);
 }
 
 class ScaledSoftmaxFusion : public ::testing::TestWithParam<Case> {};
@@ -174,6 +169,65 @@ TEST(ScaledSoftmaxFusionErrors, FusedNodesCannotBeAppliedDirectly) {
   }
 }
 
+Node original(const std::string& op, const Attrs& attrs = {}) {
+  Node n;
+  n.op = &OpRegistry::instance().get(op);
+  n.attrs = resolve_attrs(*n.op, attrs);
+  return n;
+}
+
+// Hand-built fused nodes (the pass never builds these): each bad input is a qg::Error from
+// the kernels' check naming the op and what is wrong, not a silently wrong scale.
+TEST(ScaledSoftmaxFusionErrors, KernelsRejectBadInputs) {
+  struct Bad {
+    std::string op, label, expect;
+    std::vector<std::string> inputs;  // of the names below
+    std::vector<Node> from;
+  };
+  const Node mul = original("mul"), softmax = original("softmax", {{"axis", -1}});
+  const Node softmax_backward = original("softmax_backward", {{"axis", -1}});
+  const std::string fwd = "fused_scaled_softmax", bwd = "fused_scaled_softmax_backward";
+  const std::vector<Bad> cases = {
+      {fwd, "a scale of 3 elements", "scale", {"x", "s3"}, {mul, softmax}},
+      {fwd, "an f64 scale", "scale", {"x", "s_f64"}, {mul, softmax}},
+      {fwd, "x of another shape", "input 0", {"x_other", "s"}, {mul, softmax}},
+      {fwd, "a scale missing", "takes 2 inputs", {"x"}, {mul, softmax}},
+      {fwd, "fused_from reversed", "fused_from", {"x", "s"}, {softmax, mul}},
+      {bwd, "y of another shape", "input 1", {"x", "x_other", "s"}, {softmax_backward, mul}},
+      {bwd, "a scale of 3 elements", "scale", {"x", "x", "s3"}, {softmax_backward, mul}},
+      {bwd, "fused_from of the forward", "fused_from", {"x", "x", "s"}, {mul, softmax}},
+  };
+  for (const Bad& c : cases) {
+    Graph g;
+    std::map<std::string, TensorType> types = {
+        {"x", {DType::f32, {2, 8}}}, {"x_other", {DType::f32, {4, 4}}}, {"s", {DType::f32, {}}},
+        {"s3", {DType::f32, {3}}},   {"s_f64", {DType::f64, {}}},
+    };
+    Executor::Feeds feeds;
+    Node fused;
+    fused.op = &OpRegistry::instance().get(c.op);
+    fused.name = "bad";
+    fused.attrs = resolve_attrs(*fused.op, {});
+    for (const std::string& name : c.inputs) {
+      if (!feeds.count(name)) {
+        g.input(name, types.at(name));
+        feeds[name] = Tensor::zeros(types.at(name).shape, types.at(name).dtype);
+      }
+      fused.inputs.push_back(g.at(name));
+    }
+    fused.fused_from = c.from;
+    const ValueId out = g.node(g.add_raw_node(fused, {{DType::f32, {2, 8}}})).outputs[0];
+    try {
+      Executor(g).run(feeds, {out});
+      ADD_FAILURE() << "expected qg::Error for " << c.label;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(c.op), std::string::npos) << c.label << ": " << what;
+      EXPECT_NE(what.find(c.expect), std::string::npos) << c.label << ": " << what;
+    }
+  }
+}
+
 // ---- the transformer step ------------------------------------------------------------------
 
 TEST(ScaledSoftmaxFusionTransformer, QatStepTrainsIdenticallyWithAndWithoutThePass) {
@@ -184,15 +238,7 @@ TEST(ScaledSoftmaxFusionTransformer, QatStepTrainsIdenticallyWithAndWithoutThePa
   EXPECT_EQ(rewrites(optimize(fused.g, PassOptions{})), 2);  // the block's one attention
   EXPECT_EQ(count_nodes(fused.g, "fused_scaled_softmax"), 1);
   EXPECT_EQ(count_nodes(fused.g, "fused_scaled_softmax_backward"), 1);
-  Executor ep(plain.g), ef(fused.g);
-  for (int i = 0; i < 3; ++i) {
-    Tensor lp = ep.run(plain.feeds, {plain.loss}, plain.updates)[0];
-    Tensor lf = ef.run(fused.feeds, {fused.loss}, fused.updates)[0];
-    EXPECT_EQ(first_difference(lp, lf), "") << "loss, step " << i;
-    ASSERT_TRUE(std::isfinite(lf.at(0)));
-  }
-  for (NodeId p : plain.g.parameters())
-    EXPECT_EQ(first_difference(ep.states(p).at(0), ef.states(p).at(0)), "") << plain.g.node(p).name;
+  testing::expect_trains_identically(plain, fused, Device::cpu());
 }
 
 }  // namespace
