@@ -6,7 +6,9 @@
 //    stride is a multiple of the row length, so every thread keeps reading the same few
 //    channels. Threads publish per-channel partials, a grid barrier, groups of lanes fold
 //    each channel and write its state and qparams, a second grid barrier, and every thread
-//    reads the qparams of its channels and quantizes. Two phases, no host sync.
+//    reads the qparams of its channels and quantizes. Two phases, no host sync;
+//  * per channel on a middle axis of [outer, C, inner]: the same two phases, with the
+//    statistics policies and pack maps of fused_cooperative_middle.cuh.
 // Each thread keeps up to kCached 16-byte packs in registers and as many more in shared
 // memory as fit; the rest is streamed, and re-read in reverse order for the quantize phase,
 // so the most recently read bytes are still in L2. A tensor that fits on chip is read once.
@@ -68,6 +70,21 @@ constexpr int kBlocksPerSm = 3;
 // Packs a launch may have: pack indices, up to packs plus a few grid strides, stay in int.
 constexpr int64_t kMaxPacks = int64_t{1} << 30;
 
+// The packs one thread reads: p = first + k * step for k = 0, 1, ... while p < end, the k-th
+// at x[at(p)]. The kernel's loops step p, so a map whose index is not linear in k pays only
+// for at(). Every lane of a warp must have the same trip count (the mask shuffles) and, for
+// a mask word, 32 / N lanes with consecutive indices, the first a multiple of 32 / N
+// (store_mask_bits). This one is the grid-stride sequence, p = global_thread() + k *
+// global_stride() read at x[p]: the launches make packs and the grid a multiple of 32.
+struct GridStridePacks {
+  int first, step, end;
+  __device__ __forceinline__ int at(int p) const { return p; }
+};
+
+__device__ __forceinline__ GridStridePacks grid_stride_packs(int packs) {
+  return {static_cast<int>(global_thread()), static_cast<int>(global_stride()), packs};
+}
+
 // Per tensor: one (min, max) per thread, one partial per block, every block folds them all.
 // The thread's statistics are raw-bit ones while its elements are finite (settle() redoes
 // them exactly otherwise; `clean` then keeps the thread on the exact quantize path).
@@ -87,17 +104,20 @@ struct TensorStats {
     raw = raw_identity<T>();
     old = read_state(a, 0);
   }
+  __device__ GridStridePacks pack_map(const Scratch&, int packs) const {
+    return grid_stride_packs(packs);
+  }
   __device__ __forceinline__ void add(const Pack<T, N>& p) { raw_add(raw, p); }
-  // The thread read packs global_thread() + k * global_stride().
-  template <typename Pre>
-  __device__ void settle(const Pack<T, N>* xp, int64_t packs, Pre pre) {
+  // Re-reads the thread's packs (`map`) when it saw a NaN or an infinity.
+  template <typename Map, typename Pre>
+  __device__ void settle(const Pack<T, N>* xp, const Map& map, Pre pre) {
     clean = raw_clean<T>(raw);
     if (clean) {
       m = raw_minmax<T>(raw);
       return;
     }
     m = minmax_identity();
-    for (int64_t j = global_thread(); j < packs; j += global_stride()) exact_add(m, pre(xp[j]));
+    for (int p = map.first; p < map.end; p += map.step) exact_add(m, pre(xp[map.at(p)]));
   }
   __device__ QPs resolve(const FusedArgs& a, const Scratch& s, int64_t packs) {
     MinMax bm = block_minmax(m);
@@ -164,13 +184,16 @@ struct ColumnStats {
 #pragma unroll
     for (int e = 0; e < N; ++e) m[e] = minmax_identity<ColumnMinMax>();
   }
+  __device__ GridStridePacks pack_map(const Scratch&, int packs) const {
+    return grid_stride_packs(packs);
+  }
   __device__ __forceinline__ void add(const Pack<T, N>& p) {
 #pragma unroll
     for (int e = 0; e < N; ++e) minmax_add(m[e], to_math(p.v[e]));
   }
   // Exact statistics already; only whether the thread saw a NaN or an infinity.
-  template <typename Pre>
-  __device__ void settle(const Pack<T, N>*, int64_t, Pre) {
+  template <typename Map, typename Pre>
+  __device__ void settle(const Pack<T, N>*, const Map&, Pre) {
     unsigned nonfinite = 0;
 #pragma unroll
     for (int e = 0; e < N; ++e) nonfinite |= m[e].nonfinite;
@@ -204,70 +227,8 @@ struct ColumnStats {
   }
 };
 
-// Per channel on a middle axis of [outer, C, inner] (e.g. axis 1 of NCHW activations), with
-// inner a multiple of N: every pack lies in one channel, and a row of the outer axis is
-// C * inner / N packs. The grid stride is a multiple of that row, so thread t always reads
-// packs of channel (t % row_packs) / (inner / N). Aligned groups of `group_lanes` lanes
-// (a power of two dividing inner / N) read the same channel, so each group combines its
-// statistics by shuffles and publishes one partial; a grid barrier; groups of lanes fold
-// each channel's partials and write its state and qparams; a second barrier; and every
-// thread reads the qparams of its one channel. (Publishing one partial per thread left
-// 1536 partials per channel for f32[32, 64, 32, 32], folded by 32 lanes one dependent L2
-// load after another: 29 us on an H100, three times the copy.)
-template <typename T>
-struct MiddleStats {
-  static constexpr int N = kVec<T>;
-  using QPs = UniformQP;
-  struct Scratch {
-    ColumnMinMax* partials;  // one per lane group of the grid, in thread order
-    int64_t channels;        // C
-    int64_t channel_packs;   // inner / N: consecutive packs of one channel within a row
-    int group_lanes;         // lanes that share a channel and publish one partial
-    int fold_lanes;          // lanes that fold one channel (a power of two <= 32)
-  };
-  RawMinMax raw;
-  ColumnMinMax m;
-  bool clean;
-
-  __device__ void begin(const FusedArgs&, const Scratch&) { raw = raw_identity<T>(); }
-  __device__ __forceinline__ void add(const Pack<T, N>& p) { raw_add(raw, p); }
-  // As TensorStats::settle.
-  template <typename Pre>
-  __device__ void settle(const Pack<T, N>* xp, int64_t packs, Pre pre) {
-    clean = raw_clean<T>(raw);
-    if (clean) {
-      const MinMax r = raw_minmax<T>(raw);
-      m = {r.mn, r.mx, r.zeros, 0u};
-      return;
-    }
-    m = minmax_identity<ColumnMinMax>();
-    for (int64_t j = global_thread(); j < packs; j += global_stride()) exact_add(m, pre(xp[j]));
-  }
-  __device__ QPs resolve(const FusedArgs& a, const Scratch& s, int64_t) {
-    const int64_t t = global_thread(), threads = global_stride();
-    const int64_t row_packs = s.channels * s.channel_packs;
-    const int group = s.group_lanes;
-    const MinMax mine = lanes_reduce(MinMax{m.mn, m.mx, m.zeros, m.nonfinite}, group);
-    if (t % group == 0)
-      store_partial(&s.partials[t / group],
-                    {mine.mn, mine.mx, mine.zeros, static_cast<unsigned>(mine.nonfinite)});
-    cg::grid_group grid = cg::this_grid();
-    grid.sync();
-    // Channel c's partials: sweep w's groups (w * row_packs + c * channel_packs) / group
-    // + [0, channel_packs / group).
-    const Flags flags = read_flags(a);
-    const int64_t run = s.channel_packs / group, per_channel = threads / row_packs * run;
-    fold_channels(a, flags, s.channels, s.fold_lanes, per_channel, [&](int64_t c, int64_t i) {
-      return &s.partials[(i / run * row_packs + c * s.channel_packs) / group + i % run];
-    });
-    grid.sync();
-    const int64_t channel = (t % row_packs) / s.channel_packs;
-    return {qp_of(a.scale_out[channel], a.zp_out[channel], flags)};
-  }
-};
-
-// Packs whole warps: the launch requires packs % 32 == 0 and the grid stride is a multiple
-// of 32, so every lane of a warp has the same trip counts and the mask shuffles converge.
+// The thread's packs come from Stats::pack_map (see GridStridePacks for what a map must
+// guarantee): whole warps share trip counts, so the mask shuffles converge.
 template <bool kCodes, typename T, typename Stats, typename Pre>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     fused_cooperative_kernel(const T* x, void* y, uint32_t* mask, int64_t packs,
@@ -277,12 +238,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   P* cache = reinterpret_cast<P*>(smem_raw);  // smem_packs packs per thread, thread-interleaved
   const P* xp = reinterpret_cast<const P*>(x);
-  // 32-bit pack indices (the launch requires packs < kMaxPacks, so no index overflows).
-  const int tid = static_cast<int>(global_thread()), stride = static_cast<int>(global_stride());
-  const int np = static_cast<int>(packs);
   const Pre pre;
   Stats stats;
   stats.begin(a, scratch);
+  // 32-bit pack indices (the launch requires packs < kMaxPacks, so no index overflows).
+  const auto map = stats.pack_map(scratch, static_cast<int>(packs));
+  const int first = map.first, step = map.step, end = map.end;
   // 1. Statistics: register packs, then shared-memory packs, then the streamed rest. (Copying
   //    the shared-memory packs with cp.async, all in flight at once, measured slower on an
   //    H100: 24.9 vs 22.6 us for f32[2048, 2048] per tensor; so did the bulk copy engine, one
@@ -291,9 +252,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   P regs[kCached];
 #pragma unroll
   for (int u = 0; u < kCached; ++u) {
-    int j = tid + u * stride;
-    if (j < np) {
-      regs[u] = pre(load_evict_first(xp + j));
+    int p = first + u * step;
+    if (p < end) {
+      regs[u] = pre(load_evict_first(xp + map.at(p)));
       stats.add(regs[u]);
     }
   }
@@ -301,63 +262,67 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     P v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      int j = tid + (kCached + s0 + u) * stride;
-      if (s0 + u < smem_packs && j < np) v[u] = pre(load_evict_first(xp + j));
+      int p = first + (kCached + s0 + u) * step;
+      if (s0 + u < smem_packs && p < end) v[u] = pre(load_evict_first(xp + map.at(p)));
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      int j = tid + (kCached + s0 + u) * stride;
-      if (s0 + u < smem_packs && j < np) {
+      int p = first + (kCached + s0 + u) * step;
+      if (s0 + u < smem_packs && p < end) {
         cache[(s0 + u) * blockDim.x + threadIdx.x] = v[u];
         stats.add(v[u]);
       }
     }
   }
-  const int streamed_end = tid + (kCached + smem_packs) * stride;
-  for (int j0 = streamed_end; j0 < np; j0 += kUnroll * stride) {
+  const int streamed_end = first + (kCached + smem_packs) * step;
+  for (int p0 = streamed_end; p0 < end; p0 += kUnroll * step) {
     P v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (j0 + u * stride < np) v[u] = pre(xp[j0 + u * stride]);
+      if (p0 + u * step < end) v[u] = pre(xp[map.at(p0 + u * step)]);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (j0 + u * stride < np) stats.add(v[u]);
+      if (p0 + u * step < end) stats.add(v[u]);
   }
   // 2. The grid meets, and every thread gets the qparams of its elements.
-  stats.settle(xp, packs, pre);
+  stats.settle(xp, map, pre);
   const typename Stats::QPs qps = stats.resolve(a, scratch, packs);
   const bool fast = stats.clean && qps_fast<kCodes>(qps) && range_fast(a.qmin, a.qmax);
   // 3. Quantize: the streamed packs first, in reverse (the last ones read are the ones still
   //    in L2), then shared memory, then registers; outputs are stored evict-first, so they do
   //    not push the x still to be re-read out of L2. (Registers first, with plain stores,
   //    wrote ~36 MB before the re-read began and evicted most of it.)
-  if (streamed_end < np) {
-    int last = streamed_end + (np - 1 - streamed_end) / stride * stride;
-    for (int j0 = last; j0 >= streamed_end; j0 -= kUnroll * stride) {
+  if (streamed_end < end) {
+    int last = streamed_end + (end - 1 - streamed_end) / step * step;
+    for (int p0 = last; p0 >= streamed_end; p0 -= kUnroll * step) {
       P v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (j0 - u * stride >= streamed_end) v[u] = pre(load_evict_first(xp + j0 - u * stride));
+      int j[kUnroll];  // computed once: a map's at() may cost more than a register
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        int j = j0 - u * stride;
-        if (j < streamed_end) break;  // uniform across the warp: whole warps share j0
-        uint32_t bits = quantize_pack<kCodes, true>(fast, v[u], y, j, qps, a.qmin, a.qmax);
-        store_mask_bits<N>(mask, j, bits, true);
+        j[u] = map.at(p0 - u * step);
+        if (p0 - u * step >= streamed_end) v[u] = pre(load_evict_first(xp + j[u]));
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (p0 - u * step < streamed_end) break;  // uniform across the warp: whole warps share p0
+        uint32_t bits = quantize_pack<kCodes, true>(fast, v[u], y, j[u], qps, a.qmin, a.qmax);
+        store_mask_bits<N>(mask, j[u], bits, true);
       }
     }
   }
   for (int sp = 0; sp < smem_packs; ++sp) {
-    int j = tid + (kCached + sp) * stride;
-    if (j >= np) break;  // uniform per warp
+    int p = first + (kCached + sp) * step;
+    if (p >= end) break;  // uniform per warp
+    const int j = map.at(p);
     uint32_t bits = quantize_pack<kCodes, true>(fast, cache[sp * blockDim.x + threadIdx.x], y, j,
                                                 qps, a.qmin, a.qmax);
     store_mask_bits<N>(mask, j, bits, true);
   }
 #pragma unroll
   for (int u = 0; u < kCached; ++u) {
-    int j = tid + u * stride;
-    bool active = j < np;
+    int p = first + u * step;
+    bool active = p < end;
+    const int j = map.at(p);
     uint32_t bits = 0;
     if (active) bits = quantize_pack<kCodes, true>(fast, regs[u], y, j, qps, a.qmin, a.qmax);
     if (__any_sync(0xffffffffu, active)) store_mask_bits<N>(mask, j, bits, active);

@@ -36,4 +36,14 @@ void run_fused_observe_quantize_composed(KernelContext& ctx, DeviceType device);
 // The CPU kernel: one loop nest per row or tile for f32/bf16/f16, else the composed one.
 void fused_observe_quantize_cpu(KernelContext& ctx);
 
+// Launches, since the process started, of the CUDA kernel for channels on a middle axis, by
+// how it maps threads to channels (ops/fused/fused_cooperative_middle.cuh): whole rows of the
+// outer axis per grid sweep, or channel-major. Tests read them to check that a shape reaches
+// the kernel it is meant to cover; the CUDA launcher adds to them.
+struct MiddleMapLaunches {
+  int64_t rows = 0, channels = 0;
+};
+MiddleMapLaunches fused_middle_map_launches();
+void count_fused_middle_map_launch(bool channel_major);
+
 }  // namespace qg

@@ -14,16 +14,18 @@
 //  | per tensor, relu/gelu/silu applied on load          | cooperative grid, grid barrier   |
 //  |                                                     | (fused_prologue_cuda.cu)         |
 //  | channel on a middle axis of [outer, C, inner], with | cooperative grid, two barriers   |
-//  | inner a multiple of the pack and C * inner within   | (fused_cooperative_cuda.cu)      |
-//  | the resident grid's threads                         |                                  |
+//  | inner a multiple of the pack, and a row (C * inner) | (fused_cooperative_cuda.cu): a   |
+//  | within the resident grid's threads or runs of a     | row map or a channel-major map   |
+//  | multiple of 32 packs with 32 threads per channel    | (fused_cooperative_middle.cuh)   |
 //
 // Every kernel computes its statistics from the raw bits and quantizes without NaN selects
 // for the threads whose elements are all finite (the common case), and keeps the exact
 // per-element code for the others (fused_fast_cuda.cuh).
 //
 // Anything else (f64, channels on a middle axis whose inner run is not whole packs or whose
-// outer row exceeds the resident grid, tail groups, lengths that break 32-bit mask words,
-// unaligned buffers) runs the two original kernels back to back.
+// outer row exceeds the resident grid while the channel-major map does not apply, tail
+// groups, lengths that break 32-bit mask words, unaligned buffers) runs the two original
+// kernels back to back.
 #include "core/graph.h"
 #include "ops/fused/fused_cuda_common.cuh"
 #include "ops/fused/fused_observe_quantize.h"

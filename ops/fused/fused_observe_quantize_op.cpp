@@ -15,6 +15,8 @@
 #include "ops/fused/fused_ste_optimizer.h"
 #include "ops/fused/fused_ste_producer.h"
 
+#include <atomic>
+
 #include "core/error.h"
 #include "core/graph.h"
 
@@ -76,6 +78,18 @@ void run_fused_observe_quantize_composed(KernelContext& ctx, DeviceType device) 
   std::vector<Tensor> yq = run_original_kernel(op, quantizer, device, x.dtype(), {x, qp[0], qp[1]},
                                                {ctx.outputs[0], ctx.outputs[1]}, q_states, ctx);
   ctx.outputs = {yq[0], yq[1], qp[0], qp[1]};
+}
+
+namespace {
+std::atomic<int64_t> middle_rows_launches{0}, middle_channels_launches{0};
+}  // namespace
+
+MiddleMapLaunches fused_middle_map_launches() {
+  return {middle_rows_launches.load(), middle_channels_launches.load()};
+}
+
+void count_fused_middle_map_launch(bool channel_major) {
+  (channel_major ? middle_channels_launches : middle_rows_launches).fetch_add(1);
 }
 
 void define_fused_ops(OpRegistry& r) {

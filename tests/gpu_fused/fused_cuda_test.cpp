@@ -2,11 +2,16 @@
 // reference: outputs, masks, qparams and observer state bit for bit over several steps,
 // with signed zeros, NaN and infinities in the data. Skips without a GPU.
 #include <gtest/gtest.h>
+#ifdef QG_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <random>
 
+#include "ops/fused/fused_observe_quantize.h"
 #include "runtime/backend.h"
 #include "runtime/executor.h"
 #include "runtime/passes/pass.h"
@@ -31,7 +36,25 @@ struct Case {
   // zero_regime(), starting at zero_offset (the raw-bit statistics of the fast path).
   int64_t zero_run = 0;
   int zero_offset = 0;
+  // For channels on a middle axis: the kernel the case must reach (checked on a GPU with
+  // kCheckedMultiprocessors, the H100 and H200 the cases were sized for: the choice depends on
+  // the resident grid).
+  enum class Middle { unchecked, rows, channel_major, composed } middle = Middle::unchecked;
 };
+
+constexpr int kCheckedMultiprocessors = 132;
+
+int multiprocessors() {
+#ifdef QG_WITH_CUDA
+  int dev = 0, count = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  return count;
+#else
+  return 0;
+#endif
+}
 
 // Regime r of a run: 0 all -0, 1 all +0, 2 alternating -0 / +0, 3 non-negative with -0
 // (the min is -0), 4 non-positive with +0 (the max is +0).
@@ -91,6 +114,7 @@ TEST_P(FusedCuda, MatchesUnfusedCpuBitForBit) {
   Executor cpu(ref), gpu(fused, Device::cuda());
   NodeId obs = ref.value(ref.node(ref.value(ref.at("y")).producer).inputs[1]).producer;
   NodeId f = fused.value(fused.at("y")).producer;
+  const MiddleMapLaunches before = fused_middle_map_launches();
   for (int step = 0; step < 3; ++step) {
     if (step == 2) {  // eval: statistics frozen on both
       cpu.set_training(false);
@@ -124,7 +148,23 @@ TEST_P(FusedCuda, MatchesUnfusedCpuBitForBit) {
       EXPECT_EQ(first_difference(sa[i], sb[i]), "")
           << "state " << ref.node(obs).states[i].name << ", step " << step;
   }
+  if (c.middle == Case::Middle::unchecked) return;
+  if (multiprocessors() != kCheckedMultiprocessors) {
+    std::cout << "[ note ] kernel choice not checked: " << multiprocessors()
+              << " multiprocessors, the cases are sized for " << kCheckedMultiprocessors << "\n";
+    return;
+  }
+  const MiddleMapLaunches after = fused_middle_map_launches();
+  const int64_t rows = after.rows - before.rows, major = after.channels - before.channels;
+  EXPECT_EQ(rows, c.middle == Case::Middle::rows ? 3 : 0) << "row-map launches";
+  EXPECT_EQ(major, c.middle == Case::Middle::channel_major ? 3 : 0) << "channel-major launches";
 }
+
+Case reaches(Case c, Case::Middle m) {
+  c.middle = m;
+  return c;
+}
+using Middle = Case::Middle;
 
 const Attrs kChannel0{{"scope", "channel"}, {"axis", 0}};
 const Attrs kLastAxis{{"scope", "channel"}, {"axis", -1}};
@@ -266,18 +306,21 @@ INSTANTIATE_TEST_SUITE_P(
         // channels on a middle axis of [outer, C, inner]: the two-phase kernel with one
         // channel per thread. On chip, larger than the on-chip cache (streamed re-read), more
         // channels than folding lane groups, one pack per channel run, quantize codes,
-        // bf16/f16, delayed; then the fallbacks: an inner run that is not whole packs (7 x 7)
-        // and an outer row longer than the resident grid.
-        Case{"minmax_observer", {4, 32, 16, 16}, DType::f32, kAxis1, true},
-        Case{"moving_average_observer", {64, 64, 56, 56}, DType::f32, kAxis1, true},
+        // bf16/f16 (the channel-major map: more threads than whole rows), delayed; then the
+        // fallback of an inner run that is not whole packs (7 x 7), and an outer row longer
+        // than the resident grid (the channel-major map). More in MiddleAxis below.
+        reaches(Case{"minmax_observer", {4, 32, 16, 16}, DType::f32, kAxis1, true}, Middle::rows),
+        reaches(Case{"moving_average_observer", {64, 64, 56, 56}, DType::f32, kAxis1, true},
+                Middle::rows),
         Case{"minmax_observer", {8, 4096, 4}, DType::f32, kAxis1, true},
         Case{"moving_average_observer", {8, 2048, 8}, DType::bf16, kAxis1, true, "quantize"},
-        Case{"minmax_observer",
-             {16, 64, 32, 32},
-             DType::f16,
-             {{"scope", "channel"}, {"axis", 1}, {"signed", true}},
-             true,
-             "quantize"},
+        reaches(Case{"minmax_observer",
+                     {16, 64, 32, 32},
+                     DType::f16,
+                     {{"scope", "channel"}, {"axis", 1}, {"signed", true}},
+                     true,
+                     "quantize"},
+                Middle::channel_major),
         Case{"moving_average_observer",
              {16, 64, 28, 28},
              DType::f32,
@@ -285,8 +328,9 @@ INSTANTIATE_TEST_SUITE_P(
              true,
              "fake_quantize",
              {{"delayed", true}}},
-        Case{"minmax_observer", {8, 16, 7, 7}, DType::f32, kAxis1, true},
-        Case{"moving_average_observer", {2, 512, 64, 64}, DType::f32, kAxis1, true}));
+        reaches(Case{"minmax_observer", {8, 16, 7, 7}, DType::f32, kAxis1, true}, Middle::composed),
+        reaches(Case{"moving_average_observer", {2, 512, 64, 64}, DType::f32, kAxis1, true},
+                Middle::channel_major)));
 
 const Attrs kNone{};
 const Attrs kDelayed{{"delayed", true}};
@@ -365,6 +409,80 @@ INSTANTIATE_TEST_SUITE_P(
               0),
         Case{"minmax_observer", {256, 1024}, DType::bf16, kLastAxis, false},
         Case{"moving_average_observer", {256, 1024}, DType::f16, kLastAxis, false, "quantize"}));
+
+const Attrs kAxis1Signed{{"scope", "channel"}, {"axis", 1}, {"signed", true}};
+
+// Channels on a middle axis with the channel-major map (ops/fused/fused_cooperative_middle.cuh:
+// T_c threads per channel, T_c the resident threads per channel rounded down to a multiple of
+// 32), taken where it runs more threads than whole outer rows; the shapes are sized for the
+// 396 resident blocks (101376 threads) of a 132-multiprocessor GPU. NaN and infinities put
+// threads on the exact path (settle() re-reads the thread's packs in the same order);
+// zero runs of one regime per channel (C % 5 == 0) give signed-zero extremes.
+INSTANTIATE_TEST_SUITE_P(
+    MiddleAxis, FusedCuda,
+    ::testing::Values(
+        // whole rows would use 256 (f32) or 384 (bf16) of the 396 blocks; larger than the
+        // on-chip cache: register, shared-memory and streamed packs
+        reaches(Case{"minmax_observer", {128, 64, 64, 64}, DType::f32, kAxis1, true},
+                Middle::channel_major),
+        reaches(Case{"moving_average_observer", {128, 64, 64, 64}, DType::bf16, kAxis1, true},
+                Middle::channel_major),
+        // C = 24: T_c = 4224 (132 * 32), one or two packs per thread
+        reaches(Case{"minmax_observer", {32, 24, 32, 32}, DType::f32, kAxis1, true},
+                Middle::channel_major),
+        // runs of 96 packs (a divisor that is not a power of two) and of 64, codes
+        reaches(
+            Case{"moving_average_observer", {4, 384, 16, 24}, DType::f32, kAxis1, true, "quantize"},
+            Middle::channel_major),
+        reaches(
+            Case{"minmax_observer", {32, 96, 16, 32}, DType::f16, kAxis1Signed, true, "quantize"},
+            Middle::channel_major),
+        // shared-memory packs (4 per thread)
+        reaches(Case{"moving_average_observer", {32, 96, 32, 32}, DType::f32, kAxis1, true},
+                Middle::channel_major),
+        // an outer row longer than the resident grid: 1000 channels of 96 threads
+        reaches(Case{"minmax_observer", {2, 1000, 16, 32}, DType::f32, kAxis1, true},
+                Middle::channel_major),
+        // 5 channels of 20256 threads: the last 96 threads of the grid have no packs
+        reaches(Case{"minmax_observer", {80, 5, 1024}, DType::f32, kAxis1, true},
+                Middle::channel_major),
+        reaches(Case{"moving_average_observer",
+                     {32, 64, 32, 32},
+                     DType::f32,
+                     kAxis1,
+                     true,
+                     "fake_quantize",
+                     kDelayed},
+                Middle::channel_major),
+        // clean data (every thread on the fast paths) and signed-zero extremes
+        reaches(Case{"minmax_observer", {16, 160, 32, 32}, DType::bf16, kAxis1, false},
+                Middle::channel_major),
+        reaches(zeros(Case{"minmax_observer", {16, 160, 32, 32}, DType::bf16, kAxis1, false}, 1024,
+                      0),
+                Middle::channel_major),
+        reaches(zeros(Case{"moving_average_observer",
+                           {4, 160, 32, 32},
+                           DType::f32,
+                           kAxis1,
+                           false,
+                           "quantize"},
+                      1024, 2),
+                Middle::channel_major),
+        reaches(zeros(Case{"minmax_observer", {16, 160, 32, 32}, DType::f16, kAxis1, false}, 1024,
+                      3),
+                Middle::channel_major),
+        // the boundaries: C * 32 = the resident threads (T_c = 32, no whole row fits) takes the
+        // map, one channel more falls back to the composed kernels; equal threads take whole
+        // rows; runs that are not a multiple of 32 packs take whole rows (98 packs) or, when
+        // a row exceeds the grid, the composed kernels (16 packs)
+        reaches(Case{"minmax_observer", {2, 3168, 256}, DType::f32, kAxis1, true},
+                Middle::channel_major),
+        reaches(Case{"minmax_observer", {2, 3169, 256}, DType::f32, kAxis1, true},
+                Middle::composed),
+        reaches(Case{"minmax_observer", {8, 48, 32, 32}, DType::f32, kAxis1, true}, Middle::rows),
+        reaches(Case{"minmax_observer", {16, 64, 28, 28}, DType::bf16, kAxis1, true}, Middle::rows),
+        reaches(Case{"minmax_observer", {2, 8192, 64}, DType::f32, kAxis1, true},
+                Middle::composed)));
 
 }  // namespace
 }  // namespace qg
