@@ -114,9 +114,13 @@ struct ChannelMajorPacks {
   int skip;              // (C - 1) * channel_packs: the other channels' runs of one row
   RunDivisor run;        // divides by channel_packs
   // j = o * C * channel_packs + c * channel_packs + i = base + p + o * skip, with o = p /
-  // channel_packs (p < 2^31).
+  // channel_packs (p < 2^31). Unsigned arithmetic: the kernel also asks for the index of
+  // packs it then skips (p past either end), whose value is never used but must not overflow
+  // a signed int.
   __device__ __forceinline__ int at(int p) const {
-    return base + p + static_cast<int>(run.div(static_cast<uint32_t>(p))) * skip;
+    const uint32_t u = static_cast<uint32_t>(p);
+    return static_cast<int>(static_cast<uint32_t>(base) + u +
+                            run.div(u) * static_cast<uint32_t>(skip));
   }
 };
 
