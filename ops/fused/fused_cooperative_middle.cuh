@@ -125,9 +125,13 @@ struct ChannelMajorPacks {
 };
 
 // Per channel on a middle axis with the channel-major map. Each warp (one channel) combines
-// its statistics by shuffles and publishes one partial; a grid barrier; groups of lanes fold
-// each channel's T_c / 32 partials and write its state and qparams; a second barrier; every
-// thread reads its channel's qparams. The raw-bit statistics and settle() are MiddleStats'.
+// its statistics by shuffles and publishes one partial; a grid barrier; then each block folds
+// the partials of the channels its own threads work for (at most one per warp, as a warp
+// never straddles two channels), one warp per channel, and the block holding a channel's
+// first thread writes its state and qparams. Every block folds a channel's partials in the
+// same order from the same state, read before the barrier, so all agree without the second
+// barrier that a fold-then-read scheme needs (A/B on an H200: see launch_fused_middle). The
+// raw-bit statistics and settle() are MiddleStats'.
 template <typename T>
 struct ChannelMajorStats {
   static constexpr int N = kVec<T>;
@@ -138,18 +142,26 @@ struct ChannelMajorStats {
     int channel_threads;     // T_c, a multiple of 32
     int channel_packs;       // inner / N, a multiple of 32
     int channel_total;       // outer * channel_packs: the packs of one channel
-    int fold_lanes;          // lanes that fold one channel (a power of two <= 32)
     RunDivisor run;          // divides by channel_packs
   };
   RawMinMax raw;
   ColumnMinMax m;
   bool clean;
   int channel;  // c; C or more for the threads past C * T_c
+  bool folds;   // the warp is its channel's first in this block: it folds the channel
+  Running old;  // the folded channel's state before this launch (folding warps only)
 
-  __device__ void begin(const FusedArgs&, const Scratch&) { raw = raw_identity<T>(); }
-  __device__ ChannelMajorPacks pack_map(const Scratch& s, int) {
+  __device__ void begin(const FusedArgs& a, const Scratch& s) {
+    raw = raw_identity<T>();
     const int t = static_cast<int>(global_thread());
     channel = t / s.channel_threads;  // once per thread: a plain division
+    const int warp_first = t - static_cast<int>(threadIdx.x % 32);
+    folds = channel < s.channels &&
+            (threadIdx.x < 32 || (warp_first - 32) / s.channel_threads != channel);
+    if (folds) old = read_state(a, channel);
+  }
+  __device__ ChannelMajorPacks pack_map(const Scratch& s, int) const {
+    const int t = static_cast<int>(global_thread());
     const bool works = channel < s.channels;
     return {t - channel * s.channel_threads,    s.channel_threads,
             works ? s.channel_total : 0,        channel * s.channel_packs,
@@ -169,35 +181,45 @@ struct ChannelMajorStats {
     for (int p = map.first; p < map.end; p += map.step) exact_add(m, pre(xp[map.at(p)]));
   }
   __device__ QPs resolve(const FusedArgs& a, const Scratch& s, int64_t) {
-    const int64_t t = global_thread();
+    const int t = static_cast<int>(global_thread()), lane = static_cast<int>(threadIdx.x % 32);
     // Every lane of a warp has the same channel (T_c is a multiple of 32).
     const MinMax mine = lanes_reduce(MinMax{m.mn, m.mx, m.zeros, m.nonfinite}, 32);
-    if (channel < s.channels && t % 32 == 0)
+    if (channel < s.channels && lane == 0)
       store_partial(&s.partials[t / 32],
                     {mine.mn, mine.mx, mine.zeros, static_cast<unsigned>(mine.nonfinite)});
-    cg::grid_group grid = cg::this_grid();
-    grid.sync();
+    cg::this_grid().sync();
     // Channel c's partials: its warps c * T_c / 32 + [0, T_c / 32).
-    const Flags flags = read_flags(a);
-    const int64_t warps = s.channel_threads / 32;
-    fold_channels(a, flags, s.channels, s.fold_lanes, warps,
-                  [&](int64_t c, int64_t i) { return &s.partials[c * warps + i]; });
-    grid.sync();
-    // The threads past C * T_c quantize nothing; any channel's qparams do.
-    const int c = min(channel, s.channels - 1);
-    return {qp_of(a.scale_out[c], a.zp_out[c], flags)};
+    __shared__ QP channel_qp[kThreads / 32];  // by the folding warp's index in the block
+    const int block_first = t - static_cast<int>(threadIdx.x);
+    if (folds) {  // uniform per warp
+      const int warps = s.channel_threads / 32;
+      MinMax acc = minmax_identity();
+      for (int i = lane; i < warps; i += 32)
+        acc = combine(acc, load_partial(&s.partials[channel * warps + i]));
+      acc = lanes_reduce(acc, 32);
+      const bool writes = lane == 0 && channel * s.channel_threads >= block_first;
+      const QP qp = update_and_qparams(a, read_flags(a), channel, old, finish(acc), true, writes);
+      if (lane == 0) channel_qp[threadIdx.x / 32] = qp;
+    }
+    __syncthreads();
+    // The folding warp of this thread's channel; the threads past C * T_c quantize nothing,
+    // and warp 0 (which always works: the grid ends within the last channel's block) serves.
+    const int channel_first = channel * s.channel_threads;
+    const int slot = channel < s.channels && channel_first > block_first
+                         ? (channel_first - block_first) / 32
+                         : 0;
+    return {channel_qp[slot]};
   }
 };
 
 // The launch of the channel-major map on the cooperative kernel `Coop`: the on-chip cache,
 // T_c = the resident threads per channel rounded down to a multiple of 32 (at most a
-// channel's packs, which are a multiple of 32), the blocks of C * T_c threads and the fold
-// lanes. False when a channel's run is not a multiple of 32 packs or the resident grid has
-// fewer than 32 threads per channel.
+// channel's packs, which are a multiple of 32) and the blocks of C * T_c threads. False when a
+// channel's run is not a multiple of 32 packs or the resident grid has fewer than 32 threads per
+// channel.
 struct ChannelPlan {
   int smem_packs = 0;
   int64_t blocks = 0, channel_threads = 0;
-  int lanes = 1;
 };
 template <typename Coop>
 bool plan_channel_major(int64_t packs, int64_t channels, int64_t channel_packs, ChannelPlan& p) {
@@ -208,7 +230,6 @@ bool plan_channel_major(int64_t packs, int64_t channels, int64_t channel_packs, 
   p.channel_threads = std::min(resident * kThreads / channels / 32 * 32, channel_total);
   if (p.channel_threads < 32) return false;
   p.blocks = (channels * p.channel_threads + kThreads - 1) / kThreads;
-  p.lanes = fold_lanes(channels, p.blocks * kThreads);
   return true;
 }
 
