@@ -16,36 +16,17 @@
 
 namespace qg::cuda::fused::coop {
 
-// Per channel on a middle axis, row map: the grid stride is a multiple of the row
-// (row_packs = C * channel_packs), so thread t always reads packs of channel
-// (t % row_packs) / channel_packs. Aligned groups of `group_lanes` lanes
-// (a power of two dividing inner / N) read the same channel, so each group combines its
-// statistics by shuffles and publishes one partial; a grid barrier; groups of lanes fold
-// each channel's partials and write its state and qparams; a second barrier; and every
-// thread reads the qparams of its one channel. (Publishing one partial per thread left
-// 1536 partials per channel for f32[32, 64, 32, 32], folded by 32 lanes one dependent L2
-// load after another: 29 us on an H100, three times the copy.)
+// The statistics of a thread whose packs all lie in one channel: raw-bit ones while its
+// elements are finite, redone exactly by settle() otherwise (as TensorStats), the re-read
+// walking the thread's own pack sequence (`map`).
 template <typename T>
-struct MiddleStats {
+struct OneChannelStats {
   static constexpr int N = kVec<T>;
-  using QPs = UniformQP;
-  struct Scratch {
-    ColumnMinMax* partials;  // one per lane group of the grid, in thread order
-    int64_t channels;        // C
-    int64_t channel_packs;   // inner / N: consecutive packs of one channel within a row
-    int group_lanes;         // lanes that share a channel and publish one partial
-    int fold_lanes;          // lanes that fold one channel (a power of two <= 32)
-  };
   RawMinMax raw;
   ColumnMinMax m;
   bool clean;
 
-  __device__ void begin(const FusedArgs&, const Scratch&) { raw = raw_identity<T>(); }
-  __device__ GridStridePacks pack_map(const Scratch&, int packs) const {
-    return grid_stride_packs(packs);
-  }
   __device__ __forceinline__ void add(const Pack<T, N>& p) { raw_add(raw, p); }
-  // As TensorStats::settle.
   template <typename Map, typename Pre>
   __device__ void settle(const Pack<T, N>* xp, const Map& map, Pre pre) {
     clean = raw_clean<T>(raw);
@@ -56,6 +37,34 @@ struct MiddleStats {
     }
     m = minmax_identity<ColumnMinMax>();
     for (int p = map.first; p < map.end; p += map.step) exact_add(m, pre(xp[map.at(p)]));
+  }
+};
+
+// Per channel on a middle axis, row map: the grid stride is a multiple of the row
+// (row_packs = C * channel_packs), so thread t always reads packs of channel
+// (t % row_packs) / channel_packs. Aligned groups of `group_lanes` lanes
+// (a power of two dividing inner / N) read the same channel, so each group combines its
+// statistics by shuffles and publishes one partial; a grid barrier; groups of lanes fold
+// each channel's partials and write its state and qparams; a second barrier; and every
+// thread reads the qparams of its one channel. (Publishing one partial per thread left
+// 1536 partials per channel for f32[32, 64, 32, 32], folded by 32 lanes one dependent L2
+// load after another: 29 us on an H100, three times the copy.)
+template <typename T>
+struct MiddleStats : OneChannelStats<T> {
+  using OneChannelStats<T>::m;
+  using OneChannelStats<T>::raw;
+  using QPs = UniformQP;
+  struct Scratch {
+    ColumnMinMax* partials;  // one per lane group of the grid, in thread order
+    int64_t channels;        // C
+    int64_t channel_packs;   // inner / N: consecutive packs of one channel within a row
+    int group_lanes;         // lanes that share a channel and publish one partial
+    int fold_lanes;          // lanes that fold one channel (a power of two <= 32)
+  };
+
+  __device__ void begin(const FusedArgs&, const Scratch&) { raw = raw_identity<T>(); }
+  __device__ GridStridePacks pack_map(const Scratch&, int packs) const {
+    return grid_stride_packs(packs);
   }
   __device__ QPs resolve(const FusedArgs& a, const Scratch& s, int64_t) {
     const int64_t t = global_thread(), threads = global_stride();
@@ -133,8 +142,9 @@ struct ChannelMajorPacks {
 // barrier that a fold-then-read scheme needs (A/B on an H200: see launch_fused_middle). The
 // raw-bit statistics and settle() are MiddleStats'.
 template <typename T>
-struct ChannelMajorStats {
-  static constexpr int N = kVec<T>;
+struct ChannelMajorStats : OneChannelStats<T> {
+  using OneChannelStats<T>::m;
+  using OneChannelStats<T>::raw;
   using QPs = UniformQP;
   struct Scratch {
     ColumnMinMax* partials;  // [C][T_c / 32]: one per warp, in thread order
@@ -144,9 +154,6 @@ struct ChannelMajorStats {
     int channel_total;       // outer * channel_packs: the packs of one channel
     RunDivisor run;          // divides by channel_packs
   };
-  RawMinMax raw;
-  ColumnMinMax m;
-  bool clean;
   int channel;  // c; C or more for the threads past C * T_c
   bool folds;   // the warp is its channel's first in this block: it folds the channel
   Running old;  // the folded channel's state before this launch (folding warps only)
@@ -166,19 +173,6 @@ struct ChannelMajorStats {
     return {t - channel * s.channel_threads,    s.channel_threads,
             works ? s.channel_total : 0,        channel * s.channel_packs,
             (s.channels - 1) * s.channel_packs, s.run};
-  }
-  __device__ __forceinline__ void add(const Pack<T, N>& p) { raw_add(raw, p); }
-  // As TensorStats::settle: the re-read walks the same channel-major sequence.
-  template <typename Map, typename Pre>
-  __device__ void settle(const Pack<T, N>* xp, const Map& map, Pre pre) {
-    clean = raw_clean<T>(raw);
-    if (clean) {
-      const MinMax r = raw_minmax<T>(raw);
-      m = {r.mn, r.mx, r.zeros, 0u};
-      return;
-    }
-    m = minmax_identity<ColumnMinMax>();
-    for (int p = map.first; p < map.end; p += map.step) exact_add(m, pre(xp[map.at(p)]));
   }
   __device__ QPs resolve(const FusedArgs& a, const Scratch& s, int64_t) {
     const int t = static_cast<int>(global_thread()), lane = static_cast<int>(threadIdx.x % 32);
