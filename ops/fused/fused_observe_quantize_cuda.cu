@@ -13,10 +13,10 @@
 //  |                                                     | (fused_cooperative_cuda.cu)      |
 //  | per tensor, relu/gelu/silu applied on load          | cooperative grid, grid barrier   |
 //  |                                                     | (fused_prologue_cuda.cu)         |
-//  | channel on a middle axis of [outer, C, inner], with | cooperative grid, two barriers   |
-//  | inner a multiple of the pack, and a row (C * inner) | (fused_cooperative_cuda.cu): a   |
-//  | within the resident grid's threads or runs of a     | row map or a channel-major map   |
-//  | multiple of 32 packs with 32 threads per channel    | (fused_cooperative_middle.cuh)   |
+//  | channel on a middle axis of [outer, C, inner], with | cooperative grid: a row map (two |
+//  | inner a multiple of the pack, and a row (C * inner) | barriers) or a channel-major map |
+//  | within the resident grid's threads or runs of a     | (one barrier), fused_cooperative |
+//  | multiple of 32 packs with 32 threads per channel    | _middle.cuh                      |
 //
 // Every kernel computes its statistics from the raw bits and quantizes without NaN selects
 // for the threads whose elements are all finite (the common case), and keeps the exact
