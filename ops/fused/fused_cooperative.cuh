@@ -426,14 +426,7 @@ struct Cooperative {
 // per tensor 102.9 -> 100.2-100.7 us, axis 1 f32[128, 64, 64, 64] 105.3 -> 101.8-102.0 us,
 // last axis f32[8192, 4096] 125.9 -> 122.4 us; bf16 unchanged (53.0-53.1 and 55.5-55.6 us).
 inline int l2_kept_sweeps(unsigned grid) {
-  static const int64_t keep = [] {
-    int dev = 0, bytes = 0;
-    QG_CUDA_CHECK("fused_observe_quantize", cudaGetDevice(&dev));
-    QG_CUDA_CHECK("fused_observe_quantize",
-                  cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev));
-    return int64_t{bytes} / 2;
-  }();
-  const int64_t sweep = int64_t{grid} * kThreads * 16;
+  const int64_t keep = l2_cache_bytes() / 2, sweep = int64_t{grid} * kThreads * 16;
   return static_cast<int>((keep + sweep - 1) / sweep);
 }
 

@@ -140,7 +140,7 @@ struct ChannelMajorPacks {
 // first thread writes its state and qparams. Every block folds a channel's partials in the
 // same order from the same state, read before the barrier, so all agree without the second
 // barrier that a fold-then-read scheme needs (A/B on an H200: see launch_fused_middle). The
-// raw-bit statistics and settle() are MiddleStats'.
+// raw-bit statistics and settle() are OneChannelStats'.
 template <typename T>
 struct ChannelMajorStats : OneChannelStats<T> {
   using OneChannelStats<T>::m;

@@ -31,6 +31,16 @@ int multiprocessor_count() {
   return count;
 }
 
+int64_t l2_cache_bytes() {
+  static int64_t bytes = [] {
+    int dev = 0, n = 0;
+    QG_CUDA_CHECK("cuda_backend", cudaGetDevice(&dev));
+    QG_CUDA_CHECK("cuda_backend", cudaDeviceGetAttribute(&n, cudaDevAttrL2CacheSize, dev));
+    return int64_t{n};
+  }();
+  return bytes;
+}
+
 LaunchShape elementwise_launch(int64_t n, int threads) {
   int64_t want = (n + threads - 1) / threads;
   int64_t cap = static_cast<int64_t>(multiprocessor_count()) * 8;

@@ -16,6 +16,8 @@ struct LaunchShape {
 };
 LaunchShape elementwise_launch(int64_t n, int threads = 256);
 int multiprocessor_count();
+// The device's L2 cache size in bytes (cudaDevAttrL2CacheSize), read once.
+int64_t l2_cache_bytes();
 // Launches an empty kernel with the given block size and checks the launch: a size the
 // device rejects (over 1024) raises qg::Error with CUDA's text. Used to test that path.
 void launch_probe(unsigned threads_per_block);
