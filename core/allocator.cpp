@@ -1,5 +1,6 @@
 #include "core/allocator.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "core/caching_cpu_allocator.h"
@@ -36,6 +37,8 @@ thread_local Allocator* tls_override[2] = {nullptr, nullptr};
 int override_slot(DeviceType type) {
   return type == DeviceType::cpu ? 0 : 1;
 }
+
+std::atomic<uint64_t> allocation_counts[2] = {0, 0};
 
 }  // namespace
 
@@ -87,6 +90,18 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   QG_CHECK(cuda_slot().copy != nullptr, "copy", "no CUDA backend is available to copy between ",
            src_device.str(), " and ", dst_device.str());
   cuda_slot().copy(dst, dst_device, src, src_device, bytes);
+}
+
+}  // namespace qg
+
+namespace qg {
+
+uint64_t allocation_count(DeviceType type) {
+  return allocation_counts[override_slot(type)].load(std::memory_order_relaxed);
+}
+
+void count_allocation(DeviceType type) {
+  allocation_counts[override_slot(type)].fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace qg

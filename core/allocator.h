@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/dtype.h"
 
@@ -45,5 +46,13 @@ void install_device_allocator(DeviceType type, Allocator* allocator, CopyFn copy
 // Throws qg::Error when no backend for the device was built or none is present.
 Allocator& allocator_for(Device device);
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+
+// How many allocation requests reached a device's installed allocator (the CPU's caching
+// allocator, the CUDA caching allocator) since the process started; a cache hit counts too.
+// Requests that a ScopedAllocator's pool serves do not. A compiled step in its steady state
+// makes none (tests/runtime/compile_test.cpp checks it).
+uint64_t allocation_count(DeviceType type);
+// Called by the installed allocators on every request.
+void count_allocation(DeviceType type);
 
 }  // namespace qg

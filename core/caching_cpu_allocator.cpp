@@ -48,6 +48,7 @@ CachingCpuAllocator::~CachingCpuAllocator() {
 
 void* CachingCpuAllocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
+  count_allocation(DeviceType::cpu);
   // No system has that much; the check keeps round_size from wrapping around.
   QG_CHECK(bytes <= (SIZE_MAX >> 1), "cpu_allocator", "out of host memory allocating ", bytes,
            " bytes");

@@ -7,13 +7,10 @@
 
 #include "core/error.h"
 #include "ops/common/quant_math.h"
+#include "runtime/compile.h"
 
 namespace qg::nn {
 namespace {
-
-bool stateful(const Node& n) {
-  return !n.dead && !n.states.empty() && n.op->name != "constant";
-}
 
 Executor::Feeds zero_feeds(const Graph& g) {
   Executor::Feeds feeds;
@@ -114,25 +111,19 @@ ValueId integer_weight(Graph& g, const WeightQuantizer& w, const QConfig& qc,
 }  // namespace
 
 void copy_states(Executor& from, Executor& to) {
-  const Graph& src = from.graph();
-  std::map<std::string, NodeId> by_name;
-  for (NodeId id = 0; id < src.num_nodes(); ++id)
-    if (stateful(src.node(id))) by_name[src.node(id).name] = id;
-  const Graph& dst = to.graph();
-  for (NodeId id = 0; id < dst.num_nodes(); ++id) {
-    const Node& n = dst.node(id);
-    if (!stateful(n)) continue;
-    auto it = by_name.find(n.name);
-    QG_CHECK(it != by_name.end(), "copy_states", "node '", n.name,
-             "' has no stateful counterpart in the source graph");
-    const std::vector<Tensor>& s = from.states(it->second);
-    for (size_t i = 0; i < n.states.size(); ++i) {
-      Tensor& d = to.state(id, n.states[i].name);
-      QG_CHECK(i < s.size() && s[i].dtype() == d.dtype() && s[i].shape() == d.shape(),
-               "copy_states", "state '", n.name, "/", n.states[i].name, "' is ", d.str(),
-               " here but differs in the source graph");
-      d = s[i].to(to.device());
-    }
+  // Keyed by the nodes as built (runtime/compile.h), so a fused graph and an unfused one
+  // exchange states; written in place, so a compiled step bound to `to` sees them.
+  std::map<std::string, Tensor*> source = state_index(from);
+  std::map<std::string, Tensor*> target = state_index(to);
+  for (auto& [key, d] : target) {
+    auto it = source.find(key);
+    QG_CHECK(it != source.end(), "copy_states", "state '", key,
+             "' has no counterpart in the source graph");
+    const Tensor& s = *it->second;
+    QG_CHECK(s.dtype() == d->dtype() && s.shape() == d->shape(), "copy_states", "state '", key,
+             "' is ", d->str(), " here but ", s.str(), " in the source graph");
+    Tensor src = s.is_contiguous() ? s : s.to(s.device());
+    copy_bytes(d->raw_data(), d->device(), src.raw_data(), src.device(), d->nbytes());
   }
 }
 

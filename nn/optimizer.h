@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/graph.h"
+#include "runtime/compile.h"
 
 namespace qg::nn {
 
@@ -23,5 +24,8 @@ struct OptimizerConfig {
 // Returns the optimizer step nodes (one per parameter).
 std::vector<NodeId> add_optimizer(Graph& graph, ValueId loss, const std::vector<ValueId>& params,
                                   const OptimizerConfig& config);
+// The update-node builder compile() takes (TrainingSpec::optimizer): the same nodes
+// add_optimizer appends once the gradients exist. Throws for an unknown kind.
+OptimizerNodes optimizer_nodes(const OptimizerConfig& config);
 
 }  // namespace qg::nn

@@ -97,64 +97,98 @@ Trainer::Trainer(const TrainConfig& config, const Dataset& train, const Dataset&
            config.mlp.in_features);
   QG_CHECK(train.size() >= config.mlp.batch, "trainer", "training set of ", train.size(),
            " rows is smaller than one batch (", config.mlp.batch, ")");
-  model_ = build_model(graph_, config.spec(), config.qconfig, config.seed);
-  steps_ = add_optimizer(graph_, model_.loss, model_.parameters, config.optimizer);
-  exec_ = std::make_unique<Executor>(graph_, config.device);
+  program(config.mlp.batch);
+}
+
+Trainer::Program& Trainer::program(int64_t rows) {
+  auto it = programs_.find(rows);
+  if (it != programs_.end()) return it->second;
+  Program p;
+  p.graph = std::make_unique<Graph>();
+  ModelSpec spec = config_.spec();
+  spec.mlp.batch = rows;
+  // Every batch size is built from the same seed, so each starts from the same weights; a
+  // program added later takes the main program's states anyway.
+  p.model = build_model(*p.graph, spec, config_.qconfig, config_.seed);
+  TrainingSpec training{p.model.loss, p.model.parameters, optimizer_nodes(config_.optimizer), {}};
+  CompileOptions options;
+  options.device = config_.device;
+  options.outputs = {p.model.loss, p.model.logits};
+  p.step = std::make_unique<CompiledStep>(*p.graph, training, options);
+  if (!programs_.empty()) share_states(main().step->executor(), p.step->executor());
+  return programs_.emplace(rows, std::move(p)).first->second;
 }
 
 void Trainer::fill_batch(const Dataset& data, const std::vector<int64_t>& order, int64_t start,
-                         Tensor& x, Tensor& labels) const {
-  const int64_t b = config_.mlp.batch, f = data.features;
+                         int64_t rows, Tensor& x, Tensor& labels) const {
+  const int64_t f = data.features;
+  if (x.numel() != rows * f) x = Tensor::empty({rows, f}, DType::f32);
+  if (labels.numel() != rows) labels = Tensor::empty({rows}, DType::i64);
   float* px = x.data<float>();
   int64_t* py = labels.data<int64_t>();
-  for (int64_t r = 0; r < b; ++r) {
-    int64_t k = start + r;
-    if (k < static_cast<int64_t>(order.size())) {
-      int64_t i = order[k];
-      std::memcpy(px + r * f, data.x.data() + i * f, sizeof(float) * f);
-      py[r] = data.labels[i];
-    } else {  // rows past the data (callers only ask for whole batches)
-      std::memset(px + r * f, 0, sizeof(float) * f);
-      py[r] = 0;
-    }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t k = start + r;
+    const int64_t i = order.empty() ? k : order[k];
+    std::memcpy(px + r * f, data.x.data() + i * f, sizeof(float) * f);
+    py[r] = data.labels[i];
   }
+}
+
+const Tensor& Trainer::on_host(const Tensor& t, Tensor& host) {
+  if (t.device().is_cpu()) return t;
+  if (!host.defined() || host.dtype() != t.dtype() || host.shape() != t.shape())
+    host = Tensor::empty(t.shape(), t.dtype());
+  copy_bytes(host.raw_data(), host.device(), t.raw_data(), t.device(), t.nbytes());
+  return host;
+}
+
+void Trainer::train_rows(Program& p, const Tensor& x, const Tensor& labels, double& loss_sum,
+                         int64_t& correct) {
+  const int64_t rows = x.shape()[0], classes = config_.mlp.classes;
+  const std::vector<Tensor>& out =
+      p.step->train({{"x", x}, {"labels", labels}}, {p.model.loss, p.model.logits});
+  p.step->synchronize();
+  // The batch's mean loss, weighed by its share of a full batch (exactly 1 for full ones).
+  const double weight = rows == config_.mlp.batch
+                            ? 1.0
+                            : static_cast<double>(rows) / static_cast<double>(config_.mlp.batch);
+  loss_sum += on_host(out[0], host_loss_).at(0) * weight;
+  const float* pl = on_host(out[1], host_logits_).data<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    correct += argmax_row(pl + r * classes, classes) == labels.data<int64_t>()[r] ? 1 : 0;
 }
 
 EpochMetrics Trainer::train_epoch(const std::function<void(const StepInfo&)>& on_step) {
   auto t0 = std::chrono::steady_clock::now();
-  exec_->set_training(true);
-  const int64_t b = config_.mlp.batch, classes = config_.mlp.classes;
-  std::vector<int64_t> order = rng_.permutation(train_.size());
-  const int64_t steps = train_.size() / b;
-  Tensor x = Tensor::empty({b, train_.features}, DType::f32);
-  Tensor labels = Tensor::empty({b}, DType::i64);
-  double loss_sum = 0;
-  int64_t correct = 0;
+  const int64_t b = config_.mlp.batch, n = train_.size();
+  std::vector<int64_t> order = rng_.permutation(n);
+  const int64_t full = n / b, rest = config_.drop_last ? 0 : n % b;
+  const int64_t steps = full + (rest > 0 ? 1 : 0);
+  Tensor x, labels;
+  double loss_sum = 0;  // batch means, a partial batch weighed by its share of a full one
+  int64_t correct = 0, seen = 0;
   StepInfo info;
   info.epoch = epoch_ + 1;
   info.steps_per_epoch = steps;
   for (int64_t s = 0; s < steps; ++s) {
-    fill_batch(train_, order, s * b, x, labels);
-    auto out = exec_->run({{"x", x}, {"labels", labels}}, {model_.loss, model_.logits}, steps_);
-    Tensor loss = out[0].to(Device::cpu()), logits = out[1].to(Device::cpu());
-    loss_sum += loss.at(0);
-    const float* pl = logits.data<float>();
-    for (int64_t r = 0; r < b; ++r)
-      correct += argmax_row(pl + r * classes, classes) == labels.data<int64_t>()[r] ? 1 : 0;
+    const int64_t rows = s < full ? b : rest;
+    fill_batch(train_, order, s * b, rows, x, labels);
+    train_rows(program(rows), x, labels, loss_sum, correct);
+    seen += rows;
     ++step_;
     if (config_.freeze_bn_after >= 0 && step_ == config_.freeze_bn_after) freeze_batch_norms();
     if (on_step) {
       info.step_in_epoch = s + 1;
-      info.loss = loss_sum / static_cast<double>(s + 1);
-      info.accuracy = static_cast<double>(correct) / static_cast<double>((s + 1) * b);
+      info.loss = loss_sum / (static_cast<double>(seen) / static_cast<double>(b));
+      info.accuracy = static_cast<double>(correct) / static_cast<double>(seen);
       on_step(info);
     }
   }
   EpochMetrics m;
   m.epoch = ++epoch_;
   m.step = step_;
-  m.train_loss = loss_sum / static_cast<double>(steps);
-  m.train_accuracy = static_cast<double>(correct) / static_cast<double>(steps * b);
+  m.train_loss = loss_sum / (static_cast<double>(seen) / static_cast<double>(b));
+  m.train_accuracy = static_cast<double>(correct) / static_cast<double>(seen);
   m.test_accuracy = evaluate(test_);
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   history_.push_back(m);
@@ -163,54 +197,54 @@ EpochMetrics Trainer::train_epoch(const std::function<void(const StepInfo&)>& on
 
 double Trainer::time_steps(int warmup, int steps) {
   QG_CHECK(warmup >= 0 && steps > 0, "trainer", "time_steps(", warmup, ", ", steps, ")");
-  exec_->set_training(true);
-  const int64_t b = config_.mlp.batch;
-  std::vector<int64_t> order(static_cast<size_t>(b));
-  for (int64_t i = 0; i < b; ++i) order[i] = i;
-  Tensor x = Tensor::empty({b, train_.features}, DType::f32);
-  Tensor labels = Tensor::empty({b}, DType::i64);
-  fill_batch(train_, order, 0, x, labels);
-  Executor::Feeds feeds{{"x", x.to(exec_->device())}, {"labels", labels.to(exec_->device())}};
-  auto sync = [&] { exec_->run(feeds, {model_.loss})[0].to(Device::cpu()); };
-  for (int i = 0; i < warmup; ++i) exec_->run(feeds, {}, steps_);
-  sync();
+  Program& p = main();
+  Tensor x, labels;
+  fill_batch(train_, {}, 0, config_.mlp.batch, x, labels);
+  // The batch is written once; later steps re-read the step's own input buffers, as the
+  // steps `qat steps` times do.
+  p.step->train({{"x", x}, {"labels", labels}}, {});
+  for (int i = 0; i < warmup; ++i) p.step->train({}, {});
+  p.step->synchronize();
   auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < steps; ++i) exec_->run(feeds, {}, steps_);
-  // The final fetch waits for every queued kernel; it is one forward pass, not a step.
-  sync();
+  for (int i = 0; i < steps; ++i) p.step->train({}, {});
+  p.step->synchronize();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
 }
 
+void Trainer::predict_rows(const Dataset& data, int64_t start, int64_t rows,
+                           std::vector<float>& out) {
+  Program& p = program(rows);
+  Tensor x, labels;
+  fill_batch(data, {}, start, rows, x, labels);
+  const std::vector<Tensor>& got = p.step->forward({{"x", x}}, {p.model.logits}, false);
+  p.step->synchronize();
+  const Tensor& logits = on_host(got[0], host_logits_);
+  out.insert(out.end(), logits.data<float>(), logits.data<float>() + logits.numel());
+}
+
 std::vector<float> Trainer::predict(const Dataset& data) {
-  const int64_t b = config_.mlp.batch, classes = config_.mlp.classes;
+  const int64_t b = config_.mlp.batch;
   std::vector<float> out;
-  out.reserve(static_cast<size_t>(data.size() * classes));
+  out.reserve(static_cast<size_t>(data.size() * config_.mlp.classes));
   const int64_t full = data.size() / b * b;
-  for (int64_t start = 0; start < full; start += b) {
-    std::vector<float> l = run_logits(*exec_, model_, data, start);
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  if (full < data.size()) {
-    const int64_t rest = data.size() - full;
-    if (!tail_.exec || tail_.model.batch != rest)
-      tail_ = build_instance(config_.spec(), rest, config_.qconfig, exec_->device());
-    copy_states(*exec_, *tail_.exec);
-    std::vector<float> l = run_logits(*tail_.exec, tail_.model, data, full);
-    out.insert(out.end(), l.begin(), l.end());
-  }
+  for (int64_t start = 0; start < full; start += b) predict_rows(data, start, b, out);
+  if (full < data.size()) predict_rows(data, full, data.size() - full, out);
   return out;
 }
 
 double Trainer::integer_accuracy(const Dataset& data, int64_t* bytes) {
-  return nn::integer_accuracy(*exec_, config_.spec(), config_.qconfig, data, bytes);
+  return nn::integer_accuracy(executor(), config_.spec(), config_.qconfig, data, bytes);
 }
 
 void Trainer::freeze_batch_norms() {
-  for (const ConvBnLayer& c : model_.conv_bns) {
-    // live_node: the fused node that holds the batch norm's state if a pass fused it.
-    Tensor& f = exec_->state(live_node(graph_, c.bn_node), "frozen");
+  Program& p = main();
+  for (const ConvBnLayer& c : p.model.conv_bns) {
+    // live_node: the fused node that holds the batch norm's state if a pass fused it. The
+    // flag is written in place: compiled steps hold its address.
+    Tensor& f = executor().state(live_node(*p.graph, c.bn_node), "frozen");
     std::vector<double> ones(static_cast<size_t>(f.numel()), 1.0);
-    f = Tensor::from_doubles(f.shape(), ones, f.dtype()).to(exec_->device());
+    Tensor host = Tensor::from_doubles(f.shape(), ones, f.dtype());
+    copy_bytes(f.raw_data(), f.device(), host.raw_data(), host.device(), f.nbytes());
   }
 }
 
@@ -219,28 +253,27 @@ double Trainer::evaluate(const Dataset& data) {
 }
 
 void Trainer::calibrate(const Dataset& data, int batches) {
-  exec_->set_training(true);
   const int64_t b = config_.mlp.batch;
-  std::vector<int64_t> order(static_cast<size_t>(data.size()));
-  for (int64_t i = 0; i < data.size(); ++i) order[i] = i;
-  Tensor x = Tensor::empty({b, data.features}, DType::f32);
-  Tensor labels = Tensor::empty({b}, DType::i64);
+  Program& p = main();
+  Tensor x, labels;
   for (int k = 0; k < batches && (k + 1) * b <= data.size(); ++k) {
-    fill_batch(data, order, k * b, x, labels);
-    exec_->run({{"x", x}}, {model_.logits});  // no optimizer targets: observers only
+    fill_batch(data, {}, k * b, b, x, labels);
+    p.step->forward({{"x", x}}, {p.model.logits}, true);  // no optimizer: observers only
   }
+  p.step->synchronize();
 }
 
 void Trainer::copy_parameters_from(Trainer& other) {
   // Every graph parameter: the trainable ones and buffers such as batch-norm statistics.
-  for (NodeId id : graph_.parameters()) {
-    if (graph_.node(id).dead) continue;
-    const std::string& name = graph_.value(graph_.node(id).outputs[0]).name;
-    Tensor src = other.executor().parameter(name).to(exec_->device());
-    Tensor& dst = exec_->parameter(name);
+  const Graph& g = graph();
+  for (NodeId id : g.parameters()) {
+    if (g.node(id).dead) continue;
+    const std::string& name = g.value(g.node(id).outputs[0]).name;
+    const Tensor& src = other.executor().parameter(name);
+    Tensor& dst = executor().parameter(name);
     QG_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(), "trainer", "parameter '",
              name, "' is ", dst.str(), " here but ", src.str(), " in the source model");
-    dst = src;
+    copy_bytes(dst.raw_data(), dst.device(), src.raw_data(), src.device(), dst.nbytes());
   }
 }
 
@@ -268,16 +301,10 @@ void Trainer::save_checkpoint(const std::string& path) {
   sections.push_back({"meta", meta.str()});
   sections.push_back({"rng", rng_.save()});
   sections.push_back({"history", history_text(history_)});
-  // Every node state: parameters, optimizer moments and steps, observer statistics.
-  std::map<std::string, int> seen;
-  for (NodeId id = 0; id < graph_.num_nodes(); ++id) {
-    const Node& n = graph_.node(id);
-    if (n.dead || n.states.empty() || n.op->name == "constant") continue;  // immutable
-    QG_CHECK(seen[n.name]++ == 0, "checkpoint", "two stateful nodes are both named '", n.name, "'");
-    const std::vector<Tensor>& st = exec_->states(id);
-    for (size_t i = 0; i < n.states.size(); ++i)
-      sections.push_back({"state/" + n.name + "/" + n.states[i].name, encode_tensor(st[i])});
-  }
+  // Every node state: parameters, optimizer moments and steps, observer statistics; keyed
+  // by the nodes as built, so checkpoints do not depend on which fusion passes ran.
+  for (const auto& [key, t] : state_index(executor()))
+    sections.push_back({"state/" + key, encode_tensor(*t)});
   write_checkpoint(path, sections);
 }
 
@@ -317,25 +344,19 @@ void Trainer::load_checkpoint_bytes(const std::string& bytes, const std::string&
   rng.load(section("rng"));
   std::vector<EpochMetrics> history = parse_history(section("history"), path);
   std::vector<std::pair<Tensor*, Tensor>> updates;
-  size_t state_sections = 0;
-  for (NodeId id = 0; id < graph_.num_nodes(); ++id) {
-    const Node& n = graph_.node(id);
-    if (n.dead || n.states.empty() || n.op->name == "constant") continue;  // immutable
-    for (size_t i = 0; i < n.states.size(); ++i) {
-      std::string key = "state/" + n.name + "/" + n.states[i].name;
-      Tensor t = decode_tensor(section(key), path + " [" + key + "]");
-      Tensor& dst = exec_->state(id, n.states[i].name);
-      QG_CHECK(t.dtype() == dst.dtype() && t.shape() == dst.shape(), "checkpoint", path, ": '", key,
-               "' holds ", dtype_name(t.dtype()), shape_str(t.shape()), ", the model needs ",
-               dtype_name(dst.dtype()), shape_str(dst.shape()));
-      updates.emplace_back(&dst, t.to(exec_->device()));
-      ++state_sections;
-    }
+  for (const auto& [key, dst] : state_index(executor())) {
+    const std::string name = "state/" + key;
+    Tensor t = decode_tensor(section(name), path + " [" + name + "]");
+    QG_CHECK(t.dtype() == dst->dtype() && t.shape() == dst->shape(), "checkpoint", path, ": '",
+             name, "' holds ", dtype_name(t.dtype()), shape_str(t.shape()), ", the model needs ",
+             dtype_name(dst->dtype()), shape_str(dst->shape()));
+    updates.emplace_back(dst, t);
   }
-  QG_CHECK(state_sections + 3 == sections.size(), "checkpoint", path, ": holds ", sections.size(),
-           " sections, this model needs ", state_sections + 3);
-  // 3. commit.
-  for (auto& [dst, t] : updates) *dst = t;
+  QG_CHECK(updates.size() + 3 == sections.size(), "checkpoint", path, ": holds ", sections.size(),
+           " sections, this model needs ", updates.size() + 3);
+  // 3. commit, in place: compiled steps hold the states' addresses.
+  for (auto& [dst, t] : updates)
+    copy_bytes(dst->raw_data(), dst->device(), t.raw_data(), t.device(), dst->nbytes());
   rng_ = rng;
   history_ = history;
   epoch_ = epoch;

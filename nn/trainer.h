@@ -1,8 +1,11 @@
 // Training, evaluation, calibration and checkpointing of any model build_model makes (MLP,
-// CNN, transformer; TrainConfig::model picks it) on a dataset. One
-// Executor::run per step runs forward, backward and the optimizer nodes. The epoch's sample
-// order comes from the trainer's seeded Rng, whose state is part of every checkpoint, so a
-// resumed run replays the uninterrupted one bit for bit on the CPU.
+// CNN, transformer; TrainConfig::model picks it) on a dataset. Every run goes through a
+// compiled step (runtime/compile.h): the fusion passes, the memory plan and, on the GPU, one
+// CUDA-graph replay per step. Shapes are fixed per graph, so the trainer compiles the model
+// once per batch size it meets (the configured batch, and the last partial batch of a
+// dataset) and all of them hold one set of states. The epoch's sample order comes from the
+// trainer's seeded Rng, whose state is part of every checkpoint, so a resumed run replays
+// the uninterrupted one bit for bit on the CPU.
 #pragma once
 
 #include <functional>
@@ -15,6 +18,7 @@
 #include "nn/digits.h"
 #include "nn/model.h"
 #include "nn/optimizer.h"
+#include "runtime/compile.h"
 #include "runtime/executor.h"
 
 namespace qg::nn {
@@ -31,6 +35,9 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   uint64_t seed = 1;
   Device device = Device::cpu();
+  // Drop the last partial batch of each epoch (DataLoader's drop_last). False trains on it
+  // too, through a step compiled at its size.
+  bool drop_last = true;
 
   ModelSpec spec() const { return {model, mlp, cnn, transformer}; }
 };
@@ -53,11 +60,11 @@ class Trainer {
   Trainer(const TrainConfig& config, const Dataset& train, const Dataset& test);
 
   // One pass over the training data in a fresh seeded order (the last partial batch is
-  // dropped, as DataLoader(drop_last=True)); test accuracy is measured after it.
+  // dropped unless TrainConfig::drop_last is false); test accuracy is measured after it.
   EpochMetrics train_epoch(const std::function<void(const StepInfo&)>& on_step = {});
   // Accuracy in eval mode (observers frozen). Full batches run on the training graph; the
-  // last partial batch runs on a second instance of the model built at its size, holding
-  // the same states, so every sample counts once and nothing is padded.
+  // last partial batch runs on the model compiled at its size, holding the same states, so
+  // every sample counts once and nothing is padded.
   double evaluate(const Dataset& data);
   // Logits for every row of `data` (eval mode), [n, classes] row-major.
   std::vector<float> predict(const Dataset& data);
@@ -68,8 +75,9 @@ class Trainer {
   void copy_parameters_from(Trainer& other);
 
   // Mean wall time of one training step (forward, backward, optimizer) on a fixed batch,
-  // after `warmup` untimed steps; the device is synchronised by a fetch before the clock
-  // stops. Training state moves on: use a throwaway trainer.
+  // after `warmup` untimed steps; the device is synchronised before the clock stops. The
+  // steps are the compiled step `qat steps` times. Training state moves on: use a throwaway
+  // trainer.
   double time_steps(int warmup, int steps);
 
   void save_checkpoint(const std::string& path);
@@ -78,9 +86,14 @@ class Trainer {
   // load leaves the trainer unchanged.
   void load_checkpoint_bytes(const std::string& bytes, const std::string& what);
 
-  Graph& graph() { return graph_; }
-  Executor& executor() { return *exec_; }
-  const Model& model() const { return model_; }
+  // The model at the configured batch: its graph (compiled: passes applied), executor
+  // (whose states every compiled batch size shares) and compiled step.
+  Graph& graph() { return *main().graph; }
+  Executor& executor() { return main().step->executor(); }
+  CompiledStep& compiled() { return *main().step; }
+  const Model& model() const { return programs_.at(config_.mlp.batch).model; }
+  // How many batch sizes have been compiled so far.
+  int compiled_batch_sizes() const { return static_cast<int>(programs_.size()); }
   // Accuracy of the model converted to integer weights (nn/convert.h); `bytes` receives
   // its size.
   double integer_accuracy(const Dataset& data, int64_t* bytes);
@@ -92,18 +105,33 @@ class Trainer {
   int64_t step() const { return step_; }
 
  private:
-  void fill_batch(const Dataset& data, const std::vector<int64_t>& order, int64_t start, Tensor& x,
-                  Tensor& labels) const;
+  // The model compiled at one batch size.
+  struct Program {
+    std::unique_ptr<Graph> graph;
+    Model model;
+    std::unique_ptr<CompiledStep> step;
+  };
+  Program& main() { return programs_.at(config_.mlp.batch); }
+  // The program at `rows` rows, compiled on first use with the main program's states.
+  Program& program(int64_t rows);
+  // Copies rows [start, start + rows) of `order` (all of `data` when order is empty) into
+  // `x` and `labels`, sized for `rows`.
+  void fill_batch(const Dataset& data, const std::vector<int64_t>& order, int64_t start,
+                  int64_t rows, Tensor& x, Tensor& labels) const;
+  // Forward pass of rows [start, start + rows) of `data` in eval mode; logits appended.
+  void predict_rows(const Dataset& data, int64_t start, int64_t rows, std::vector<float>& out);
+  // One training step on a filled batch; adds its loss and correct predictions.
+  void train_rows(Program& p, const Tensor& x, const Tensor& labels, double& loss_sum,
+                  int64_t& correct);
+  // Fetched device tensor -> host bytes in `host` (no copy on the CPU).
+  static const Tensor& on_host(const Tensor& t, Tensor& host);
   std::string config_key() const;
 
   TrainConfig config_;
   const Dataset& train_;
   const Dataset& test_;
-  Graph graph_;
-  Model model_;
-  ModelInstance tail_;  // the model at the last partial batch's size (built on demand)
-  std::vector<NodeId> steps_;
-  std::unique_ptr<Executor> exec_;
+  std::map<int64_t, Program> programs_;  // by batch size
+  Tensor host_loss_, host_logits_;       // reused for every fetch to the host
   Rng rng_;
   int epoch_ = 0;
   int64_t step_ = 0;

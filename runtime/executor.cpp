@@ -182,6 +182,12 @@ const std::vector<Tensor>& Executor::states(NodeId node) {
   return states_[node];
 }
 
+std::vector<Tensor>& Executor::mutable_states(NodeId node) {
+  if (graph_.num_nodes() != prepared_nodes_) prepare();
+  graph_.node(node);
+  return states_[node];
+}
+
 Tensor& Executor::parameter(const std::string& name) {
   ValueId v = graph_.at(name);
   NodeId n = graph_.value(v).producer;

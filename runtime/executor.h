@@ -38,6 +38,9 @@ class Executor {
 
   Tensor& state(NodeId node, const std::string& name);
   const std::vector<Tensor>& states(NodeId node);
+  // The same, writable: a caller may replace a state by another tensor of its type (compile's
+  // share_states) before any StaticRun binds it.
+  std::vector<Tensor>& mutable_states(NodeId node);
   // Parameter values by name (on the executor's device).
   Tensor& parameter(const std::string& name);
 

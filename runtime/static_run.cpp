@@ -9,13 +9,13 @@ namespace qg {
 
 StaticRun::StaticRun(Executor& exec, const Executor::Feeds& feeds,
                      const std::vector<ValueId>& fetches, const std::vector<NodeId>& targets,
-                     bool plan_memory)
-    : exec_(exec), planned_(plan_memory) {
+                     bool plan_memory, bool validate)
+    : exec_(exec), planned_(plan_memory), training_(exec.training()) {
   const Graph& g = exec.graph();
   const Device device = exec.device();
   // One validated run through the executor: it checks every type and feed and creates the
   // states. Its intermediates are released as it goes; only states survive it.
-  exec.run(feeds, fetches, targets);
+  if (validate) exec.run(feeds, fetches, targets);
   plan_ = qg::plan_memory(g, needed_order(g, fetches, targets), fetches);
   if (planned_) arena_ = Tensor::empty({plan_.arena_bytes}, DType::u8, device);
   scratch_ = std::make_unique<ScratchPool>(device);
@@ -93,15 +93,9 @@ void StaticRun::launch() {
       for (ValueId in : n.inputs) inputs.push_back(values_[in]);
       for (ValueId out : n.outputs) outputs.push_back(values_[out]);
       std::vector<Tensor>& states = const_cast<std::vector<Tensor>&>(exec_.states(s.node));
-      KernelContext ctx{n.op->name,
-                        n,
-                        n.attrs,
-                        std::move(inputs),
-                        std::move(outputs),
-                        states,
-                        exec_.training(),
-                        exec_.stream(),
-                        nullptr};
+      KernelContext ctx{
+          n.op->name,     n,      n.attrs, std::move(inputs), std::move(outputs), states, training_,
+          exec_.stream(), nullptr};
       s.kernel->fn(ctx);
       // Views (reshape, stop_gradient) hand out their input; planned outputs stay put.
       for (size_t k = 0; k < n.outputs.size(); ++k) values_[n.outputs[k]] = ctx.outputs[k];

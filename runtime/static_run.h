@@ -26,11 +26,13 @@ namespace qg {
 class StaticRun {
  public:
   // `fetches` and `targets` (side-effect nodes such as optimizer steps) decide which nodes
-  // run; `feeds` bind the graph inputs. The constructor runs the step once through the
-  // executor to validate it (which advances state like any run). The executor must outlive
-  // this object.
+  // run; `feeds` bind the graph inputs. With `validate`, the constructor runs the step once
+  // through the executor to validate it (which advances state like any run); without it, the
+  // caller has run these fetches and targets through the executor already (compile() does:
+  // that run is its first step). Kernels see the executor's training flag as it is now, on
+  // every launch. The executor must outlive this object.
   StaticRun(Executor& executor, const Executor::Feeds& feeds, const std::vector<ValueId>& fetches,
-            const std::vector<NodeId>& targets = {}, bool plan_memory = true);
+            const std::vector<NodeId>& targets = {}, bool plan_memory = true, bool validate = true);
   ~StaticRun();
 
   // Rebinds one graph input to another tensor of the same type (e.g. to rotate inputs).
@@ -66,6 +68,7 @@ class StaticRun {
   };
   Executor& exec_;
   bool planned_;
+  bool training_;
   MemoryPlan plan_;
   Tensor arena_;
   std::unique_ptr<ScratchPool> scratch_;  // declared before values_: outlives them

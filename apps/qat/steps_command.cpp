@@ -1,9 +1,12 @@
-// `qat steps`: whole training steps of the PERF.md models (issue 12), float and QAT, each
-// forward + backward + SGD replayed as one CUDA graph (StaticRun), median of `reps`:
+// `qat steps`: whole training steps, float and QAT, each forward + backward + optimizer
+// compiled as every caller compiles it (runtime/compile.h) and replayed as one CUDA graph,
+// median of `reps`. The PERF.md models:
 //   cnn:          4 conv(3x3, pad 1)-bn-relu blocks, 64 channels, 3x32x32 input, batch 256,
 //                 global average pool, linear 64 -> 10, cross-entropy;
 //   transformer:  one pre-norm block (d=768, 12 heads, MLP 3072 with GELU), sequence 512,
-//                 batch 8, a linear 768 -> 10 head on every token, cross-entropy.
+//                 batch 8, a linear 768 -> 10 head on every token, cross-entropy;
+// and the digits models of `qat train` at its defaults (digits-mlp, digits-cnn,
+// digits-transformer), which `qat train --time-steps` times through nn::Trainer.
 // QAT is W8A8 (per-channel int8 weights, per-tensor uint8 activations with moving-average
 // observers), the recipe torch.ao's default QAT qconfig applies; conv-bn pairs are folded as
 // ConvBnReLU2d. bench/torch_model_steps.py times the same steps in PyTorch; --json rows use
@@ -19,11 +22,12 @@
 #include "bench/harness/device_timer.h"
 #include "core/precision.h"
 #include "nn/builder.h"
+#include "nn/model.h"
 #include "nn/optimizer.h"
 #include "nn/rng.h"
+#include "nn/trainer.h"
 #include "runtime/backend.h"
-#include "runtime/passes/pass.h"
-#include "runtime/static_run.h"
+#include "runtime/compile.h"
 
 #ifdef QG_WITH_CUDA
 #include <cuda_runtime.h>
@@ -44,7 +48,9 @@ struct StepsOptions {
 struct StepGraph {
   Graph graph;
   ValueId loss = kNoValue;
-  std::vector<NodeId> updates;
+  std::vector<ValueId> parameters;
+  nn::OptimizerConfig optimizer{"sgd", 0.01, 0.0};
+  std::vector<NodeId> updates;  // the optimizer nodes, once compiled (--profile runs them)
   Executor::Feeds feeds;
 };
 
@@ -74,7 +80,7 @@ void build_cnn(StepGraph& s, const nn::QConfig& qc, bool small) {
                   /*relu=*/true);
   ValueId logits = b.linear(b.global_avg_pool(h, "gap"), 10, "head", false, true);
   s.loss = b.cross_entropy(logits, labels);
-  s.updates = nn::add_optimizer(s.graph, s.loss, b.parameters(), {"sgd", 0.01, 0.0});
+  s.parameters = b.parameters();
   s.feeds = {{"x", random_tensor({batch, 3, image, image}, 2)},
              {"labels", random_labels(batch, 10, 3)}};
 }
@@ -89,30 +95,42 @@ void build_transformer(StepGraph& s, const nn::QConfig& qc, bool small) {
   ValueId logits = b.linear(h, 10, "head", false, true);
   logits = s.graph.apply1("reshape", {logits}, {{"shape", Shape{batch * seq, 10}}}, "tokens");
   s.loss = b.cross_entropy(logits, labels);
-  s.updates = nn::add_optimizer(s.graph, s.loss, b.parameters(), {"sgd", 0.01, 0.0});
+  s.parameters = b.parameters();
   s.feeds = {{"x", random_tensor({batch, seq, d}, 2)},
              {"labels", random_labels(batch * seq, 10, 3)}};
 }
 
-// Median microseconds of one step: a CUDA-graph replay on CUDA, a StaticRun launch on the CPU.
+// The digits models `qat train` trains (nn::build_model at TrainConfig's defaults), so
+// that `qat train --time-steps` and this command time the same compiled step.
+void build_digits(StepGraph& s, const std::string& kind, const nn::QConfig& qc) {
+  nn::TrainConfig config;
+  config.model = kind;
+  nn::Model m = nn::build_model(s.graph, config.spec(), qc, config.seed);
+  s.loss = m.loss;
+  s.parameters = m.parameters;
+  s.optimizer = config.optimizer;
+  const int64_t batch = config.mlp.batch;
+  Tensor x = random_tensor({batch, config.mlp.in_features}, 2);
+  for (int64_t i = 0; i < x.numel(); ++i)  // pixels are in [0, 1]
+    x.data<float>()[i] = 0.5f + 0.5f * x.data<float>()[i];
+  s.feeds = {{"x", x}, {"labels", random_labels(batch, config.mlp.classes, 3)}};
+}
+
+// Compiles the step as every caller does (runtime/compile.h: passes, memory plan, CUDA
+// graph) and returns the median microseconds of one step: a replay on CUDA, a StaticRun
+// launch on the CPU. The feeds are written once; every step re-reads them.
 double time_step(StepGraph& s, Device device, int reps, int* kernels) {
-  optimize(s.graph);  // QG_DISABLE_PASSES applies, as everywhere
-  Executor::Feeds feeds;
-  for (auto& [name, t] : s.feeds) feeds[name] = t.to(device);
-  Executor exec(s.graph, device);
-  StaticRun run(exec, feeds, {s.loss}, s.updates);
-  *kernels = run.kernels_per_launch();
-  run.launch();
-  double us;
-  if (device.is_cpu()) {
-    us = bench::median_us(
-        device, [&](int) { run.launch(); }, reps, 1);
-  } else {
-    run.capture();
-    us = bench::median_us(
-        device, [&](int) { run.replay(); }, reps);
-  }
-  run.synchronize();
+  CompileOptions options;
+  options.device = device;
+  options.outputs = {s.loss};
+  CompiledStep step(s.graph, {s.loss, s.parameters, nn::optimizer_nodes(s.optimizer), {}}, options);
+  step.train(s.feeds, {});  // the executor's validated run
+  step.train({}, {});       // the first launch (records the temporaries)
+  *kernels = step.kernels_per_launch({}, true, true);
+  s.updates = step.updates();
+  const double us = bench::median_us(
+      device, [&](int) { step.train({}, {}); }, reps, device.is_cpu() ? 1 : -1);
+  step.synchronize();
   return us;
 }
 
@@ -216,8 +234,11 @@ void add_steps_command(CLI::App& app) {
   auto o = std::make_shared<StepsOptions>();
   cmd->add_option("--device", o->device, "cpu, cuda or auto (cuda when present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  cmd->add_option("--model", o->model, "cnn, transformer or all")
-      ->check(CLI::IsMember({"cnn", "transformer", "all"}));
+  cmd->add_option("--model", o->model,
+                  "cnn, transformer, all (both), or a digits model of `qat train`: digits-mlp, "
+                  "digits-cnn, digits-transformer, digits (all three)")
+      ->check(CLI::IsMember({"cnn", "transformer", "all", "digits-mlp", "digits-cnn",
+                             "digits-transformer", "digits"}));
   cmd->add_option("--reps", o->reps, "Timed steps (median reported)")->check(CLI::Range(1, 10000));
   cmd->add_flag("--small", o->small, "Tiny shapes (a smoke run)");
   cmd->add_option("--json", o->json, "Write the rows as JSON");
@@ -236,15 +257,20 @@ void add_steps_command(CLI::App& app) {
                 o->tf32 ? "; fp32 rows without TF32, tf32 rows with it" : ", no TF32");
     std::printf("%-32s %8s %12s\n", "case", "kernels", "ms");
     std::string rows;
-    for (const char* kind : {"cnn", "transformer"}) {
-      if (o->model != "all" && o->model != kind) continue;
+    for (const std::string kind :
+         {"cnn", "transformer", "digits-mlp", "digits-cnn", "digits-transformer"}) {
+      const bool digits = kind.rfind("digits-", 0) == 0;
+      if (o->model != kind && !(o->model == "all" && !digits) && !(o->model == "digits" && digits))
+        continue;
       for (bool tf32 : {false, true})
         for (bool qat : {false, true}) {
           if (tf32 && !o->tf32) continue;
           set_allow_tf32(tf32);  // GEMMs and convolutions of this row (core/precision.h)
           StepGraph s;
           nn::QConfig qc = qat ? nn::QConfig::w8a8() : nn::QConfig::float32();
-          if (std::string(kind) == "cnn")
+          if (digits)
+            build_digits(s, kind.substr(7), qc);
+          else if (kind == "cnn")
             build_cnn(s, qc, o->small);
           else
             build_transformer(s, qc, o->small);

@@ -291,6 +291,7 @@ void bind_nn(nb::module_& m) {
   bind_builder(nn);
   bind_models(nn);
   bind_training(nn);
+  bind_compile(nn);
 }
 
 }  // namespace qgpy

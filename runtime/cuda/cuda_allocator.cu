@@ -13,6 +13,7 @@ size_t CachingAllocator::round_size(size_t bytes) {
 
 void* CachingAllocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
+  count_allocation(DeviceType::cuda);
   size_t size = round_size(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = free_.lower_bound(size);
