@@ -3,12 +3,11 @@
 // fake-quant, Adam as graph nodes, then a conversion to real int8 weights.
 #include <cstdio>
 
-#include "autograd/grad.h"
 #include "nn/digits.h"
 #include "nn/model.h"
 #include "nn/optimizer.h"
 #include "nn/quantized.h"
-#include "runtime/executor.h"
+#include "runtime/compile.h"
 
 using namespace qg;
 
@@ -26,10 +25,12 @@ int main() try {
   ValueId h = b.linear(b.quant_input(x), 128, "fc1", /*relu=*/true, /*quantize_output=*/true);
   ValueId logits = b.linear(h, 10, "fc2", /*relu=*/false, /*quantize_output=*/true);
   ValueId loss = b.cross_entropy(logits, labels);
-  std::vector<NodeId> steps = nn::add_optimizer(g, loss, b.parameters(), {"adam", 3e-3});
 
-  // 3. Train: each run does forward, backward and the Adam updates.
-  Executor ex(g);
+  // 3. Compile: gradients, Adam's update nodes, the fusion passes and the memory plan (and a
+  //    captured CUDA graph on a GPU). Each train() does forward, backward and the updates.
+  CompileOptions options;
+  options.outputs = {loss, logits};
+  CompiledStep step(g, {loss, b.parameters(), nn::optimizer_nodes({"adam", 3e-3}), {}}, options);
   nn::Rng rng(7);
   Tensor xb = Tensor::empty({batch, 64}, DType::f32), yb = Tensor::empty({batch}, DType::i64);
   for (int epoch = 1; epoch <= 15; ++epoch) {
@@ -42,20 +43,19 @@ int main() try {
         for (int64_t f = 0; f < 64; ++f) xb.data<float>()[r * 64 + f] = train.x[i * 64 + f];
         yb.data<int64_t>()[r] = train.labels[i];
       }
-      total += ex.run({{"x", xb}, {"labels", yb}}, {loss}, steps)[0].at(0);
+      total += step.train({{"x", xb}, {"labels", yb}}, {loss})[0].at(0);
     }
     std::printf("epoch %2d  loss %.4f\n", epoch, total / n);
   }
 
   // 4. Evaluate the fake-quant graph (eval mode freezes the observers) in padded batches.
-  ex.set_training(false);
   int64_t correct = 0;
   for (int64_t start = 0; start < test.size(); start += batch) {
     for (int64_t r = 0; r < batch; ++r) {
       int64_t i = std::min(start + r, test.size() - 1);  // pad with the last row
       for (int64_t f = 0; f < 64; ++f) xb.data<float>()[r * 64 + f] = test.x[i * 64 + f];
     }
-    Tensor out = ex.run({{"x", xb}}, {logits})[0];
+    const Tensor& out = step.forward({{"x", xb}}, {logits}, /*training=*/false)[0];
     for (int64_t r = 0; r < batch && start + r < test.size(); ++r) {
       const float* row = out.data<float>() + r * 10;
       int64_t best = 0;
@@ -66,7 +66,7 @@ int main() try {
   std::printf("fake-quant test accuracy: %.2f%%\n", 100.0 * correct / test.size());
 
   // 5. Convert to real int8 weights and evaluate with dequantize-on-the-fly.
-  nn::QuantizedMlp q = nn::convert_to_quantized(ex, b);
+  nn::QuantizedMlp q = nn::convert_to_quantized(step.executor(), b);
   std::printf("int8 model: %lld bytes, test accuracy %.2f%%\n",
               static_cast<long long>(q.size_bytes()), 100.0 * q.accuracy(test));
   return 0;

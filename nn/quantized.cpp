@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "ops/common/quant_math.h"
+#include "runtime/compile.h"
 
 namespace qg::nn {
 namespace {
@@ -156,19 +157,27 @@ float nf4_value(uint8_t code) {
 
 std::pair<std::vector<float>, std::vector<int32_t>> observer_qparams(Executor& ex,
                                                                      NodeId observer) {
-  const Node& n = ex.graph().node(observer);
-  QG_CHECK(n.outputs.size() == 2, "quantize", "node '", n.name, "' is not an observer");
-  bool was = ex.training();
-  ex.set_training(false);  // read the qparams without updating the statistics
-  // Activation observers sit behind graph inputs; in eval mode their statistics are frozen,
-  // so zeros fed to the inputs only satisfy the executor and change nothing.
+  // The observer alone, in a one-node graph holding the model's own state tensors: this works
+  // whether or not a pass fused the observer into another node (its states are keyed by its
+  // name either way), and eval mode reads the qparams without updating the statistics.
+  const Graph& g = ex.graph();
+  const Node& n = g.node(observer);
+  QG_CHECK(n.outputs.size() == 2 && !n.states.empty(), "quantize", "node '", n.name,
+           "' is not an observer");
+  Graph one;
+  std::vector<ValueId> inputs;
   Executor::Feeds feeds;
-  for (ValueId in : ex.graph().inputs()) {
-    const Value& v = ex.graph().value(in);
-    feeds[v.name] = Tensor::zeros(v.type.shape, v.type.dtype);
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const TensorType& t = g.value(n.inputs[i]).type;
+    const std::string name = "in" + std::to_string(i);
+    inputs.push_back(one.input(name, t));
+    feeds[name] = Tensor::zeros(t.shape, t.dtype);  // ignored in eval mode
   }
-  auto out = ex.run(feeds, {n.outputs[0], n.outputs[1]});
-  ex.set_training(was);
+  std::vector<ValueId> qparams = one.apply(n.op->name, inputs, n.attrs, n.name);
+  Executor solo(one, ex.device());
+  share_states(ex, solo);
+  solo.set_training(false);
+  auto out = solo.run(feeds, qparams);
   Tensor s = out[0].to(Device::cpu()), z = out[1].to(Device::cpu());
   std::vector<float> scale(s.data<float>(), s.data<float>() + s.numel());
   std::vector<int32_t> zp(z.data<int32_t>(), z.data<int32_t>() + z.numel());

@@ -58,6 +58,8 @@ struct StepInfo {
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const Dataset& train, const Dataset& test);
+  Trainer(const Trainer&) = delete;  // compiled steps hold its graphs and states
+  Trainer& operator=(const Trainer&) = delete;
 
   // One pass over the training data in a fresh seeded order (the last partial batch is
   // dropped unless TrainConfig::drop_last is false); test accuracy is measured after it.

@@ -19,13 +19,13 @@
 #include <map>
 
 #include "apps/qat/commands.h"
+#include "apps/qat/train_common.h"
 #include "bench/harness/device_timer.h"
 #include "core/precision.h"
 #include "nn/builder.h"
 #include "nn/model.h"
 #include "nn/optimizer.h"
 #include "nn/rng.h"
-#include "nn/trainer.h"
 #include "runtime/backend.h"
 #include "runtime/compile.h"
 
@@ -100,12 +100,14 @@ void build_transformer(StepGraph& s, const nn::QConfig& qc, bool small) {
              {"labels", random_labels(batch * seq, 10, 3)}};
 }
 
-// The digits models `qat train` trains (nn::build_model at TrainConfig's defaults), so
-// that `qat train --time-steps` and this command time the same compiled step.
-void build_digits(StepGraph& s, const std::string& kind, const nn::QConfig& qc) {
-  nn::TrainConfig config;
-  config.model = kind;
-  nn::Model m = nn::build_model(s.graph, config.spec(), qc, config.seed);
+// The digits models `qat train` trains, at its default options (`--weight-bits 8 --act-bits
+// 8` for QAT), so that `qat train --time-steps` and this command time the same compiled step.
+void build_digits(StepGraph& s, const std::string& kind, bool qat) {
+  TrainOptions o;
+  o.model = kind;
+  if (qat) o.weight_bits = o.act_bits = "8";
+  const nn::TrainConfig config = make_config(o, qconfig_from(o));
+  nn::Model m = nn::build_model(s.graph, config.spec(), config.qconfig, config.seed);
   s.loss = m.loss;
   s.parameters = m.parameters;
   s.optimizer = config.optimizer;
@@ -269,7 +271,7 @@ void add_steps_command(CLI::App& app) {
           StepGraph s;
           nn::QConfig qc = qat ? nn::QConfig::w8a8() : nn::QConfig::float32();
           if (digits)
-            build_digits(s, kind.substr(7), qc);
+            build_digits(s, kind.substr(7), qat);
           else if (kind == "cnn")
             build_cnn(s, qc, o->small);
           else

@@ -105,6 +105,9 @@ void add_train_command(CLI::App& app) {
   add_model_options(cmd, *o);
   cmd->add_option("--lr", o->lr, "Learning rate")->capture_default_str();
   cmd->add_option("--epochs", o->epochs, "Epochs")->capture_default_str();
+  cmd->add_flag("--keep-last", o->keep_last,
+                "Train on each epoch's last partial batch too (a step compiled at its size); "
+                "by default it is dropped");
   cmd->add_option("--seed", o->seed, "Seed for init and data order")->capture_default_str();
   cmd->add_option("--device", o->device, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--out", o->out, "Output directory")->capture_default_str();

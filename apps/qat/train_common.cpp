@@ -36,6 +36,7 @@ nn::TrainConfig make_config(const TrainOptions& o, const nn::QConfig& qc) {
   c.freeze_bn_after = o.freeze_bn_after;
   c.mlp.hidden.assign(static_cast<size_t>(o.depth), o.width);
   c.mlp.batch = o.batch;
+  c.drop_last = !o.keep_last;
   c.qconfig = qc;
   c.optimizer.kind = o.optimizer;
   c.optimizer.lr = o.lr;

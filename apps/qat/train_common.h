@@ -25,6 +25,7 @@ struct TrainOptions {
   double lr = 3e-3;
   int epochs = 30;
   int batch = 64;
+  bool keep_last = false;  // train on the last partial batch too (compiled at its size)
   uint64_t seed = 1;
   std::string device = "auto";
   std::string out = "out/train";

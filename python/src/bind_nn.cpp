@@ -210,6 +210,7 @@ void bind_training(nb::module_& m) {
       .def_rw("cnn", &TrainConfig::cnn)
       .def_rw("transformer", &TrainConfig::transformer)
       .def_rw("freeze_bn_after", &TrainConfig::freeze_bn_after)
+      .def_rw("drop_last", &TrainConfig::drop_last)
       .def_rw("qconfig", &TrainConfig::qconfig)
       .def_rw("optimizer", &TrainConfig::optimizer)
       .def_rw("seed", &TrainConfig::seed)

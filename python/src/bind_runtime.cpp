@@ -4,9 +4,12 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <set>
 #include "bindings.h"
 #include "convert.h"
+
 #include "runtime/backend.h"
+#include "runtime/compile.h"
 #include "runtime/executor.h"
 
 namespace qgpy {
@@ -29,14 +32,19 @@ std::vector<qg::ValueId> to_fetches(const qg::Graph& g, const nb::handle& fetche
   return ids;
 }
 
-bool stateful(const qg::Node& n) {
-  return !n.dead && !n.states.empty() && n.op->name != "constant";
-}
-
 // The state_dict naming: a parameter by its name ("fc1.weight"); any other state as
-// "<node name>/<state name>" ("fc1.weight.observer/min"), as checkpoints name them.
-std::string state_key(const qg::Node& n, const qg::StateSpec& s) {
-  return n.op->name == "parameter" ? n.name : n.name + "/" + s.name;
+// "<node>/<state>" ("fc1.weight.observer/min"), as checkpoints name them: by the nodes as
+// built, so a compiled (fused) graph names its states as the plain one does.
+std::map<std::string, qg::Tensor*> named_states(qg::Executor& ex) {
+  const qg::Graph& g = ex.graph();
+  std::map<std::string, std::string> parameter_keys;  // "<name>/value" -> "<name>"
+  for (qg::NodeId id : g.parameters()) parameter_keys[g.node(id).name + "/value"] = g.node(id).name;
+  std::map<std::string, qg::Tensor*> out;
+  for (const auto& [key, t] : qg::state_index(ex)) {
+    auto it = parameter_keys.find(key);
+    out[it == parameter_keys.end() ? key : it->second] = t;
+  }
+  return out;
 }
 
 }  // namespace
@@ -110,15 +118,13 @@ void bind_runtime(nb::module_& m) {
       .def(
           "state_dict",
           [](qg::Executor& ex, bool parameters_only, nb::handle framework) {
-            const qg::Graph& g = ex.graph();
+            std::set<std::string> parameters;
+            for (qg::NodeId id : ex.graph().parameters())
+              parameters.insert(ex.graph().node(id).name);
             nb::dict d;
-            for (qg::NodeId id = 0; id < g.num_nodes(); ++id) {
-              const qg::Node& n = g.node(id);
-              if (!stateful(n) || (parameters_only && n.op->name != "parameter")) continue;
-              const std::vector<qg::Tensor>& st = ex.states(id);
-              for (size_t i = 0; i < st.size(); ++i)
-                d[state_key(n, n.states[i]).c_str()] = from_tensor(st[i].clone(), framework);
-            }
+            for (const auto& [key, t] : named_states(ex))
+              if (!parameters_only || parameters.count(key))
+                d[key.c_str()] = from_tensor(t->clone(), framework);
             return d;
           },
           nb::arg("parameters_only") = false, nb::arg("framework") = nb::none(),
@@ -128,13 +134,11 @@ void bind_runtime(nb::module_& m) {
           "load_state_dict",
           [](qg::Executor& ex, nb::dict values, bool strict) {
             const qg::Graph& g = ex.graph();
+            std::map<std::string, qg::Tensor*> keys = named_states(ex);
+            // Checked in full before anything is written, so a bad value changes nothing.
             std::vector<std::string> unused;
-            std::map<std::string, std::pair<qg::NodeId, std::string>> keys;
-            for (qg::NodeId id = 0; id < g.num_nodes(); ++id) {
-              const qg::Node& n = g.node(id);
-              if (!stateful(n)) continue;
-              for (const qg::StateSpec& s : n.states) keys[state_key(n, s)] = {id, s.name};
-            }
+            std::vector<std::pair<qg::Tensor*, qg::Tensor>> writes;
+            std::set<std::string> given;
             for (auto [key, value] : values) {
               std::string k = nb::cast<std::string>(key);
               auto it = keys.find(k);
@@ -142,23 +146,26 @@ void bind_runtime(nb::module_& m) {
                 unused.push_back(k);
                 continue;
               }
-              qg::Tensor& s = ex.state(it->second.first, it->second.second);
+              qg::Tensor& s = *it->second;
               qg::Tensor v = to_tensor(value);
               QG_CHECK(v.dtype() == s.dtype() && v.shape() == s.shape(), "load_state_dict",
                        "state '", k, "' is ", s.str(), ", the given value is ", v.str());
-              qg::copy_bytes(s.raw_data(), s.device(), v.raw_data(), v.device(), s.nbytes());
-              keys.erase(it);
+              writes.emplace_back(&s, v);
+              given.insert(k);
             }
             if (strict) {
               QG_CHECK(unused.empty(), "load_state_dict", "no state named '", unused.front(),
                        "' in the graph (", unused.size(), " unknown keys)");
               size_t params_missing = 0;
               std::string first;
-              for (const auto& [k, where] : keys)
-                if (g.node(where.first).op->name == "parameter" && params_missing++ == 0) first = k;
+              for (qg::NodeId id : g.parameters())
+                if (!given.count(g.node(id).name) && params_missing++ == 0) first = g.node(id).name;
               QG_CHECK(params_missing == 0, "load_state_dict", "parameter '", first,
                        "' is missing (", params_missing, " parameters missing)");
             }
+            for (auto& [dst, v] : writes)
+              qg::copy_bytes(dst->raw_data(), dst->device(), v.raw_data(), v.device(),
+                             dst->nbytes());
             return unused;
           },
           nb::arg("state_dict"), nb::arg("strict") = true,

@@ -32,6 +32,43 @@ def test_builder_model_trains_with_adam(digits):
     assert "fc1.weight" in g.parameter_names()
 
 
+def _builder_mlp(batch):
+    g = qg.Graph()
+    b = nn.Builder(g, nn.QConfig.w8a8(), seed=1)
+    x = g.input("x", "f32", [batch, 64])
+    labels = g.input("labels", "i64", [batch])
+    h = b.linear(b.quant_input(x), 32, "fc1", relu=True)
+    logits = b.linear(h, 10, "fc2")
+    return g, b, b.cross_entropy(logits, labels), logits
+
+
+def test_compiled_step_equals_the_executor(digits):
+    train, _ = digits
+    batch = 64
+    g1, b1, loss1, logits1 = _builder_mlp(batch)
+    g2, b2, loss2, _ = _builder_mlp(batch)
+    step = nn.compile(g1, loss1, b1.parameters(), nn.OptimizerConfig("adam", 3e-3),
+                      outputs=[logits1])
+    assert step.passes()["fuse_observer_quantize"] > 0
+    updates = nn.add_optimizer(g2, loss2, b2.parameters(), nn.OptimizerConfig("adam", 3e-3))
+    ex = qg.Executor(g2)
+    for s in range(4):
+        rows = slice(s * batch, (s + 1) * batch)
+        feeds = {"x": train.x[rows], "labels": train.labels[rows]}
+        got = step.train(feeds, [loss1])[0]
+        want = ex.run(feeds, [loss2], updates)[0]
+        assert float(got) == float(want)
+    assert step.last_path([loss1], True, True) == nn.RunPath.launch
+    # The fused graph's states carry the names of the nodes as built.
+    assert step.executor.state_dict().keys() == ex.state_dict().keys()
+    for k, v in step.executor.state_dict().items():
+        np.testing.assert_array_equal(v, ex.state_dict()[k])
+    logits = step.forward({"x": train.x[:batch]}, [logits1], training=False)[0]
+    assert logits.shape == (batch, 10)
+    with pytest.raises(qg.Error, match=r"'x' is f32\[64, 64\] on cpu, fed f32\[32, 64\]"):
+        step.forward({"x": train.x[:32]}, [logits1])
+
+
 def test_train_function_and_trainer(digits, tmp_path):
     train, test = digits
     cfg = nn.TrainConfig()

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "autograd/grad.h"
+#include "nn/convert.h"
 #include "nn/png_plot.h"
 #include "nn/quantized.h"
 #include "tests/core/test_util.h"
@@ -18,16 +19,23 @@ using testing::DigitsFixture;
 
 class QuantizedTest : public ::testing::Test, public DigitsFixture {};
 
-// The weight the fake-quant graph used (the fake_quantize node's output on fc1's weight).
+// The weight the fake-quant graph used (the fake_quantize node's output on fc1's weight),
+// read from an unfused instance of the model holding the trainer's states: the trainer's
+// own graph is compiled, and its weight fake-quant is fused with its observer.
 std::vector<double> fake_quant_weight(nn::Trainer& t, const std::string& layer) {
+  nn::ModelInstance inst = nn::build_instance(t.config().spec(), t.config().mlp.batch,
+                                              t.config().qconfig, Device::cpu());
+  nn::copy_states(t.executor(), *inst.exec);
   ValueId fq = kNoValue;
-  for (NodeId id = 0; id < t.graph().num_nodes(); ++id)
-    if (t.graph().node(id).name == layer + ".weight.fq") fq = t.graph().node(id).outputs[0];
+  for (NodeId id = 0; id < inst.graph->num_nodes(); ++id)
+    if (inst.graph->node(id).name == layer + ".weight.fq") fq = inst.graph->node(id).outputs[0];
   EXPECT_NE(fq, kNoValue);
-  t.executor().set_training(false);
-  auto out = t.executor().run({}, {fq});
-  t.executor().set_training(true);
-  return out[0].to_doubles();
+  Executor::Feeds feeds;
+  for (ValueId in : inst.graph->inputs()) {
+    const Value& v = inst.graph->value(in);
+    feeds[v.name] = Tensor::zeros(v.type.shape, v.type.dtype);  // eval mode: not observed
+  }
+  return inst.exec->run(feeds, {fq})[0].to_doubles();
 }
 
 TEST_F(QuantizedTest, Int8AndInt4CodesDequantizeToTheFakeQuantWeights) {
