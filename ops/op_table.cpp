@@ -1,37 +1,41 @@
-// The one table of op families. Adding a family means adding its folder and one row here;
-// OpRegistry::self_check() then verifies every op it defines (backward rules, gradient-check
-// samples, CPU reference kernels).
+// The one table of op families. Adding a family means adding its folder and one row here:
+// the folder's define_<family>_ops declares its ops and registers the kernels of every
+// backend (its CUDA kernels when built with CUDA). OpRegistry::self_check() then verifies
+// every op (backward rules, gradient-check samples, CPU reference kernels, CUDA coverage).
 #include "core/op_registry.h"
+
+// One row per family, in registration order: X(folder) stands for define_<folder>_ops.
+// (A macro so that the row also declares the function: one line per family, nothing else.)
+#define QG_OP_FAMILIES(X) \
+  X(graph_io)             \
+  X(arith)                \
+  X(linalg)               \
+  X(activation)           \
+  X(reduce)               \
+  X(loss)                 \
+  X(fake_quantize)        \
+  X(observer)             \
+  X(lsq)                  \
+  X(quantize)             \
+  X(dynamic_quant)        \
+  X(int4)                 \
+  X(nf4)                  \
+  X(optim)                \
+  X(fused)                \
+  X(norm)                 \
+  X(pool)                 \
+  X(dropout)              \
+  X(softmax)              \
+  X(embedding)            \
+  X(shape)                \
+  X(conv)                 \
+  X(fold)
 
 namespace qg {
 
-void define_graph_io_ops(OpRegistry&);
-void define_arith_ops(OpRegistry&);
-void define_linalg_ops(OpRegistry&);
-void define_activation_ops(OpRegistry&);
-void define_reduce_ops(OpRegistry&);
-void define_loss_ops(OpRegistry&);
-void define_fake_quantize_ops(OpRegistry&);
-void define_observer_ops(OpRegistry&);
-void define_lsq_ops(OpRegistry&);
-void define_quantize_ops(OpRegistry&);
-void define_dynamic_quant_ops(OpRegistry&);
-void define_int4_ops(OpRegistry&);
-void define_nf4_ops(OpRegistry&);
-void define_optim_ops(OpRegistry&);
-void define_fused_ops(OpRegistry&);
-void define_norm_ops(OpRegistry&);
-void define_pool_ops(OpRegistry&);
-void define_dropout_ops(OpRegistry&);
-void define_softmax_ops(OpRegistry&);
-void define_embedding_ops(OpRegistry&);
-void define_shape_ops(OpRegistry&);
-void define_conv_ops(OpRegistry&);
-void define_fold_ops(OpRegistry&);
-
-#ifdef QG_WITH_CUDA
-void add_cuda_kernels(OpRegistry&);  // runtime/cuda: registers every family's CUDA kernels
-#endif
+#define QG_DECLARE_FAMILY(folder) void define_##folder##_ops(OpRegistry&);
+QG_OP_FAMILIES(QG_DECLARE_FAMILY)
+#undef QG_DECLARE_FAMILY
 
 namespace {
 struct OpFamily {
@@ -39,39 +43,13 @@ struct OpFamily {
   void (*define)(OpRegistry&);
 };
 
-// Size deduced, so adding a row is the only edit.
-constexpr OpFamily kOpFamilies[] = {
-    {"graph_io", define_graph_io_ops},
-    {"arith", define_arith_ops},
-    {"linalg", define_linalg_ops},
-    {"activation", define_activation_ops},
-    {"reduce", define_reduce_ops},
-    {"loss", define_loss_ops},
-    {"fake_quantize", define_fake_quantize_ops},
-    {"observer", define_observer_ops},
-    {"lsq", define_lsq_ops},
-    {"quantize", define_quantize_ops},
-    {"dynamic_quant", define_dynamic_quant_ops},
-    {"int4", define_int4_ops},
-    {"nf4", define_nf4_ops},
-    {"optim", define_optim_ops},
-    {"fused", define_fused_ops},
-    {"norm", define_norm_ops},
-    {"pool", define_pool_ops},
-    {"dropout", define_dropout_ops},
-    {"softmax", define_softmax_ops},
-    {"embedding", define_embedding_ops},
-    {"shape", define_shape_ops},
-    {"conv", define_conv_ops},
-    {"fold", define_fold_ops},
-};
+#define QG_FAMILY_ROW(folder) {#folder, define_##folder##_ops},
+constexpr OpFamily kOpFamilies[] = {QG_OP_FAMILIES(QG_FAMILY_ROW)};
+#undef QG_FAMILY_ROW
 }  // namespace
 
 void register_all_ops(OpRegistry& registry) {
   for (const OpFamily& family : kOpFamilies) family.define(registry);
-#ifdef QG_WITH_CUDA
-  add_cuda_kernels(registry);
-#endif
 }
 
 }  // namespace qg
