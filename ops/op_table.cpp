@@ -4,49 +4,55 @@
 // every op (backward rules, gradient-check samples, CPU reference kernels, CUDA coverage).
 #include "core/op_registry.h"
 
-// One row per family, in registration order: X(folder) stands for define_<folder>_ops.
-// (A macro so that the row also declares the function: one line per family, nothing else.)
-#define QG_OP_FAMILIES(X) \
-  X(graph_io)             \
-  X(arith)                \
-  X(linalg)               \
-  X(activation)           \
-  X(reduce)               \
-  X(loss)                 \
-  X(fake_quantize)        \
-  X(observer)             \
-  X(lsq)                  \
-  X(quantize)             \
-  X(dynamic_quant)        \
-  X(int4)                 \
-  X(nf4)                  \
-  X(optim)                \
-  X(fused)                \
-  X(norm)                 \
-  X(pool)                 \
-  X(dropout)              \
-  X(softmax)              \
-  X(embedding)            \
-  X(shape)                \
-  X(conv)                 \
-  X(fold)
-
 namespace qg {
-
-#define QG_DECLARE_FAMILY(folder) void define_##folder##_ops(OpRegistry&);
-QG_OP_FAMILIES(QG_DECLARE_FAMILY)
-#undef QG_DECLARE_FAMILY
-
 namespace {
+
 struct OpFamily {
   const char* folder;
   void (*define)(OpRegistry&);
 };
 
-#define QG_FAMILY_ROW(folder) {#folder, define_##folder##_ops},
-constexpr OpFamily kOpFamilies[] = {QG_OP_FAMILIES(QG_FAMILY_ROW)};
-#undef QG_FAMILY_ROW
 }  // namespace
+
+// A row: the folder and a call of its define_<folder>_ops, declared in the row itself so
+// that the row is the only line a new family adds here. (Outside the unnamed namespace: a
+// function declared in a block belongs to the enclosing namespace, which must be qg.)
+// clang-format off
+#define QG_OP_FAMILY(folder)                 \
+  {#folder, [](OpRegistry& r) {              \
+     void define_##folder##_ops(OpRegistry&); \
+     define_##folder##_ops(r);                \
+   }}
+
+// In registration order; the size is deduced.
+constexpr OpFamily kOpFamilies[] = {
+    QG_OP_FAMILY(graph_io),
+    QG_OP_FAMILY(arith),
+    QG_OP_FAMILY(linalg),
+    QG_OP_FAMILY(activation),
+    QG_OP_FAMILY(reduce),
+    QG_OP_FAMILY(loss),
+    QG_OP_FAMILY(fake_quantize),
+    QG_OP_FAMILY(observer),
+    QG_OP_FAMILY(lsq),
+    QG_OP_FAMILY(quantize),
+    QG_OP_FAMILY(dynamic_quant),
+    QG_OP_FAMILY(int4),
+    QG_OP_FAMILY(nf4),
+    QG_OP_FAMILY(optim),
+    QG_OP_FAMILY(fused),
+    QG_OP_FAMILY(norm),
+    QG_OP_FAMILY(pool),
+    QG_OP_FAMILY(dropout),
+    QG_OP_FAMILY(softmax),
+    QG_OP_FAMILY(embedding),
+    QG_OP_FAMILY(shape),
+    QG_OP_FAMILY(conv),
+    QG_OP_FAMILY(fold),
+};
+// clang-format on
+
+#undef QG_OP_FAMILY
 
 void register_all_ops(OpRegistry& registry) {
   for (const OpFamily& family : kOpFamilies) family.define(registry);
