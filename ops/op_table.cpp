@@ -49,6 +49,7 @@ constexpr OpFamily kOpFamilies[] = {
     QG_OP_FAMILY(shape),
     QG_OP_FAMILY(conv),
     QG_OP_FAMILY(fold),
+    QG_OP_FAMILY(cast),
 };
 // clang-format on
 
