@@ -135,6 +135,13 @@ const Node& Graph::node(NodeId id) const {
   return g_[id];
 }
 
+std::vector<DType> Graph::input_dtypes(const Node& node) const {
+  std::vector<DType> dtypes;
+  dtypes.reserve(node.inputs.size());
+  for (ValueId in : node.inputs) dtypes.push_back(value(in).type.dtype);
+  return dtypes;
+}
+
 int Graph::num_live_nodes() const {
   int n = 0;
   for (int i = 0; i < num_nodes(); ++i) n += g_[i].dead ? 0 : 1;

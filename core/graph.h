@@ -61,6 +61,8 @@ class Graph {
 
   const Value& value(ValueId id) const;
   const Node& node(NodeId id) const;
+  // The dtypes of a node's inputs, in order: the key its kernel is looked up by.
+  std::vector<DType> input_dtypes(const Node& node) const;
   int num_nodes() const { return static_cast<int>(boost::num_vertices(g_)); }
   int num_values() const { return static_cast<int>(values_.size()); }
   int num_live_nodes() const;

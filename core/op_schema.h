@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,12 +73,40 @@ struct KernelContext {
 };
 using KernelFn = std::function<void(KernelContext&)>;
 
+// The input dtype signatures a kernel accepts: one set of dtypes per input position, where
+// an empty set (or a position past the listed ones) accepts any dtype. Built from a single
+// list it constrains input 0 only, which keeps the common registration terse: most ops'
+// shape inference already ties their other inputs to input 0. Ops whose inputs vary
+// independently list every position (for_inputs) or register one kernel per combination.
+// Source ops have no inputs, so only a signature that constrains nothing matches them.
+struct KernelDTypes {
+  std::vector<std::vector<DType>> per_input;
+
+  KernelDTypes() = default;  // any inputs
+  KernelDTypes(std::initializer_list<DType> input0) : KernelDTypes(std::vector<DType>(input0)) {}
+  KernelDTypes(std::vector<DType> input0) {  // NOLINT: implicit, so rows stay short
+    if (!input0.empty()) per_input.push_back(std::move(input0));
+  }
+  static KernelDTypes for_inputs(std::vector<std::vector<DType>> sets);
+
+  bool accepts(const std::vector<DType>& input_dtypes) const;
+  // The accepted set at one position; empty means any dtype.
+  const std::vector<DType>& at(size_t position) const;
+  // "(x: f32|f64, scale: any)" with the op's input names.
+  std::string str(const std::vector<std::string>& input_names) const;
+};
+
 struct KernelDef {
   DeviceType device = DeviceType::cpu;
-  std::vector<DType>
-      dtypes;  // accepted dtypes of input 0 (or output 0 for source ops); empty = any
+  KernelDTypes dtypes;  // the input signatures this kernel accepts
   KernelFn fn;
 };
+
+// The dtypes of a kernel's inputs, in order: the key kernels are looked up by.
+std::vector<DType> dtypes_of(const std::vector<Tensor>& tensors);
+// "(x: f32, scale: f32, zero_point: i32)": a signature with the op's input names.
+std::string signature_str(const std::vector<DType>& input_dtypes,
+                          const std::vector<std::string>& input_names);
 
 // Given the forward node and the gradients of its outputs (kNoValue where an output gets
 // none), a backward rule appends ordinary graph nodes and returns one gradient per input
@@ -135,10 +164,18 @@ struct OpDef {
   // Output 0 is a view of input 0 (reshape, stop_gradient): the memory planner gives it no
   // buffer of its own and keeps input 0's buffer alive as long as the view is read.
   bool aliases_input = false;
+  // Has no CUDA kernel by design. In a CUDA build the registry self-check fails for any
+  // other op with a CPU kernel and no CUDA kernel.
+  bool cpu_only = false;
+  // Dtypes whose CPU kernels have no CUDA counterpart by design. The self-check otherwise
+  // requires every dtype a CPU kernel accepts at an input position to be accepted by a CUDA
+  // kernel at that position.
+  std::vector<DType> cpu_only_dtypes;
 
   bool is_differentiable() const;
   const AttrSpec* find_attr(const std::string& attr) const;
-  const KernelDef* find_kernel(DeviceType device, DType dtype) const;
+  // The first kernel of `device` whose signature accepts the input dtypes.
+  const KernelDef* find_kernel(DeviceType device, const std::vector<DType>& input_dtypes) const;
 };
 
 }  // namespace qg

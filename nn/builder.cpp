@@ -19,10 +19,18 @@ std::string observer_op(const QConfig& qc, double averaging_constant, Attrs& att
   return "minmax_observer";
 }
 
+// Parameters are drawn in f32 (so a seed gives the same values whatever the policy) and
+// stored in the policy's parameter dtype.
+Tensor in_parameter_dtype(const Tensor& f32, const PrecisionPolicy& precision) {
+  if (precision.parameter == DType::f32) return f32;
+  return Tensor::from_doubles(f32.shape(), f32.to_doubles(), precision.parameter);
+}
+
 }  // namespace
 
-Builder::Builder(Graph& graph, QConfig qconfig, uint64_t seed)
-    : g_(graph), qc_(std::move(qconfig)), rng_(seed) {
+Builder::Builder(Graph& graph, QConfig qconfig, uint64_t seed, PrecisionPolicy precision)
+    : g_(graph), qc_(std::move(qconfig)), precision_(precision), rng_(seed) {
+  precision_.validate();
   QG_CHECK(
       qc_.weight_scope == "channel" || qc_.weight_scope == "tensor" || qc_.weight_scope == "group",
       "nn", "weight scope '", qc_.weight_scope, "' is not one of channel, tensor, group");
@@ -34,7 +42,7 @@ ValueId Builder::uniform_parameter(const std::string& name, const Shape& shape, 
   Tensor t = Tensor::empty(shape, DType::f32);
   float* p = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(rng_.uniform(-bound, bound));
-  ValueId v = g_.parameter(name, t);
+  ValueId v = g_.parameter(name, in_parameter_dtype(t, precision_));
   params_.push_back(v);
   return v;
 }
@@ -44,7 +52,7 @@ ValueId Builder::filled_parameter(const std::string& name, const Shape& shape, d
   Tensor t = Tensor::empty(shape, DType::f32);
   float* p = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(value);
-  ValueId v = g_.parameter(name, t);
+  ValueId v = g_.parameter(name, in_parameter_dtype(t, precision_));
   if (trainable) params_.push_back(v);
   return v;
 }
@@ -60,6 +68,11 @@ ValueId Builder::act(ValueId x, const std::string& name, NodeId* observer) {
   if (observer != nullptr) *observer = g_.value(qp[0]).producer;
   return g_.apply("fake_quantize", {x, qp[0], qp[1]}, {{"bits", bits}, {"signed", false}},
                   name + ".fq")[0];
+}
+
+ValueId Builder::to_compute(ValueId v, const std::string& name) {
+  if (!precision_.mixed() || g_.value(v).type.dtype == precision_.compute) return v;
+  return g_.apply1("cast", {v}, {{"dtype", dtype_name(precision_.compute)}}, name + ".to_compute");
 }
 
 ValueId Builder::fake_quant_activation(ValueId x, const std::string& name, NodeId* observer) {

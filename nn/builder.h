@@ -1,6 +1,6 @@
-// The layer-building context on top of core::Graph. A Builder holds the graph, the QConfig
-// and the seeded init stream; each layer kind lives in its own file (nn/linear.cpp,
-// nn/conv2d.cpp, nn/conv_bn.cpp, nn/layer_norm.cpp, nn/attention.cpp,
+// The layer-building context on top of core::Graph. A Builder holds the graph, the QConfig,
+// the PrecisionPolicy and the seeded init stream; each layer kind lives in its own file
+// (nn/linear.cpp, nn/conv2d.cpp, nn/conv_bn.cpp, nn/layer_norm.cpp, nn/attention.cpp,
 // nn/transformer_block.cpp, nn/embedding.cpp, nn/pooling.cpp) as a Builder method that
 // creates its parameters and buffers under "<layer name>.<tensor>" (for example
 // "block0.attn.q.weight"), appends its part of the graph, and records what conversion to
@@ -8,7 +8,10 @@
 //   weight(w)       the QConfig's weight quantizer on a [out, in] (or [out, in, kh, kw]) weight,
 //   act(x)          the static activation quantizer of a layer's output,
 //   gemm_input(x)   the dynamic activation quantizer of a GEMM's input,
-// and each is the identity when the QConfig has no such quantizer.
+// and each is the identity when the QConfig has no such quantizer. Parameters are created in
+// the policy's parameter dtype; under a mixed policy (compute != parameter) linear layers cast
+// their input, weight and bias to the compute dtype after the quantizers (torch.autocast's
+// place for the cast), so the quantizers see the f32 master weights.
 //
 //   Graph g;
 //   nn::Builder b(g, nn::QConfig::w8a8(), /*seed=*/1);
@@ -62,7 +65,8 @@ struct ConvBnLayer {
 
 class Builder {
  public:
-  Builder(Graph& graph, QConfig qconfig, uint64_t seed);
+  // Throws qg::Error when the QConfig or the PrecisionPolicy is invalid.
+  Builder(Graph& graph, QConfig qconfig, uint64_t seed, PrecisionPolicy precision = {});
 
   // --- quantizers (nn/builder.cpp) ---
   // Static activation fake-quant of a graph input (PyTorch's QuantStub under QAT).
@@ -75,6 +79,9 @@ class Builder {
   // The weight quantizer on w ([out, in...]; inputs beyond axis 0 are flattened for the
   // qparams); records a WeightQuantizer for conversion.
   ValueId weight(ValueId w, const std::string& layer);
+  // v in the compute dtype: a `cast` node under a mixed policy when v's dtype differs from
+  // it, v itself otherwise (so the default policy adds no node).
+  ValueId to_compute(ValueId v, const std::string& name);
   // Pre-refactor names, kept for callers.
   ValueId fake_quant_activation(ValueId x, const std::string& name, NodeId* observer);
   ValueId fake_quant_weight(ValueId w, const std::string& name, NodeId* observer);
@@ -115,6 +122,7 @@ class Builder {
 
   Graph& graph() { return g_; }
   const QConfig& qconfig() const { return qc_; }
+  const PrecisionPolicy& precision() const { return precision_; }
   const std::vector<LinearLayer>& layers() const { return layers_; }
   const std::vector<WeightQuantizer>& weight_quantizers() const { return weights_; }
   const std::vector<ConvBnLayer>& conv_bn_layers() const { return conv_bns_; }
@@ -127,6 +135,7 @@ class Builder {
 
   Graph& g_;
   QConfig qc_;
+  PrecisionPolicy precision_;
   Rng rng_;
   std::vector<LinearLayer> layers_;
   std::vector<WeightQuantizer> weights_;

@@ -34,8 +34,11 @@ ValueId Builder::linear(ValueId x, int64_t out_features, const std::string& name
   ValueId w = weight(l.weight, name);
   l.weight_observer =
       weights_.empty() || qc_.weight == WeightQuant::none ? -1 : weights_.back().observer;
+  // The GEMM runs in the compute dtype (casts only under a mixed precision policy).
+  xin = to_compute(xin, name + ".in");
+  w = to_compute(w, name + ".weight");
   ValueId y = g_.apply1("matmul", {xin, w}, {{"transpose_b", true}}, name + ".matmul");
-  y = g_.apply1("add", {y, l.bias}, {}, name + ".add_bias");
+  y = g_.apply1("add", {y, to_compute(l.bias, name + ".bias")}, {}, name + ".add_bias");
   if (xs.size() > 2) {
     Shape ys = xs;
     ys.back() = out_features;

@@ -1,5 +1,7 @@
 #include "nn/qconfig.h"
 
+#include <vector>
+
 #include "core/error.h"
 
 namespace qg::nn {
@@ -104,6 +106,79 @@ ObserverKind parse_observer(const std::string& s) {
   if (s == "minmax") return ObserverKind::minmax;
   if (s == "moving_average" || s == "ema") return ObserverKind::moving_average;
   QG_FAIL("qconfig", "observer '", s, "' is not one of minmax, moving_average");
+}
+
+namespace {
+
+bool is_one_of(DType d, std::initializer_list<DType> set) {
+  for (DType e : set)
+    if (d == e) return true;
+  return false;
+}
+
+// Named presets, in the order name() prefers them.
+struct PrecisionPreset {
+  const char* name;
+  PrecisionPolicy policy;
+};
+const std::vector<PrecisionPreset>& precision_presets() {
+  static const std::vector<PrecisionPreset> presets = {
+      {"f32", PrecisionPolicy::f32()},
+      {"f64", {DType::f64, DType::f64, DType::f64}},
+      {"bf16", {DType::bf16, DType::bf16, DType::f32}},
+      {"f16", {DType::f16, DType::f16, DType::f32}},
+      {"bf16-mixed", PrecisionPolicy::bf16_mixed()},
+      {"f16-mixed", PrecisionPolicy::f16_mixed()},
+  };
+  return presets;
+}
+
+}  // namespace
+
+void PrecisionPolicy::validate() const {
+  for (auto [field, d] : {std::pair<const char*, DType>{"parameter", parameter},
+                          std::pair<const char*, DType>{"compute", compute}})
+    QG_CHECK(is_one_of(d, {DType::f32, DType::f64, DType::f16, DType::bf16}), "precision", field,
+             " dtype ", dtype_name(d), " is not one of f32, f64, f16, bf16");
+  QG_CHECK(is_one_of(accumulate, {DType::f32, DType::f64}), "precision", "accumulate dtype ",
+           dtype_name(accumulate), " is not one of f32, f64");
+  QG_CHECK(!(compute == DType::f64 && accumulate != DType::f64), "precision", "accumulate dtype ",
+           dtype_name(accumulate), " is narrower than compute dtype f64");
+}
+
+std::string PrecisionPolicy::name() const {
+  for (const PrecisionPreset& p : precision_presets())
+    if (p.policy == *this) return p.name;
+  return std::string(dtype_name(parameter)) + "/" + dtype_name(compute) + "/" +
+         dtype_name(accumulate);
+}
+
+std::string PrecisionPolicy::str() const {
+  return name() + " (parameters " + dtype_name(parameter) + ", compute " + dtype_name(compute) +
+         ", accumulate " + dtype_name(accumulate) + ")";
+}
+
+PrecisionPolicy parse_precision(const std::string& s) {
+  for (const PrecisionPreset& p : precision_presets())
+    if (s == p.name) return p.policy;
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t slash; (slash = s.find('/', start)) != std::string::npos; start = slash + 1)
+    parts.push_back(s.substr(start, slash - start));
+  parts.push_back(s.substr(start));
+  std::string presets;
+  for (const PrecisionPreset& p : precision_presets())
+    presets += std::string(presets.empty() ? "" : ", ") + p.name;
+  QG_CHECK(parts.size() == 3, "precision", "'", s, "' is not one of ", presets,
+           " or PARAM/COMPUTE/ACCUMULATE (for example f32/bf16/f32)");
+  PrecisionPolicy p;
+  try {
+    p = {dtype_from_name(parts[0]), dtype_from_name(parts[1]), dtype_from_name(parts[2])};
+  } catch (const Error& e) {
+    QG_FAIL("precision", "'", s, "': ", e.message());
+  }
+  p.validate();
+  return p;
 }
 
 }  // namespace qg::nn

@@ -11,9 +11,13 @@
 //                default QAT activation fake-quant), or dynamic per-token asymmetric int8
 //                (-128..127, qparams from each token's own min/max every step) on the input
 //                of each GEMM (torchao's Int8DynActInt4Weight).
+//
+// PrecisionPolicy, beside it, says which float dtypes the model keeps and computes in.
 #pragma once
 
 #include <string>
+
+#include "core/dtype.h"
 
 namespace qg::nn {
 
@@ -55,6 +59,42 @@ struct QConfig {
   int activation_bits() const;  // 32 for float activations
   std::string str() const;      // "W8A8 (weights per channel, moving_average observers)"
 };
+
+// Which float dtypes a model uses, like torch.autocast over f32 master weights (and Lightning's
+// "bf16-mixed" precision setting):
+//   parameter:  the dtype parameters are stored and updated in (the optimizer's dtype);
+//   compute:    the dtype GEMM operands are cast to (the Builder inserts `cast` nodes when it
+//               differs from `parameter`; their gradients are cast back);
+//   accumulate: the dtype sums and GEMM accumulators run in. The kernels already widen
+//               f16/bf16 to f32 and f64 stays f64, so it only records (and validates) that.
+// The default (f32 everywhere) adds no node, so graphs are what they were without a policy.
+struct PrecisionPolicy {
+  DType parameter = DType::f32;
+  DType compute = DType::f32;
+  DType accumulate = DType::f32;
+
+  static PrecisionPolicy f32() { return {}; }
+  // f32 parameters, bf16 (or f16) GEMM operands, f32 accumulation.
+  static PrecisionPolicy bf16_mixed() { return {DType::f32, DType::bf16, DType::f32}; }
+  static PrecisionPolicy f16_mixed() { return {DType::f32, DType::f16, DType::f32}; }
+
+  bool mixed() const { return compute != parameter; }
+  // Throws qg::Error naming the field and value: parameter and compute must be f32, f64, f16
+  // or bf16, accumulate f32 or f64 and at least as wide as compute.
+  void validate() const;
+  // The name parse_precision reads back: "f32", "bf16-mixed", or "PARAM/COMPUTE/ACCUMULATE"
+  // ("f32/bf16/f64") when no preset matches.
+  std::string name() const;
+  // "bf16-mixed (parameters f32, compute bf16, accumulate f32)".
+  std::string str() const;
+  bool operator==(const PrecisionPolicy& o) const {
+    return parameter == o.parameter && compute == o.compute && accumulate == o.accumulate;
+  }
+};
+
+// "f32", "f64", "bf16", "f16" (one dtype throughout, accumulating in f32 or f64),
+// "bf16-mixed", "f16-mixed", or "PARAM/COMPUTE/ACCUMULATE"; the result is validated.
+PrecisionPolicy parse_precision(const std::string& s);
 
 WeightQuant parse_weight_quant(const std::string& s);  // "32", "8", "4", "2", "nf4"
 ActQuant parse_act_quant(const std::string& s);        // "32", "8", "4", "dyn8"

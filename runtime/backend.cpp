@@ -16,14 +16,22 @@ class CpuBackend final : public Backend {
 };
 }  // namespace
 
-bool Backend::supports(const OpDef& op, DType dtype) const {
-  return op.find_kernel(device().type, dtype) != nullptr;
+bool Backend::supports(const OpDef& op, const std::vector<DType>& input_dtypes) const {
+  return op.find_kernel(device().type, input_dtypes) != nullptr;
 }
 
-const KernelDef& Backend::kernel_for(const OpDef& op, DType dtype) const {
-  const KernelDef* k = op.find_kernel(device().type, dtype);
-  QG_CHECK(k != nullptr, op.name, "no ", device_type_name(device().type), " kernel for dtype ",
-           dtype_name(dtype));
+const KernelDef& Backend::kernel_for(const OpDef& op,
+                                     const std::vector<DType>& input_dtypes) const {
+  const KernelDef* k = op.find_kernel(device().type, input_dtypes);
+  if (k == nullptr) {
+    std::string accepted;
+    for (const KernelDef& other : op.kernels)
+      if (other.device == device().type)
+        accepted += (accepted.empty() ? "" : " or ") + other.dtypes.str(op.inputs);
+    QG_FAIL(op.name, "no ", device_type_name(device().type), " kernel for inputs ",
+            signature_str(input_dtypes, op.inputs), "; its ", device_type_name(device().type),
+            " kernels accept ", accepted.empty() ? "nothing (none is registered)" : accepted);
+  }
   return *k;
 }
 

@@ -1,6 +1,6 @@
 // A backend runs kernels on one device. Kernels live in the op registry keyed by device;
 // the backend answers supports() up front so the executor never meets an unsupported
-// (op, dtype) pair mid-graph.
+// (op, input dtypes) combination mid-graph.
 #pragma once
 
 #include <memory>
@@ -22,9 +22,11 @@ class Backend {
   // (bad qparams, labels out of range), since a kernel cannot throw.
   virtual void after_run(const Graph& graph) { (void)graph; }
 
-  bool supports(const OpDef& op, DType dtype) const;
-  // Throws qg::Error naming the op, device and dtype when there is no kernel.
-  const KernelDef& kernel_for(const OpDef& op, DType dtype) const;
+  // Whether a kernel of this device accepts the input dtypes (the full signature).
+  bool supports(const OpDef& op, const std::vector<DType>& input_dtypes) const;
+  // Throws qg::Error naming the op, the device, every input dtype and what the device's
+  // kernels accept when there is no kernel.
+  const KernelDef& kernel_for(const OpDef& op, const std::vector<DType>& input_dtypes) const;
 };
 
 // CPU always; CUDA when built with it and a device is present (else qg::Error saying so).

@@ -177,10 +177,10 @@ std::vector<Tensor> run_cpu_node(const Graph& graph, const Node& node,
     const TensorType& t = graph.value(out).type;
     outputs.push_back(Tensor::empty(t.shape, t.dtype));
   }
-  DType key = node.inputs.empty() ? graph.value(node.outputs.at(0)).type.dtype
-                                  : graph.value(node.inputs[0]).type.dtype;
+  const std::vector<DType> key = graph.input_dtypes(node);
   const KernelDef* k = node.op->find_kernel(DeviceType::cpu, key);
-  QG_CHECK(k != nullptr, node.op->name, "no CPU reference kernel for dtype ", dtype_name(key));
+  QG_CHECK(k != nullptr, node.op->name, "no CPU reference kernel for inputs ",
+           signature_str(key, node.op->inputs));
   KernelContext ctx{
       node.op->name, node,    node.attrs, std::move(inputs), std::move(outputs), states,
       training,      nullptr, nullptr};

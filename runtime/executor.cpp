@@ -26,9 +26,7 @@ void Executor::prepare() {
   kernels_.resize(n, nullptr);
   for (NodeId id : order_) {
     const Node& node = graph_.node(id);
-    DType key = node.inputs.empty() ? graph_.value(node.outputs.at(0)).type.dtype
-                                    : graph_.value(node.inputs[0]).type.dtype;
-    kernels_[id] = &backend_->kernel_for(*node.op, key);
+    kernels_[id] = &backend_->kernel_for(*node.op, graph_.input_dtypes(node));
     if (id < prepared_nodes_ || node.states.empty()) continue;
     std::vector<Tensor>& st = states_[id];
     for (const StateSpec& spec : node.states) {

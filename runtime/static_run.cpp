@@ -48,9 +48,10 @@ StaticRun::StaticRun(Executor& exec, const Executor::Feeds& feeds,
                                 : Tensor::empty(t.shape, t.dtype, device);
       }
     }
-    DType key = g.value(n.inputs.empty() ? n.outputs[0] : n.inputs[0]).type.dtype;
+    const std::vector<DType> key = g.input_dtypes(n);
     const KernelDef* k = n.op->find_kernel(device.type, key);
-    QG_CHECK(k != nullptr, n.op->name, "no kernel for ", device.str());
+    QG_CHECK(k != nullptr, n.op->name, "no kernel for ", device.str(), " and inputs ",
+             signature_str(key, n.op->inputs));
     steps_.push_back({id, k});
   }
 }

@@ -263,6 +263,27 @@ void add_float_ops(std::vector<CrosscheckCase>& c) {
                true});
 }
 
+// cast from each case dtype to every float dtype: rounding ties, subnormals, overflow and
+// specials (edge_values) and a large random tensor, with the gradient cast back.
+void add_cast(std::vector<CrosscheckCase>& c) {
+  std::vector<double> e = edge_values();
+  for (double p : {65504.0, 65520.0, 3.4e38, 0x1p-24, 0x1p-25, 0x1p-133, 1 + 0x1p-8, 1 + 0x1p-11})
+    for (double sign : {1.0, -1.0}) e.push_back(sign * p);
+  Shape es{static_cast<int64_t>(e.size())};
+  for (const char* to : {"f32", "f64", "f16", "bf16"}) {
+    c.push_back({"cast",
+                 std::string("edges -> ") + to,
+                 {GradcheckInput(es, DType::f64, 0, 0, e)},
+                 {{"dtype", to}},
+                 true});
+    c.push_back({"cast",
+                 std::string("[1031,257] -> ") + to,
+                 {x_in({1031, 257}, -1e5, 1e5)},
+                 {{"dtype", to}},
+                 true});
+  }
+}
+
 void add_storage_quant(std::vector<CrosscheckCase>& c) {
   std::vector<double> e = edge_values();
   Shape es{static_cast<int64_t>(e.size())};
@@ -341,6 +362,7 @@ std::vector<CrosscheckCase> extra_crosscheck_cases() {
   add_percentile(c);
   add_float_ops(c);
   add_storage_quant(c);
+  add_cast(c);
   add_pool_activation_dropout_cases(c);
   add_fold_cases(c);
   return c;

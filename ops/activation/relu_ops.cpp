@@ -13,6 +13,8 @@ namespace {
 const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
 }
 
+void add_activation_cuda_kernels(OpRegistry& r);  // activation_cuda.cu
+
 void define_activation_ops(OpRegistry& r) {
   OpDef& relu = r.define("relu");
   relu.doc = "y = max(x, 0); NaN propagates.";
@@ -58,6 +60,9 @@ void define_activation_ops(OpRegistry& r) {
 
   define_gelu_ops(r);
   define_silu_ops(r);
+#ifdef QG_WITH_CUDA
+  add_activation_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

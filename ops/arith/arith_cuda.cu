@@ -1,6 +1,6 @@
-// CUDA kernels for add/sub/mul/div (NumPy broadcasting), neg, sqrt, broadcast_to and sum_to. Each
-// element is computed in the math type and rounded once, as cpu::binary_float does, so the
-// results are bit-identical to the CPU. Same-shape operands take 16-byte vector loads when
+// CUDA kernels for add/sub/mul/div (NumPy broadcasting), neg, sqrt, broadcast_to, sum_to and
+// reshape. Each element is computed in the math type and rounded once, as cpu::binary_float does,
+// so the results are bit-identical to the CPU. Same-shape operands take 16-byte vector loads when
 // every pointer is aligned, with a scalar tail; so does an operand broadcast along leading
 // axes only (a scalar, a bias row); other broadcasts map each index through the shapes.
 #include "core/graph.h"
@@ -202,6 +202,9 @@ void add_arith_cuda_kernels(OpRegistry& r) {
   add("sqrt", [](KernelContext& c) { binary_cuda(c, c.inputs[0], c.inputs[0], SqrtF{}); });
   add("broadcast_to", broadcast_to_cuda);
   add("sum_to", sum_to_cuda);
+  // reshape only hands out a view of its input, so its CPU function serves the device too.
+  OpDef& reshape = r.get_mutable("reshape");
+  reshape.kernels.push_back({DeviceType::cuda, {}, reshape.kernels.at(0).fn});
 }
 
 }  // namespace qg

@@ -138,6 +138,8 @@ ConvGeometry conv_geometry(const std::string& op, const Shape& x, const Shape& w
   return g;
 }
 
+void add_conv_cuda_kernels(OpRegistry& r);  // conv_cuda.cu
+
 void define_conv_ops(OpRegistry& r) {
   {
     OpDef& op = r.define("conv2d");
@@ -241,6 +243,9 @@ void define_conv_ops(OpRegistry& r) {
                             conv2d_backward_bias_cpu(ctx.inputs[0], ctx.outputs[0]);
                           }});
   }
+#ifdef QG_WITH_CUDA
+  add_conv_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

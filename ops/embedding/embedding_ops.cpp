@@ -76,6 +76,8 @@ void embedding_backward_cpu(const Tensor& dy, const std::vector<int64_t>& idx, T
 
 }  // namespace
 
+void add_embedding_cuda_kernels(OpRegistry& r);  // embedding_cuda.cu
+
 void define_embedding_ops(OpRegistry& r) {
   OpDef& op = r.define("embedding");
   op.doc = "y[..., :] = weight[indices[...], :]; weight [V, D], indices i64/i32 of any shape.";
@@ -132,6 +134,9 @@ void define_embedding_ops(OpRegistry& r) {
                               embedding_backward_cpu<decltype(tag)>(ctx.inputs[0], idx, dw);
                             });
                           }});
+#ifdef QG_WITH_CUDA
+  add_embedding_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

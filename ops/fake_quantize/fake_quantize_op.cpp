@@ -70,6 +70,8 @@ GradcheckSample ste_sample(const std::string& label, Shape x, Shape qshape, Attr
 
 }  // namespace
 
+void add_fake_quantize_cuda_kernels(OpRegistry& r);  // fake_quantize_cuda.cu
+
 void define_fake_quantize_ops(OpRegistry& r) {
   OpDef& op = r.define("fake_quantize");
   op.doc = "Quantize-dequantize with tensor qparams; outputs y and a bit-packed in-range mask.";
@@ -118,6 +120,9 @@ void define_fake_quantize_ops(OpRegistry& r) {
   };
   ste.kernels.push_back(
       {DeviceType::cpu, {DType::f32, DType::f64, DType::f16, DType::bf16}, ste_backward_cpu});
+#ifdef QG_WITH_CUDA
+  add_fake_quantize_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

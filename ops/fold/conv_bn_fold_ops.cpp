@@ -110,6 +110,8 @@ void fold_backward_typed(KernelContext& ctx) {
 
 }  // namespace
 
+void add_fold_cuda_kernels(OpRegistry& r);  // conv_bn_fold_cuda.cu
+
 void define_fold_ops(OpRegistry& r) {
   OpDef& op = r.define("conv_bn_fold_weight");
   op.doc =
@@ -172,6 +174,9 @@ void define_fold_ops(OpRegistry& r) {
                               fold_backward_typed<decltype(tag)>(ctx);
                             });
                           }});
+#ifdef QG_WITH_CUDA
+  add_fold_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

@@ -36,7 +36,7 @@ std::vector<Tensor> run_original_kernel(const std::string& fused_op, const Node&
                                         DeviceType device, DType dtype, std::vector<Tensor> inputs,
                                         std::vector<Tensor> outputs, std::vector<Tensor>& states,
                                         const KernelContext& fused) {
-  const KernelDef* k = original.op->find_kernel(device, dtype);
+  const KernelDef* k = original.op->find_kernel(device, dtypes_of(inputs));
   QG_CHECK(k != nullptr, fused_op, "no ", device_type_name(device), " kernel for ",
            original.op->name, " on ", dtype_name(dtype));
   KernelContext c{original.op->name, original,           original.attrs,
@@ -92,6 +92,14 @@ void count_fused_middle_map_launch(bool channel_major) {
   (channel_major ? middle_channels_launches : middle_rows_launches).fetch_add(1);
 }
 
+void add_fused_cuda_kernels(OpRegistry& r);                 // fused_observe_quantize_cuda.cu
+void add_fused_ste_backward_cuda_kernels(OpRegistry& r);    // fused_ste_backward_cuda.cu
+void add_fused_ste_optimizer_cuda_kernels(OpRegistry& r);   // fused_ste_optimizer_cuda.cu
+void add_fused_ste_chain_cuda_kernels(OpRegistry& r);       // fused_ste_chain_cuda.cu
+void add_fused_ste_producer_cuda_kernels(OpRegistry& r);    // fused_ste_producer_cuda.cu
+void add_channel_div_bn_cuda_kernels(OpRegistry& r);        // ops/norm/channel_div_bn_cuda.cu
+void add_fused_scaled_softmax_cuda_kernels(OpRegistry& r);  // ops/softmax/softmax_cuda.cu
+
 void define_fused_ops(OpRegistry& r) {
   OpDef& op = r.define("fused_observe_quantize");
   op.doc = "An observer and the quantizer it feeds, fused by the fuse_observer_quantize pass.";
@@ -108,6 +116,15 @@ void define_fused_ops(OpRegistry& r) {
   define_fused_ste_chain_op(r);
   define_fused_ste_producer_op(r);
   define_fused_scaled_softmax_ops(r);
+#ifdef QG_WITH_CUDA
+  add_fused_cuda_kernels(r);
+  add_fused_ste_backward_cuda_kernels(r);
+  add_fused_ste_optimizer_cuda_kernels(r);
+  add_fused_ste_chain_cuda_kernels(r);
+  add_fused_ste_producer_cuda_kernels(r);
+  add_channel_div_bn_cuda_kernels(r);
+  add_fused_scaled_softmax_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

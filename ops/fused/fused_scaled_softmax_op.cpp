@@ -98,10 +98,11 @@ void define_fused_scaled_softmax_ops(OpRegistry& r) {
     return {};
   };
   op.is_source = false;
-  op.kernels.push_back({DeviceType::cpu, {}, [](KernelContext& c) {
-                          check_fused_scaled_softmax_inputs(c);
-                          run_scaled_softmax_composed(c, DeviceType::cpu);
-                        }});
+  op.kernels.push_back(
+      {DeviceType::cpu, {DType::f32, DType::f64, DType::f16, DType::bf16}, [](KernelContext& c) {
+         check_fused_scaled_softmax_inputs(c);
+         run_scaled_softmax_composed(c, DeviceType::cpu);
+       }});
 
   OpDef& back = r.define("fused_scaled_softmax_backward");
   back.doc =
@@ -112,10 +113,11 @@ void define_fused_scaled_softmax_ops(OpRegistry& r) {
   back.attrs = attrs;
   back.infer = op.infer;
   back.is_source = false;
-  back.kernels.push_back({DeviceType::cpu, {}, [](KernelContext& c) {
-                            check_fused_scaled_softmax_inputs(c);
-                            run_scaled_softmax_backward_composed(c, DeviceType::cpu);
-                          }});
+  back.kernels.push_back(
+      {DeviceType::cpu, {DType::f32, DType::f64, DType::f16, DType::bf16}, [](KernelContext& c) {
+         check_fused_scaled_softmax_inputs(c);
+         run_scaled_softmax_backward_composed(c, DeviceType::cpu);
+       }});
 }
 
 }  // namespace qg

@@ -47,7 +47,8 @@ void define_fused_ste_backward_op(OpRegistry& r) {
     QG_FAIL(ctx.op, "fused nodes are created by the fuse_ste_backward pass, not by apply()");
   };
   op.is_source = false;
-  op.kernels.push_back({DeviceType::cpu, {}, fused_ste_backward_cpu});
+  op.kernels.push_back(
+      {DeviceType::cpu, {DType::f32, DType::f64, DType::f16, DType::bf16}, fused_ste_backward_cpu});
 }
 
 }  // namespace qg

@@ -1,5 +1,5 @@
-// CUDA kernels for the plumbing ops. Sources, stop_gradient and reshape only hand tensors
-// around, so they reuse the device-agnostic CPU functions; full_like fills on the device.
+// CUDA kernels for the plumbing ops. Sources and stop_gradient only hand tensors around, so
+// they reuse the device-agnostic CPU functions; full_like fills on the device.
 #include "core/graph.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
@@ -53,8 +53,7 @@ void add_passthrough(OpRegistry& r, const char* op) {
 }  // namespace
 
 void add_graph_io_cuda_kernels(OpRegistry& r) {
-  for (const char* op : {"input", "constant", "parameter", "stop_gradient", "reshape"})
-    add_passthrough(r, op);
+  for (const char* op : {"input", "constant", "parameter", "stop_gradient"}) add_passthrough(r, op);
   r.get_mutable("full_like").kernels.push_back({DeviceType::cuda, {}, full_like_cuda});
 }
 

@@ -82,12 +82,17 @@ void define_full_like(OpRegistry& r) {
 
 }  // namespace
 
+void add_graph_io_cuda_kernels(OpRegistry& r);  // graph_io_cuda.cu
+
 void define_graph_io_ops(OpRegistry& r) {
   define_input(r);
   define_constant(r);
   define_parameter(r);
   define_stop_gradient(r);
   define_full_like(r);
+#ifdef QG_WITH_CUDA
+  add_graph_io_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

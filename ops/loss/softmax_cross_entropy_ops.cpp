@@ -44,6 +44,8 @@ void for_each_row(const Tensor& logits, Fn&& row_fn) {
 
 }  // namespace
 
+void add_loss_cuda_kernels(OpRegistry& r);  // loss_cuda.cu
+
 void define_loss_ops(OpRegistry& r) {
   OpDef& op = r.define("softmax_cross_entropy");
   op.doc = "Softmax cross-entropy of logits [N, C] against integer labels [N].";
@@ -114,6 +116,9 @@ void define_loss_ops(OpRegistry& r) {
            });
          });
        }});
+#ifdef QG_WITH_CUDA
+  add_loss_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

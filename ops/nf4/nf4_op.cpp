@@ -92,6 +92,8 @@ std::vector<TensorType> infer_double_dequantize(const InferContext& ctx) {
 
 }  // namespace
 
+void add_nf4_cuda_kernels(OpRegistry& r);  // nf4_cuda.cu
+
 void define_nf4_ops(OpRegistry& r) {
   OpDef& q = r.define("nf4_quantize_pack");
   q.doc =
@@ -142,6 +144,9 @@ void define_nf4_ops(OpRegistry& r) {
   dd.attrs = {positive_int_attr("block_size", 256, "absmax values per 8-bit block")};
   dd.infer = infer_double_dequantize;
   dd.kernels.push_back({DeviceType::cpu, {DType::u8}, nf4_double_dequantize_cpu});
+#ifdef QG_WITH_CUDA
+  add_nf4_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

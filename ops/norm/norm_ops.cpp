@@ -166,10 +166,15 @@ void define_layer_norm(OpRegistry& r) {
 
 void define_channel_div_ops(OpRegistry& r);  // channel_div_ops.cpp
 
+void add_norm_cuda_kernels(OpRegistry& r);  // norm_cuda.cu
+
 void define_norm_ops(OpRegistry& r) {
   define_batch_norm(r);
   define_layer_norm(r);
   define_channel_div_ops(r);
+#ifdef QG_WITH_CUDA
+  add_norm_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

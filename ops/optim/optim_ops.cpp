@@ -128,9 +128,14 @@ void define_adam(OpRegistry& r) {
 
 }  // namespace
 
+void add_optim_cuda_kernels(OpRegistry& r);  // optim_cuda.cu
+
 void define_optim_ops(OpRegistry& r) {
   define_sgd(r);
   define_adam(r);
+#ifdef QG_WITH_CUDA
+  add_optim_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

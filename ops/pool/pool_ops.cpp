@@ -199,10 +199,15 @@ void define_global_avg_pool(OpRegistry& r) {
 
 }  // namespace
 
+void add_pool_cuda_kernels(OpRegistry& r);  // pool_cuda.cu
+
 void define_pool_ops(OpRegistry& r) {
   define_max_pool(r);
   define_avg_pool(r);
   define_global_avg_pool(r);
+#ifdef QG_WITH_CUDA
+  add_pool_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

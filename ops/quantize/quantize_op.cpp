@@ -145,6 +145,8 @@ std::vector<GradcheckSample> quantize_samples() {
 
 }  // namespace
 
+void add_quantize_cuda_kernels(OpRegistry& r);  // quantize_cuda.cu
+
 void define_quantize_ops(OpRegistry& r) {
   OpDef& q = r.define("quantize");
   q.doc = "Quantize to s8/u8 storage with tensor qparams; outputs q and a bit-packed mask.";
@@ -211,6 +213,9 @@ void define_quantize_ops(OpRegistry& r) {
   db.attrs = scope_attrs();
   db.infer = infer_dequantize_backward;
   db.kernels.push_back({DeviceType::cpu, kFloatTypes, dequantize_backward_cpu});
+#ifdef QG_WITH_CUDA
+  add_quantize_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

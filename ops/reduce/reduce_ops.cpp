@@ -96,9 +96,14 @@ void define_reduce(OpRegistry& r, const char* name, bool mean) {
 
 }  // namespace
 
+void add_reduce_cuda_kernels(OpRegistry& r);  // reduce_cuda.cu
+
 void define_reduce_ops(OpRegistry& r) {
   define_reduce(r, "sum", false);
   define_reduce(r, "mean", true);
+#ifdef QG_WITH_CUDA
+  add_reduce_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

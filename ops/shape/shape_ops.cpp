@@ -67,6 +67,8 @@ std::vector<TensorType> infer_permuted(const InferContext& ctx) {
 
 }  // namespace
 
+void add_shape_cuda_kernels(OpRegistry& r);  // shape_cuda.cu
+
 void define_shape_ops(OpRegistry& r) {
   OpDef& permute = r.define("permute");
   permute.doc = "y = x with axes reordered: y.shape[i] = x.shape[perm[i]] (contiguous copy).";
@@ -110,6 +112,9 @@ void define_shape_ops(OpRegistry& r) {
     s.push_back({"[2,3,4,5] dims (1,2)", {{{2, 3, 4, 5}}}, {{"dim0", 1}, {"dim1", 2}}});
     return s;
   };
+#ifdef QG_WITH_CUDA
+  add_shape_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

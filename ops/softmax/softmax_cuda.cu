@@ -371,6 +371,10 @@ void add_softmax_cuda_kernels(OpRegistry& r) {
   r.get_mutable("softmax").kernels.push_back({DeviceType::cuda, kFloatTypes, softmax_cuda});
   r.get_mutable("softmax_backward")
       .kernels.push_back({DeviceType::cuda, kFloatTypes, softmax_backward_cuda});
+}
+
+// Registered by the fused family, which defines these ops.
+void add_fused_scaled_softmax_cuda_kernels(OpRegistry& r) {
   r.get_mutable("fused_scaled_softmax")
       .kernels.push_back({DeviceType::cuda, kFloatTypes, fused_scaled_softmax_cuda});
   r.get_mutable("fused_scaled_softmax_backward")

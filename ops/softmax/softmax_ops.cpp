@@ -88,6 +88,8 @@ void softmax_backward_cpu(const Tensor& dy, const Tensor& y, Tensor& dx, const S
 
 }  // namespace
 
+void add_softmax_cuda_kernels(OpRegistry& r);  // softmax_cuda.cu
+
 void define_softmax_ops(OpRegistry& r) {
   OpDef& op = r.define("softmax");
   op.doc =
@@ -141,6 +143,9 @@ void define_softmax_ops(OpRegistry& r) {
                                                                 ctx.outputs[0], c);
                             });
                           }});
+#ifdef QG_WITH_CUDA
+  add_softmax_cuda_kernels(r);
+#endif
 }
 
 }  // namespace qg

@@ -65,7 +65,7 @@ void check_registry() {
   expect(missing == 0, "one op of each of the 22 families registered (" +
                            std::to_string(registry.all().size()) + " ops)");
 #ifdef QG_WITH_CUDA
-  expect(registry.supports("fake_quantize", DeviceType::cuda, DType::f32),
+  expect(registry.supports("fake_quantize", DeviceType::cuda, {DType::f32}),
          "CUDA kernels registered (library built with CUDA)");
 #endif
 }

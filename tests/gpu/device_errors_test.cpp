@@ -19,7 +19,7 @@ void call_cuda_kernel(const Graph& g, ValueId v, std::vector<Tensor> inputs,
                       std::vector<Tensor> outputs) {
   const Node& n = g.node(g.value(v).producer);
   std::vector<Tensor> states;
-  const KernelDef* k = n.op->find_kernel(DeviceType::cuda, inputs.at(0).dtype());
+  const KernelDef* k = n.op->find_kernel(DeviceType::cuda, dtypes_of(inputs));
   ASSERT_NE(k, nullptr);
   KernelContext ctx{n.op->name, n,       n.attrs, std::move(inputs), std::move(outputs), states,
                     true,       nullptr, nullptr};
