@@ -13,6 +13,8 @@ namespace {
 const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
 }
 
+void add_activation_crosscheck(OpRegistry& r);  // activation_crosscheck.cpp
+
 void define_activation_ops(OpRegistry& r) {
   OpDef& relu = r.define("relu");
   relu.doc = "y = max(x, 0); NaN propagates.";
@@ -58,6 +60,7 @@ void define_activation_ops(OpRegistry& r) {
 
   define_gelu_ops(r);
   define_silu_ops(r);
+  add_activation_crosscheck(r);
 }
 
 }  // namespace qg

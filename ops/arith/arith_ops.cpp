@@ -254,6 +254,8 @@ void define_reshape(OpRegistry& r) {
 
 }  // namespace
 
+void add_arith_crosscheck(OpRegistry& r);  // arith_crosscheck.cpp
+
 void define_arith_ops(OpRegistry& r) {
   define_binary(
       r, "add", "y = a + b (broadcasting)", [](auto a, auto b) { return a + b; }, add_backward);
@@ -270,6 +272,7 @@ void define_arith_ops(OpRegistry& r) {
   define_sum_to(r);
   define_broadcast_to(r);
   define_reshape(r);
+  add_arith_crosscheck(r);
 }
 
 }  // namespace qg

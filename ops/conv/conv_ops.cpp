@@ -138,6 +138,8 @@ ConvGeometry conv_geometry(const std::string& op, const Shape& x, const Shape& w
   return g;
 }
 
+void add_conv_crosscheck(OpRegistry& r);  // conv_crosscheck.cpp
+
 void define_conv_ops(OpRegistry& r) {
   {
     OpDef& op = r.define("conv2d");
@@ -241,6 +243,7 @@ void define_conv_ops(OpRegistry& r) {
                             conv2d_backward_bias_cpu(ctx.inputs[0], ctx.outputs[0]);
                           }});
   }
+  add_conv_crosscheck(r);
 }
 
 }  // namespace qg

@@ -90,6 +90,8 @@ std::vector<uint8_t> dropout_reference_mask(int64_t n, double p, int64_t seed, i
   return m;
 }
 
+void add_dropout_crosscheck(OpRegistry& r);  // dropout_crosscheck.cpp
+
 void define_dropout_ops(OpRegistry& r) {
   OpDef& op = r.define("dropout");
   op.doc =
@@ -147,6 +149,7 @@ void define_dropout_ops(OpRegistry& r) {
     return same_as_input(ctx);
   };
   back.kernels.push_back({DeviceType::cpu, kFloatTypes, dropout_backward_cpu});
+  add_dropout_crosscheck(r);
 }
 
 }  // namespace qg

@@ -137,6 +137,8 @@ void dynamic_range_quantize_cpu(KernelContext& ctx) {
 
 }  // namespace
 
+void add_dynamic_quant_crosscheck(OpRegistry& r);  // dynamic_quant_crosscheck.cpp
+
 void define_dynamic_quant_ops(OpRegistry& r) {
   OpDef& op = r.define("dynamic_range_quantize");
   op.doc =
@@ -150,6 +152,7 @@ void define_dynamic_quant_ops(OpRegistry& r) {
   op.kernels.push_back({DeviceType::cpu,
                         {DType::f32, DType::f64, DType::f16, DType::bf16},
                         dynamic_range_quantize_cpu});
+  add_dynamic_quant_crosscheck(r);
 }
 
 }  // namespace qg

@@ -70,6 +70,8 @@ GradcheckSample ste_sample(const std::string& label, Shape x, Shape qshape, Attr
 
 }  // namespace
 
+void add_fake_quantize_crosscheck(OpRegistry& r);  // fake_quantize_crosscheck.cpp
+
 void define_fake_quantize_ops(OpRegistry& r) {
   OpDef& op = r.define("fake_quantize");
   op.doc = "Quantize-dequantize with tensor qparams; outputs y and a bit-packed in-range mask.";
@@ -118,6 +120,7 @@ void define_fake_quantize_ops(OpRegistry& r) {
   };
   ste.kernels.push_back(
       {DeviceType::cpu, {DType::f32, DType::f64, DType::f16, DType::bf16}, ste_backward_cpu});
+  add_fake_quantize_crosscheck(r);
 }
 
 }  // namespace qg

@@ -110,6 +110,8 @@ void fold_backward_typed(KernelContext& ctx) {
 
 }  // namespace
 
+void add_fold_crosscheck(OpRegistry& r);  // fold_crosscheck.cpp
+
 void define_fold_ops(OpRegistry& r) {
   OpDef& op = r.define("conv_bn_fold_weight");
   op.doc =
@@ -172,6 +174,7 @@ void define_fold_ops(OpRegistry& r) {
                               fold_backward_typed<decltype(tag)>(ctx);
                             });
                           }});
+  add_fold_crosscheck(r);
 }
 
 }  // namespace qg

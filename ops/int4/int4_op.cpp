@@ -60,6 +60,8 @@ std::vector<TensorType> infer_unpack_dequantize(const InferContext& ctx) {
 
 }  // namespace
 
+void add_int4_crosscheck(OpRegistry& r);  // int4_crosscheck.cpp
+
 void define_int4_ops(OpRegistry& r) {
   OpDef& q = r.define("int4_quantize_pack");
   q.doc =
@@ -94,6 +96,7 @@ void define_int4_ops(OpRegistry& r) {
                                 "output dtype (auto: the scale's dtype)"));
   d.infer = infer_unpack_dequantize;
   d.kernels.push_back({DeviceType::cpu, {DType::u8}, int4_unpack_dequantize_cpu});
+  add_int4_crosscheck(r);
 }
 
 }  // namespace qg

@@ -52,6 +52,8 @@ void matmul_cpu(const Tensor& a, const Tensor& b, Tensor& y, bool ta, bool tb) {
 
 void define_batched_matmul_op(OpRegistry& r);  // batched_matmul_op.cpp
 
+void add_linalg_crosscheck(OpRegistry& r);  // linalg_crosscheck.cpp
+
 void define_linalg_ops(OpRegistry& r) {
   OpDef& op = r.define("matmul");
   op.doc = "y = op(a) @ op(b), 2-D, op = transpose when transpose_a/transpose_b is set.";
@@ -108,6 +110,7 @@ void define_linalg_ops(OpRegistry& r) {
     return s;
   };
   define_batched_matmul_op(r);
+  add_linalg_crosscheck(r);
 }
 
 }  // namespace qg

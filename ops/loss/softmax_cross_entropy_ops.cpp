@@ -44,6 +44,8 @@ void for_each_row(const Tensor& logits, Fn&& row_fn) {
 
 }  // namespace
 
+void add_loss_crosscheck(OpRegistry& r);  // loss_crosscheck.cpp
+
 void define_loss_ops(OpRegistry& r) {
   OpDef& op = r.define("softmax_cross_entropy");
   op.doc = "Softmax cross-entropy of logits [N, C] against integer labels [N].";
@@ -114,6 +116,7 @@ void define_loss_ops(OpRegistry& r) {
            });
          });
        }});
+  add_loss_crosscheck(r);
 }
 
 }  // namespace qg

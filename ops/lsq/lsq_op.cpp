@@ -110,6 +110,8 @@ GradcheckSample lsq_sample(const std::string& label, Shape x, Shape qshape, Attr
 
 }  // namespace
 
+void add_lsq_crosscheck(OpRegistry& r);  // lsq_crosscheck.cpp
+
 void define_lsq_ops(OpRegistry& r) {
   OpDef& op = r.define("lsq_fake_quantize");
   op.doc = "Learnable fake quantize (LSQ/LSQ+): float scale and zero point get gradients.";
@@ -149,6 +151,7 @@ void define_lsq_ops(OpRegistry& r) {
   back.attrs = lsq_attrs();
   back.infer = infer_lsq_backward;
   back.kernels.push_back({DeviceType::cpu, kFloatTypes, lsq_backward_cpu});
+  add_lsq_crosscheck(r);
 }
 
 }  // namespace qg

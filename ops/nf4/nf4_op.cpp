@@ -92,6 +92,8 @@ std::vector<TensorType> infer_double_dequantize(const InferContext& ctx) {
 
 }  // namespace
 
+void add_nf4_crosscheck(OpRegistry& r);  // nf4_crosscheck.cpp
+
 void define_nf4_ops(OpRegistry& r) {
   OpDef& q = r.define("nf4_quantize_pack");
   q.doc =
@@ -142,6 +144,7 @@ void define_nf4_ops(OpRegistry& r) {
   dd.attrs = {positive_int_attr("block_size", 256, "absmax values per 8-bit block")};
   dd.infer = infer_double_dequantize;
   dd.kernels.push_back({DeviceType::cpu, {DType::u8}, nf4_double_dequantize_cpu});
+  add_nf4_crosscheck(r);
 }
 
 }  // namespace qg

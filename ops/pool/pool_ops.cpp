@@ -199,10 +199,13 @@ void define_global_avg_pool(OpRegistry& r) {
 
 }  // namespace
 
+void add_pool_crosscheck(OpRegistry& r);  // pool_crosscheck.cpp
+
 void define_pool_ops(OpRegistry& r) {
   define_max_pool(r);
   define_avg_pool(r);
   define_global_avg_pool(r);
+  add_pool_crosscheck(r);
 }
 
 }  // namespace qg

@@ -145,6 +145,8 @@ std::vector<GradcheckSample> quantize_samples() {
 
 }  // namespace
 
+void add_quantize_crosscheck(OpRegistry& r);  // quantize_crosscheck.cpp
+
 void define_quantize_ops(OpRegistry& r) {
   OpDef& q = r.define("quantize");
   q.doc = "Quantize to s8/u8 storage with tensor qparams; outputs q and a bit-packed mask.";
@@ -211,6 +213,7 @@ void define_quantize_ops(OpRegistry& r) {
   db.attrs = scope_attrs();
   db.infer = infer_dequantize_backward;
   db.kernels.push_back({DeviceType::cpu, kFloatTypes, dequantize_backward_cpu});
+  add_quantize_crosscheck(r);
 }
 
 }  // namespace qg

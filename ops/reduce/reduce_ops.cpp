@@ -96,9 +96,12 @@ void define_reduce(OpRegistry& r, const char* name, bool mean) {
 
 }  // namespace
 
+void add_reduce_crosscheck(OpRegistry& r);  // reduce_crosscheck.cpp
+
 void define_reduce_ops(OpRegistry& r) {
   define_reduce(r, "sum", false);
   define_reduce(r, "mean", true);
+  add_reduce_crosscheck(r);
 }
 
 }  // namespace qg

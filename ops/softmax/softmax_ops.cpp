@@ -88,6 +88,8 @@ void softmax_backward_cpu(const Tensor& dy, const Tensor& y, Tensor& dx, const S
 
 }  // namespace
 
+void add_softmax_crosscheck(OpRegistry& r);  // softmax_crosscheck.cpp
+
 void define_softmax_ops(OpRegistry& r) {
   OpDef& op = r.define("softmax");
   op.doc =
@@ -141,6 +143,7 @@ void define_softmax_ops(OpRegistry& r) {
                                                                 ctx.outputs[0], c);
                             });
                           }});
+  add_softmax_crosscheck(r);
 }
 
 }  // namespace qg
