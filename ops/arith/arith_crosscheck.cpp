@@ -4,7 +4,7 @@
 
 namespace qg {
 
-using namespace crosscheck;
+using namespace crosscheck_spec;
 
 void add_arith_crosscheck(OpRegistry& r) {
   set_cases(r, "add", [] {

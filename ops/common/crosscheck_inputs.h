@@ -9,7 +9,7 @@
 
 #include "core/op_registry.h"
 
-namespace qg::crosscheck {
+namespace qg::crosscheck_spec {
 
 inline const double kNaN = std::numeric_limits<double>::quiet_NaN();
 inline const double kInf = std::numeric_limits<double>::infinity();
@@ -62,4 +62,4 @@ inline void set_rounded_outputs(OpRegistry& r, const std::string& op, std::vecto
   r.get_mutable(op).crosscheck.rounded_outputs = std::move(outputs);
 }
 
-}  // namespace qg::crosscheck
+}  // namespace qg::crosscheck_spec

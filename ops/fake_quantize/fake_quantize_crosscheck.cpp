@@ -6,7 +6,7 @@
 namespace qg {
 namespace {
 
-using namespace crosscheck;
+using namespace crosscheck_spec;
 
 std::vector<CrosscheckCase> fake_quantize_cases() {
   std::vector<CrosscheckCase> c;

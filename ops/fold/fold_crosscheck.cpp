@@ -9,7 +9,7 @@
 namespace qg {
 namespace {
 
-using namespace crosscheck;
+using namespace crosscheck_spec;
 
 GradcheckInput in(Shape s, double lo, double hi, std::vector<double> v = {}) {
   return GradcheckInput(std::move(s), DType::f64, lo, hi, std::move(v));
@@ -34,10 +34,8 @@ std::vector<CrosscheckCase> fold_cases() {
                  eps,
                  true,
                  output});
-  c.push_back({"rows of 1500 [3,1500]",
-               {in({3, 1500}, -1, 1), in({3}, -2, 2), in({3}, 0, 2)},
-               eps,
-               true});
+  c.push_back(
+      {"rows of 1500 [3,1500]", {in({3, 1500}, -1, 1), in({3}, -2, 2), in({3}, 0, 2)}, eps, true});
   c.push_back({"NaN/Inf/-0 [6,13]",
                {in({6, 13}, 0, 0, with_edges(78, -1, 1)), in({6}, 0, 0, with_edges(6, -2, 2)),
                 in({6}, 0, 0, with_edges(6, 0, 2))},
@@ -48,6 +46,8 @@ std::vector<CrosscheckCase> fold_cases() {
 
 }  // namespace
 
-void add_fold_crosscheck(OpRegistry& r) { set_cases(r, "conv_bn_fold_weight", fold_cases); }
+void add_fold_crosscheck(OpRegistry& r) {
+  set_cases(r, "conv_bn_fold_weight", fold_cases);
+}
 
 }  // namespace qg

@@ -8,7 +8,7 @@ namespace qg {
 void add_fused_crosscheck(OpRegistry& r) {
   for (const char* op : {"fused_channel_div_batch_norm", "fused_channel_div_batch_norm_backward",
                          "fused_scaled_softmax", "fused_scaled_softmax_backward"})
-    crosscheck::set_rounded_outputs(r, op, {-1});
+    crosscheck_spec::set_rounded_outputs(r, op, {-1});
 }
 
 }  // namespace qg

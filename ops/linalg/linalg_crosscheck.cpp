@@ -3,7 +3,7 @@
 
 namespace qg {
 
-using namespace crosscheck;
+using namespace crosscheck_spec;
 
 void add_linalg_crosscheck(OpRegistry& r) {
   set_cases(r, "matmul", [] {

@@ -5,7 +5,7 @@
 namespace qg {
 
 void add_lsq_crosscheck(OpRegistry& r) {
-  crosscheck::set_rounded_outputs(r, "lsq_backward", {1, 2});
+  crosscheck_spec::set_rounded_outputs(r, "lsq_backward", {1, 2});
 }
 
 }  // namespace qg

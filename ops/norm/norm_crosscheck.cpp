@@ -5,7 +5,7 @@
 
 namespace qg {
 
-using namespace crosscheck;
+using namespace crosscheck_spec;
 
 void add_norm_crosscheck(OpRegistry& r) {
   for (const char* op : {"batch_norm", "batch_norm_backward", "layer_norm", "layer_norm_backward"})

@@ -6,7 +6,7 @@
 namespace qg {
 namespace {
 
-using namespace crosscheck;
+using namespace crosscheck_spec;
 
 std::vector<CrosscheckCase> every_observer_cases() {
   std::vector<CrosscheckCase> c;

@@ -5,8 +5,8 @@
 namespace qg {
 
 void add_softmax_crosscheck(OpRegistry& r) {
-  crosscheck::set_rounded_outputs(r, "softmax", {-1});
-  crosscheck::set_rounded_outputs(r, "softmax_backward", {-1});
+  crosscheck_spec::set_rounded_outputs(r, "softmax", {-1});
+  crosscheck_spec::set_rounded_outputs(r, "softmax_backward", {-1});
 }
 
 }  // namespace qg
