@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/attrs.h"
+#include "core/fusion_rule.h"
 #include "core/tensor.h"
 
 namespace qg {
@@ -147,6 +148,26 @@ struct GradcheckSample {
   int output = 0;      // which output the loss is built from
 };
 
+// One `qat crosscheck` case beyond the op's gradient-check samples: a graph of the op on
+// inputs drawn as for gradcheck (an f64 input takes the case's dtype, f32/f64/f16/bf16;
+// other dtypes are kept) with `attrs`, run on the GPU and checked against the CPU.
+struct CrosscheckCase {
+  std::string label;
+  std::vector<GradcheckInput> inputs;
+  Attrs attrs;
+  bool backward = false;  // also build the gradient graph of output `output`
+  int output = 0;
+  int steps = 2;
+  bool float_only = false;  // f32 only (cases that pin exact f32 values)
+};
+struct CrosscheckSpec {
+  std::function<std::vector<CrosscheckCase>()> cases;
+  // Outputs that agree with the CPU to rounding, not bit for bit (float reductions summed in
+  // another order, transcendental functions of another libm), compared by relative error:
+  // their indices, or -1 for every output. Empty: every output is compared bit for bit.
+  std::vector<int> rounded_outputs;
+};
+
 struct OpDef {
   std::string name;
   std::string doc;
@@ -159,6 +180,10 @@ struct OpDef {
   std::vector<KernelDef> kernels;
   BackwardFn backward;
   std::function<std::vector<GradcheckSample>()> gradcheck_samples;
+  // The rules that make this (fused) op out of ordinary nodes; runtime/passes runs them in
+  // its one ordered table, by name.
+  std::vector<FusionRule> fusion_rules;
+  CrosscheckSpec crosscheck;  // GPU-vs-CPU cases and comparison (runtime/crosscheck.h)
   bool side_effects = false;  // runs even when no fetched value needs it (optimizer steps)
   bool is_source = false;     // graph inputs, parameters, constants
   // Output 0 is a view of input 0 (reshape, stop_gradient): the memory planner gives it no

@@ -6,58 +6,10 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/op_registry.h"
 
 namespace qg {
 namespace {
-
-// Outputs that are float reductions: their summation order differs between the backends
-// (sequential on the CPU, trees on the GPU; cuBLAS's blocking for matmul), so they agree to
-// rounding, not bit for bit. Output index -1 means every output of the op.
-struct Reduction {
-  const char* op;
-  int output;
-};
-const Reduction kFloatReductions[] = {
-    {"matmul", -1},
-    {"sum", -1},
-    {"mean", -1},
-    {"sum_to", -1},
-    {"softmax_cross_entropy", -1},
-    {"softmax_cross_entropy_backward", -1},  // exp() of the CPU's libm vs CUDA's
-    {"lsq_backward", 1},                     // dscale: a sum over the scope
-    {"lsq_backward", 2},                     // dzero_point
-    {"dequantize_backward", 1},              // dscale
-    // batch_norm / layer_norm: statistics are f64 sums in another order on the GPU (block
-    // trees over stretches) than on the CPU (sequential); every output depends on them.
-    {"batch_norm", -1},
-    {"batch_norm_backward", -1},
-    {"layer_norm", -1},
-    {"layer_norm_backward", -1},
-    {"channel_div_backward", 1},  // ds: a per-channel f64 sum over N, H, W in stretch order
-    // The two fused with batch_norm: every output depends on batch_norm's statistics.
-    {"fused_channel_div_batch_norm", -1},
-    {"fused_channel_div_batch_norm_backward", -1},
-    // Not reductions: transcendental functions. libm's erf/tanh/exp on the CPU and CUDA's
-    // erff/tanhf/expf differ by a few ulps, so these compare to the same 1e-5 relative.
-    {"gelu", -1},
-    {"gelu_backward", -1},
-    {"silu", -1},
-    {"silu_backward", -1},
-    // softmax: exp() of libm vs CUDA and the row sum (sequential on the CPU, a shuffle or
-    // block tree on the GPU); its backward: the row sum of dy * y.
-    {"softmax", -1},
-    {"softmax_backward", -1},
-    // The same softmax (and backward) with the mul by a scale folded in: the mul is exact
-    // against the CPU, the softmax part differs from the CPU as the plain op does.
-    {"fused_scaled_softmax", -1},
-    {"fused_scaled_softmax_backward", -1},
-    {"batched_matmul", -1},  // cuBLAS's GEMM summation order vs Eigen's
-    // embedding_backward needs no row: both backends sum each row in position order.
-    {"conv2d", -1},                  // GEMM: Eigen's vs cuBLAS's summation order
-    {"conv2d_backward_input", -1},   // GEMM, then col2im's sums
-    {"conv2d_backward_weight", -1},  // GEMM summed over the images
-    {"conv2d_backward_bias", -1},    // a sum over N, Ho, Wo
-};
 
 // Relative tolerance per dtype. f32/f64: SEMANTICS.md's 1e-5. f16/bf16: the result is an
 // f32 value rounded once to the storage type, so two f32 results that agree to 1e-5 can
@@ -85,9 +37,9 @@ Tensor to_host(const Tensor& t) {
 }  // namespace
 
 CompareRule compare_rule(const std::string& op, int output, DType dtype) {
-  for (const Reduction& r : kFloatReductions)
-    if (op == r.op && (r.output < 0 || r.output == output))
-      return {false, reduction_tolerance(dtype)};
+  if (const OpDef* def = OpRegistry::instance().find(op))
+    for (int rounded : def->crosscheck.rounded_outputs)
+      if (rounded < 0 || rounded == output) return {false, reduction_tolerance(dtype)};
   return {true, 0.0};
 }
 

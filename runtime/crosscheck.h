@@ -22,9 +22,9 @@ struct CompareRule {
 };
 
 // Exact for everything (quantized values, masks, codes, packed bytes, scales, zero points,
-// element-wise float math) except the float reductions listed in crosscheck.cpp (matmul,
-// sums, losses, LSQ scale/zp gradients), which get 1e-5 in f32/f64 and a few storage ulps in
-// f16/bf16.
+// element-wise float math) except the outputs an op's definition marks as rounded
+// (OpDef::crosscheck.rounded_outputs: matmul, sums, losses, LSQ scale/zp gradients, ...),
+// which get 1e-5 in f32/f64 and a few storage ulps in f16/bf16.
 CompareRule compare_rule(const std::string& op, int output, DType dtype);
 
 struct CrosscheckMismatch {

@@ -10,7 +10,6 @@
 #include <set>
 
 #include "apps/qat/commands.h"
-#include "apps/qat/crosscheck_cases.h"
 #include "autograd/grad.h"
 #include "core/graph.h"
 #include "runtime/crosscheck.h"
@@ -28,6 +27,13 @@ Tensor draw(const GradcheckInput& spec, DType dtype, std::mt19937_64& rng) {
   return Tensor::from_doubles(spec.shape, v, dtype);
 }
 
+// One case of the run: an op and one of its crosscheck cases (OpDef::crosscheck, or a
+// gradient-check sample as a case with its backward graph).
+struct OpCase {
+  std::string op;
+  CrosscheckCase c;
+};
+
 struct Built {
   Graph graph;
   Executor::Feeds feeds;
@@ -35,10 +41,10 @@ struct Built {
 
 // Builds the case in `dtype`. Attempt 0 casts every f64 input; attempt 1 only the inputs
 // shaped like input 0 (qparams such as scale must stay f32 for f16/bf16 data).
-bool build(const CrosscheckCase& c, DType dtype, int attempt, uint64_t seed, Built& b,
-           std::string& why) {
+bool build(const OpCase& oc, DType dtype, int attempt, uint64_t seed, Built& b, std::string& why) {
+  const CrosscheckCase& c = oc.c;
   try {
-    const OpDef& op = OpRegistry::instance().get(c.op);
+    const OpDef& op = OpRegistry::instance().get(oc.op);
     std::mt19937_64 rng(seed);
     std::vector<ValueId> ins;
     for (size_t i = 0; i < c.inputs.size(); ++i) {
@@ -52,7 +58,7 @@ bool build(const CrosscheckCase& c, DType dtype, int attempt, uint64_t seed, Bui
       ins.push_back(b.graph.input(name, {d, in.shape}));
       b.feeds[name] = draw(in, d, rng);
     }
-    std::vector<ValueId> outs = b.graph.apply(c.op, ins, c.attrs, c.op);
+    std::vector<ValueId> outs = b.graph.apply(oc.op, ins, c.attrs, oc.op);
     if (c.backward && op.is_differentiable()) {
       ValueId out = outs.at(c.output);
       const TensorType t = b.graph.value(out).type;
@@ -86,16 +92,20 @@ std::set<std::string> missing_kernels(const Graph& g) {
   return out;
 }
 
-std::vector<CrosscheckCase> all_cases(const std::string& filter) {
-  std::vector<CrosscheckCase> cases;
+// Every gradient-check sample of every differentiable op (forward and backward graph), then
+// the cases each op's definition adds (OpDef::crosscheck).
+std::vector<OpCase> all_cases(const std::string& filter) {
+  std::vector<OpCase> cases;
   for (const OpDef* op : OpRegistry::instance().all()) {
     if (!op->is_differentiable() || !op->gradcheck_samples) continue;
     if (!filter.empty() && op->name != filter) continue;
     for (const GradcheckSample& s : op->gradcheck_samples())
-      cases.push_back({op->name, "gradcheck: " + s.label, s.inputs, s.attrs, true, s.output});
+      cases.push_back({op->name, {"gradcheck: " + s.label, s.inputs, s.attrs, true, s.output}});
   }
-  for (CrosscheckCase& c : extra_crosscheck_cases())
-    if (filter.empty() || c.op == filter) cases.push_back(std::move(c));
+  for (const OpDef* op : OpRegistry::instance().all()) {
+    if (!op->crosscheck.cases || (!filter.empty() && op->name != filter)) continue;
+    for (CrosscheckCase& c : op->crosscheck.cases()) cases.push_back({op->name, std::move(c)});
+  }
   return cases;
 }
 
@@ -138,15 +148,16 @@ void add_crosscheck_command(CLI::App& app) {
                 "checked");
     std::map<std::string, int> counts;
     std::set<std::string> missing;
-    for (const CrosscheckCase& c : all_cases(*filter)) {
+    for (const OpCase& oc : all_cases(*filter)) {
+      const CrosscheckCase& c = oc.c;
       for (DType dtype : kDtypes) {
         if (c.float_only && dtype != DType::f32) continue;
         Built b;
         std::string why;
-        bool ok = build(c, dtype, 0, *seed, b, why);
+        bool ok = build(oc, dtype, 0, *seed, b, why);
         if (!ok) {
           b = Built{};
-          ok = build(c, dtype, 1, *seed, b, why);
+          ok = build(oc, dtype, 1, *seed, b, why);
         }
         std::string result, note, err = "-";
         if (!ok) {
@@ -178,8 +189,9 @@ void add_crosscheck_command(CLI::App& app) {
           if (!r.passed && r.first) note = r.first->str();
         }
         ++counts[result];
-        std::printf("%-30s %-40s %-5s %-8s %-10s %s\n", c.op.c_str(), c.label.substr(0, 40).c_str(),
-                    dtype_name(dtype), result.c_str(), err.c_str(), note.c_str());
+        std::printf("%-30s %-40s %-5s %-8s %-10s %s\n", oc.op.c_str(),
+                    c.label.substr(0, 40).c_str(), dtype_name(dtype), result.c_str(), err.c_str(),
+                    note.c_str());
       }
     }
     std::printf("\ncrosscheck summary:");

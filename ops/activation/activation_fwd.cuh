@@ -1,7 +1,7 @@
 // The element expressions of the activation forward ops on CUDA (y = f(x), called as f(x, x)
 // by the binary map kernel), shared by their own kernels (activation_cuda.cu) and by the
 // fused observer + fake-quantize node that applies the activation as it loads x
-// (ops/fused/fused_prologue_cuda.cu), so both round exactly the same way.
+// (ops/fused/observe_quantize/cuda_activation_prologue.cu), so both round exactly the same way.
 #pragma once
 
 #include "ops/activation/activation_math.h"

@@ -1,6 +1,6 @@
 // The element expressions of the activation backward ops on CUDA (dx = f(dy, x)), shared by
 // their own kernels (activation_cuda.cu) and by the fused STE + activation backward
-// (ops/fused/fused_ste_backward_cuda.cu), so a fused node computes exactly what the two
+// (ops/fused/ste_backward/ste_backward_cuda.cu), so a fused node computes exactly what the two
 // unfused nodes compute.
 #pragma once
 

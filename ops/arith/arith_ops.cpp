@@ -255,6 +255,7 @@ void define_reshape(OpRegistry& r) {
 }  // namespace
 
 void add_arith_cuda_kernels(OpRegistry& r);  // arith_cuda.cu
+void add_arith_crosscheck(OpRegistry& r);  // arith_crosscheck.cpp
 
 void define_arith_ops(OpRegistry& r) {
   define_binary(
@@ -275,6 +276,7 @@ void define_arith_ops(OpRegistry& r) {
 #ifdef QG_WITH_CUDA
   add_arith_cuda_kernels(r);
 #endif
+  add_arith_crosscheck(r);
 }
 
 }  // namespace qg

@@ -32,6 +32,8 @@ void cast_cpu(KernelContext& ctx) {
 
 void add_cast_cuda_kernels(OpRegistry& r);  // cast_cuda.cu
 
+void add_cast_crosscheck(OpRegistry& r);  // cast_crosscheck.cpp
+
 void define_cast_ops(OpRegistry& r) {
   OpDef& op = r.define("cast");
   op.doc = "y = x converted to `dtype` (round to nearest even; NaN and infinities kept).";
@@ -58,6 +60,7 @@ void define_cast_ops(OpRegistry& r) {
 #ifdef QG_WITH_CUDA
   add_cast_cuda_kernels(r);
 #endif
+  add_cast_crosscheck(r);
 }
 
 }  // namespace qg

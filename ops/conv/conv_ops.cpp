@@ -139,6 +139,7 @@ ConvGeometry conv_geometry(const std::string& op, const Shape& x, const Shape& w
 }
 
 void add_conv_cuda_kernels(OpRegistry& r);  // conv_cuda.cu
+void add_conv_crosscheck(OpRegistry& r);  // conv_crosscheck.cpp
 
 void define_conv_ops(OpRegistry& r) {
   {
@@ -246,6 +247,7 @@ void define_conv_ops(OpRegistry& r) {
 #ifdef QG_WITH_CUDA
   add_conv_cuda_kernels(r);
 #endif
+  add_conv_crosscheck(r);
 }
 
 }  // namespace qg

@@ -61,6 +61,7 @@ std::vector<TensorType> infer_unpack_dequantize(const InferContext& ctx) {
 }  // namespace
 
 void add_int4_cuda_kernels(OpRegistry& r);  // int4_cuda.cu
+void add_int4_crosscheck(OpRegistry& r);  // int4_crosscheck.cpp
 
 void define_int4_ops(OpRegistry& r) {
   OpDef& q = r.define("int4_quantize_pack");
@@ -99,6 +100,7 @@ void define_int4_ops(OpRegistry& r) {
 #ifdef QG_WITH_CUDA
   add_int4_cuda_kernels(r);
 #endif
+  add_int4_crosscheck(r);
 }
 
 }  // namespace qg

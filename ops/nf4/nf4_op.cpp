@@ -93,6 +93,7 @@ std::vector<TensorType> infer_double_dequantize(const InferContext& ctx) {
 }  // namespace
 
 void add_nf4_cuda_kernels(OpRegistry& r);  // nf4_cuda.cu
+void add_nf4_crosscheck(OpRegistry& r);  // nf4_crosscheck.cpp
 
 void define_nf4_ops(OpRegistry& r) {
   OpDef& q = r.define("nf4_quantize_pack");
@@ -147,6 +148,7 @@ void define_nf4_ops(OpRegistry& r) {
 #ifdef QG_WITH_CUDA
   add_nf4_cuda_kernels(r);
 #endif
+  add_nf4_crosscheck(r);
 }
 
 }  // namespace qg

@@ -1,6 +1,6 @@
 // The per-element update of the CPU sgd and adam kernels, written once for the plain ops
 // (ops/optim/optim_ops.cpp: the gradient is a tensor) and for the fused straight-through
-// estimator + step (ops/fused/fused_ste_optimizer_op.cpp: the gradient is dy where the
+// estimator + step (ops/fused/ste_optimizer/ste_optimizer_op.cpp: the gradient is dy where the
 // fake-quantizer's mask bit is set, else +0). `grad_at(i)` yields element i's gradient; every
 // float operation after it is this one code, so the fused node updates the parameter bit for
 // bit as ste_backward followed by the step does.

@@ -1,7 +1,7 @@
 // The CUDA sgd and adam kernels, written once for the plain ops (ops/optim/optim_cuda.cu: the
 // gradient is a tensor) and for the fused straight-through estimator + step
-// (ops/fused/fused_ste_optimizer_cuda.cu: the gradient is dy where the fake-quantizer's mask
-// bit is set, else +0). `grad_at(i)` yields element i's gradient; every float operation after
+// (ops/fused/ste_optimizer/ste_optimizer_cuda.cu: the gradient is dy where the fake-quantizer's
+// mask bit is set, else +0). `grad_at(i)` yields element i's gradient; every float operation after
 // it is this one code (built with --fmad=false, so no contraction differs between the two
 // instantiations), hence the fused node's update is bit-identical to ste_backward then the step.
 #pragma once

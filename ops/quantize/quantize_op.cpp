@@ -146,6 +146,7 @@ std::vector<GradcheckSample> quantize_samples() {
 }  // namespace
 
 void add_quantize_cuda_kernels(OpRegistry& r);  // quantize_cuda.cu
+void add_quantize_crosscheck(OpRegistry& r);  // quantize_crosscheck.cpp
 
 void define_quantize_ops(OpRegistry& r) {
   OpDef& q = r.define("quantize");
@@ -216,6 +217,7 @@ void define_quantize_ops(OpRegistry& r) {
 #ifdef QG_WITH_CUDA
   add_quantize_cuda_kernels(r);
 #endif
+  add_quantize_crosscheck(r);
 }
 
 }  // namespace qg

@@ -97,6 +97,7 @@ void define_reduce(OpRegistry& r, const char* name, bool mean) {
 }  // namespace
 
 void add_reduce_cuda_kernels(OpRegistry& r);  // reduce_cuda.cu
+void add_reduce_crosscheck(OpRegistry& r);  // reduce_crosscheck.cpp
 
 void define_reduce_ops(OpRegistry& r) {
   define_reduce(r, "sum", false);
@@ -104,6 +105,7 @@ void define_reduce_ops(OpRegistry& r) {
 #ifdef QG_WITH_CUDA
   add_reduce_cuda_kernels(r);
 #endif
+  add_reduce_crosscheck(r);
 }
 
 }  // namespace qg

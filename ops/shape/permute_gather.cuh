@@ -1,5 +1,5 @@
 // The CUDA permute gathers (ops/shape/shape_cuda.cu), shared with the fused ste_backward +
-// permute node (ops/fused/fused_ste_producer_cuda.cu): a strided gather, one thread per
+// permute node (ops/fused/ste_producer/ste_producer_cuda.cu): a strided gather, one thread per
 // output element, over the collapsed plan of permute_plan.h (at most kMaxPermuteRank
 // dimensions after merging), and for plans that are a (batched) swap of the last two axes, a
 // 32 x 32 shared-memory tile transpose so that both the reads and the writes are coalesced.

@@ -10,7 +10,7 @@
 
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
-#include "ops/fused/fused_scaled_softmax.h"
+#include "ops/fused/scaled_softmax/scaled_softmax.h"
 #include "ops/softmax/softmax_columns.h"
 
 namespace qg {

@@ -1,14 +1,16 @@
-// Graph passes. Each pass has a name and can be switched off on its own, by option or by
-// the environment (QG_DISABLE_PASSES=name1,name2 or =all), so the same graph can run fused
+// The fusion-pass driver. Each pass is a fusion rule that lives with the fused op it makes
+// (ops/fused/<op>/, registered on its OpDef); this layer runs them in one ordered table
+// (pass_manager.cpp). Each pass has a name and can be switched off on its own, by option or
+// by the environment (QG_DISABLE_PASSES=name1,name2 or =all), so the same graph can run fused
 // and unfused.
 #pragma once
 
-#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/graph.h"
+#include "core/graph_rewrite.h"  // live_node, for code that kept ids of fused-away nodes
 
 namespace qg {
 
@@ -21,48 +23,19 @@ struct PassOptions {
   static PassOptions from_env(PassOptions base = {});
 };
 
-class Pass {
- public:
-  virtual ~Pass() = default;
-  virtual const char* name() const = 0;
-  // Rewrites the graph; returns how many rewrites it made.
-  virtual int run(Graph& graph) = 0;
-};
-
 struct PassRecord {
   std::string name;
   bool ran = false;
   int rewrites = 0;
 };
 
-// Points every input slot that reads `old` at `now` instead (a fusion pass's rewiring of the
-// readers of a value it replaces).
-void replace_all_uses(Graph& graph, ValueId old, ValueId now);
-
-// A fusion pass's rewrite: adds `fused` with outputs of `types` (default: the types of
-// `replaced`), points the readers of replaced[i] at the fused node's output i, removes
-// `originals` in the given order (readers before producers), and gives output i the name and
-// output mark replaced[i] had. Returns the fused node's id.
-NodeId replace_with_fused_node(Graph& graph, Node fused, const std::vector<ValueId>& replaced,
-                               const std::vector<NodeId>& originals,
-                               std::vector<TensorType> types = {});
-
-// `node` itself while it is live; once a fusion pass removed it, the live fused node that
-// took it in (whose fused_from holds it), so code that kept a NodeId from graph building
-// (nn's ConvBnLayer::bn_node) still reaches the node holding its states. Throws when none.
-NodeId live_node(const Graph& graph, NodeId node);
-
-// The default pipeline, in order: fuse_observer_quantize, fuse_ste_backward,
-// fuse_ste_optimizer, fuse_ste_chain, fuse_ste_producer, fuse_channel_div_batch_norm,
-// fuse_activation_prologue, fuse_scaled_softmax.
-// (fuse_ste_backward first: an ste_backward feeding an activation backward saves more there;
-// fuse_ste_optimizer before fuse_ste_chain: an ste_backward -> ste_backward -> step chain
-// then saves the weight gradient's round trip; fuse_ste_producer after the passes that fuse
-// an ste_backward into its reader: where both apply, each saves one round trip of the masked
-// gradient, and the readers' fusions came first, so graphs they fuse keep their fusions;
-// fuse_scaled_softmax last: no other pass fuses mul, softmax or softmax_backward.)
-std::vector<std::unique_ptr<Pass>> default_passes();
+// The default pipeline's pass names, in the order optimize() runs them (the table in
+// pass_manager.cpp says why).
 std::vector<std::string> default_pass_names();
+
+// Runs one fusion rule over `graph` (match and legal on the graph as it is, then build the
+// accepted candidates); returns how many rewrites it made.
+int run_fusion_rule(const FusionRule& rule, Graph& graph);
 
 // Runs the default pipeline on `graph` under `options` (environment included).
 std::vector<PassRecord> optimize(Graph& graph,

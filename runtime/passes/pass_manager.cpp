@@ -1,17 +1,48 @@
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
 #include "core/error.h"
-#include "runtime/passes/fuse_activation_prologue.h"
-#include "runtime/passes/fuse_channel_div_batch_norm.h"
-#include "runtime/passes/fuse_observer_quantize.h"
-#include "runtime/passes/fuse_scaled_softmax.h"
-#include "runtime/passes/fuse_ste_backward.h"
-#include "runtime/passes/fuse_ste_optimizer.h"
-#include "runtime/passes/fuse_ste_producer.h"
+#include "core/op_registry.h"
 #include "runtime/passes/pass.h"
 
 namespace qg {
+namespace {
+
+// The default pipeline: every fusion rule an op registers, in the order it runs, and why.
+struct PassStep {
+  const char* name;
+  const char* why_here;
+};
+constexpr PassStep kPassOrder[] = {
+    {"fuse_observer_quantize",
+     "first: fuse_activation_prologue extends the fused_observe_quantize nodes it makes"},
+    {"fuse_ste_backward",
+     "before the other ste_backward fusions: an ste_backward feeding an activation backward "
+     "saves more there"},
+    {"fuse_ste_optimizer",
+     "before fuse_ste_chain: an ste_backward -> ste_backward -> step chain then saves the "
+     "weight gradient's round trip"},
+    {"fuse_ste_chain", "after fuse_ste_optimizer (above)"},
+    {"fuse_ste_producer",
+     "after the rules that fuse an ste_backward into its reader: where both apply, each saves "
+     "one round trip of the masked gradient, and the readers' fusions came first, so graphs "
+     "they fuse keep their fusions"},
+    {"fuse_channel_div_batch_norm",
+     "no other rule reads channel_div, batch_norm or their backward ops"},
+    {"fuse_activation_prologue",
+     "after fuse_observer_quantize: moves an activation into the fused node that pass made"},
+    {"fuse_scaled_softmax", "last: no other rule fuses mul, softmax or softmax_backward"},
+};
+
+const FusionRule& registered_rule(const std::string& name) {
+  for (const OpDef* op : OpRegistry::instance().all())
+    for (const FusionRule& rule : op->fusion_rules)
+      if (rule.name == name) return rule;
+  QG_FAIL("passes", "no op registers the fusion rule '", name, "' named in the pass order");
+}
+
+}  // namespace
 
 PassOptions PassOptions::from_env(PassOptions base) {
   const char* env = std::getenv("QG_DISABLE_PASSES");
@@ -23,72 +54,41 @@ PassOptions PassOptions::from_env(PassOptions base) {
   return base;
 }
 
-void replace_all_uses(Graph& g, ValueId old, ValueId now) {
-  for (NodeId reader : g.consumers(old)) {
-    const size_t slots = g.node(reader).inputs.size();
-    for (size_t slot = 0; slot < slots; ++slot)
-      if (g.node(reader).inputs[slot] == old) g.replace_input(reader, static_cast<int>(slot), now);
+int run_fusion_rule(const FusionRule& rule, Graph& g) {
+  // 1. Match and 2. judge every candidate on the graph as it is before any rewrite.
+  std::vector<FusionCandidate> accepted;
+  for (NodeId id : g.topological_order())
+    for (FusionCandidate& c : rule.match(g, id))
+      if (rule.legal(g, c).empty()) accepted.push_back(std::move(c));
+  std::stable_sort(
+      accepted.begin(), accepted.end(),
+      [](const FusionCandidate& a, const FusionCandidate& b) { return a.form < b.form; });
+  // 3. Build, in that order, each candidate that shares no node with one built before it.
+  std::vector<bool> taken(static_cast<size_t>(g.num_nodes()), false);
+  int rewrites = 0;
+  for (const FusionCandidate& c : accepted) {
+    const bool free =
+        std::none_of(c.nodes.begin(), c.nodes.end(), [&](NodeId n) { return n >= 0 && taken[n]; });
+    if (!free) continue;
+    for (NodeId n : c.nodes)
+      if (n >= 0) taken[n] = true;
+    rule.build(g, c);
+    ++rewrites;
   }
-}
-
-NodeId live_node(const Graph& g, NodeId node) {
-  if (!g.node(node).dead) return node;
-  for (NodeId id = 0; id < g.num_nodes(); ++id) {
-    const Node& n = g.node(id);
-    if (n.dead) continue;
-    for (const Node& original : n.fused_from)
-      if (original.id == node) return id;
-  }
-  QG_FAIL("passes", "node ", node, " ('", g.node(node).name,
-          "') was removed and no live fused node took it in");
-}
-
-NodeId replace_with_fused_node(Graph& g, Node fused, const std::vector<ValueId>& replaced,
-                               const std::vector<NodeId>& originals,
-                               std::vector<TensorType> types) {
-  if (types.empty())
-    for (ValueId v : replaced) types.push_back(g.value(v).type);
-  const NodeId f = g.add_raw_node(std::move(fused), types);
-  const std::vector<ValueId> outs = g.node(f).outputs;
-  std::vector<std::string> names;
-  std::vector<bool> marked;
-  for (size_t i = 0; i < replaced.size(); ++i) {
-    replace_all_uses(g, replaced[i], outs[i]);
-    names.push_back(g.value(replaced[i]).name);
-    marked.push_back(g.is_output(replaced[i]));
-  }
-  for (NodeId n : originals) g.remove_node(n);  // frees the names for the new outputs
-  for (size_t i = 0; i < replaced.size(); ++i) {
-    if (!names[i].empty()) g.set_name(outs[i], names[i]);
-    if (marked[i]) g.mark_output(outs[i]);
-  }
-  return f;
-}
-
-std::vector<std::unique_ptr<Pass>> default_passes() {
-  std::vector<std::unique_ptr<Pass>> passes;
-  passes.push_back(std::make_unique<FuseObserverQuantizePass>());
-  passes.push_back(std::make_unique<FuseSteBackwardPass>());
-  passes.push_back(std::make_unique<FuseSteOptimizerPass>());
-  passes.push_back(std::make_unique<FuseSteChainPass>());
-  passes.push_back(std::make_unique<FuseSteProducerPass>());
-  passes.push_back(std::make_unique<FuseChannelDivBatchNormPass>());
-  passes.push_back(std::make_unique<FuseActivationProloguePass>());
-  passes.push_back(std::make_unique<FuseScaledSoftmaxPass>());
-  return passes;
+  return rewrites;
 }
 
 std::vector<std::string> default_pass_names() {
   std::vector<std::string> names;
-  for (const auto& p : default_passes()) names.push_back(p->name());
+  for (const PassStep& step : kPassOrder) names.push_back(step.name);
   return names;
 }
 
 std::vector<PassRecord> optimize(Graph& graph, const PassOptions& options) {
   std::vector<PassRecord> records;
-  for (const auto& pass : default_passes()) {
-    PassRecord r{pass->name(), options.enabled(pass->name()), 0};
-    if (r.ran) r.rewrites = pass->run(graph);
+  for (const PassStep& step : kPassOrder) {
+    PassRecord r{step.name, options.enabled(step.name), 0};
+    if (r.ran) r.rewrites = run_fusion_rule(registered_rule(step.name), graph);
     records.push_back(r);
   }
   graph.validate();

@@ -11,7 +11,7 @@
 #include <iostream>
 #include <random>
 
-#include "ops/fused/fused_observe_quantize.h"
+#include "ops/fused/observe_quantize/middle_map_launches.h"
 #include "runtime/backend.h"
 #include "runtime/executor.h"
 #include "runtime/passes/pass.h"
@@ -412,12 +412,13 @@ INSTANTIATE_TEST_SUITE_P(
 
 const Attrs kAxis1Signed{{"scope", "channel"}, {"axis", 1}, {"signed", true}};
 
-// Channels on a middle axis with the channel-major map (ops/fused/fused_cooperative_middle.cuh:
-// T_c threads per channel, T_c the resident threads per channel rounded down to a multiple of
-// 32), taken where it runs more threads than whole outer rows; the shapes are sized for the
-// 396 resident blocks (101376 threads) of a 132-multiprocessor GPU. NaN and infinities put
-// threads on the exact path (settle() re-reads the thread's packs in the same order);
-// zero runs of one regime per channel (C % 5 == 0) give signed-zero extremes.
+// Channels on a middle axis with the channel-major map
+// (ops/fused/observe_quantize/cuda_cooperative_middle_axis.cuh: T_c threads per channel, T_c the
+// resident threads per channel rounded down to a multiple of 32), taken where it runs more threads
+// than whole outer rows; the shapes are sized for the 396 resident blocks (101376 threads) of a
+// 132-multiprocessor GPU. NaN and infinities put threads on the exact path (settle() re-reads the
+// thread's packs in the same order); zero runs of one regime per channel (C % 5 == 0) give
+// signed-zero extremes.
 INSTANTIATE_TEST_SUITE_P(
     MiddleAxis, FusedCuda,
     ::testing::Values(

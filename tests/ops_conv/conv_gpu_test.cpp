@@ -3,9 +3,9 @@
 // batch large enough that the 256 MiB im2col workspace is used in several chunks. Skipped
 // without a GPU. Tolerance 1e-5 in f32 and 1e-12 in f64, relative to the sum of the
 // absolute values of the terms behind each output (the same op on |inputs|, in f64): the
-// GEMMs and the bias sum add in a different order on each device (crosscheck's
-// kFloatReductions lists these ops), so the rounding grows with those terms, not with the
-// result, which may cancel to near zero.
+// GEMMs and the bias sum add in a different order on each device (their definitions mark
+// these outputs as rounded for the cross-check), so the rounding grows with those terms, not with
+// the result, which may cancel to near zero.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -15,9 +15,9 @@
 #include "autograd/grad.h"
 #include "nn/builder.h"
 #include "nn/optimizer.h"
-#include "ops/fused/fused_channel_div_bn.h"
+#include "ops/fused/channel_div_bn/channel_div_bn.h"
+#include "ops/fused/channel_div_bn/channel_div_bn_fusion.h"
 #include "runtime/executor.h"
-#include "runtime/passes/fuse_channel_div_batch_norm.h"
 #include "runtime/passes/pass.h"
 
 namespace qg {

@@ -1,5 +1,5 @@
 // Every single-loop path of the CPU fused observer + quantizer
-// (ops/fused/fused_observe_quantize_cpu.cpp) against the unfused graph, bit for bit: outputs,
+// (ops/fused/observe_quantize/cpu_kernel.cpp) against the unfused graph, bit for bit: outputs,
 // masks, scale, zero point and every state, over a sequence of steps that trains, switches
 // the observer off, evaluates, switches fake-quantization off and trains again. Cases cross
 // each scope layout (tensor, channel on the first / a middle / the last axis, token, group

@@ -11,8 +11,8 @@
 #include <random>
 
 #include "autograd/grad.h"
+#include "ops/fused/observe_quantize/observe_quantize_fusion.h"
 #include "runtime/executor.h"
-#include "runtime/passes/fuse_activation_prologue.h"
 #include "runtime/passes/pass.h"
 
 namespace qg {

@@ -10,8 +10,8 @@
 #include <map>
 
 #include "autograd/grad.h"
+#include "ops/fused/scaled_softmax/scaled_softmax_fusion.h"
 #include "runtime/executor.h"
-#include "runtime/passes/fuse_scaled_softmax.h"
 #include "runtime/passes/pass.h"
 #include "tests/common/scaled_softmax_graphs.h"
 #include "tests/common/ste_step_graphs.h"

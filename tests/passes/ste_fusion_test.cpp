@@ -10,8 +10,8 @@
 #include <random>
 
 #include "autograd/grad.h"
+#include "ops/fused/ste_backward/ste_backward_fusion.h"
 #include "runtime/executor.h"
-#include "runtime/passes/fuse_ste_backward.h"
 #include "runtime/passes/pass.h"
 
 namespace qg {

@@ -1,14 +1,14 @@
-// The fuse_ste_optimizer and fuse_ste_chain passes (runtime/passes/fuse_ste_optimizer.cpp) on
-// the CPU: a fake-quantized weight trained by sgd (with and without momentum, weight decay)
-// or adam ends bit-identical fused and unfused (parameter and optimizer state after several
-// steps, f32 and f64, per-tensor and per-channel masks, NaN / infinities / signed zeros in
-// the gradient); a value quantized twice gets the same gradient from the two-mask node
-// (f32, f64, bf16, f16); the passes leave alone what they must; and the transformer QAT
-// step of `qat steps` trains identically with and without them.
+// The fuse_ste_optimizer and fuse_ste_chain passes (ops/fused/ste_optimizer, ops/fused/ste_chain)
+// on the CPU: a fake-quantized weight trained by sgd (with and without momentum, weight decay) or
+// adam ends bit-identical fused and unfused (parameter and optimizer state after several steps, f32
+// and f64, per-tensor and per-channel masks, NaN / infinities / signed zeros in the gradient); a
+// value quantized twice gets the same gradient from the two-mask node (f32, f64, bf16, f16); the
+// passes leave alone what they must; and the transformer QAT step of `qat steps` trains identically
+// with and without them.
 #include <gtest/gtest.h>
 
+#include "ops/fused/ste_optimizer/ste_optimizer_fusion.h"
 #include "runtime/executor.h"
-#include "runtime/passes/fuse_ste_optimizer.h"
 #include "runtime/passes/pass.h"
 #include "tests/common/ste_step_graphs.h"
 

@@ -1,5 +1,5 @@
-// The fuse_ste_producer pass (runtime/passes/fuse_ste_producer.cpp) on the CPU: a permute or
-// transpose (through reshape views) or a same-shape add feeding an ste_backward becomes one
+// The fuse_ste_producer pass (ops/fused/ste_producer/ste_producer_fusion.cpp) on the CPU: a permute
+// or transpose (through reshape views) or a same-shape add feeding an ste_backward becomes one
 // fused_ste_producer node whose output equals the unfused graph's bit for bit (f32, f64,
 // bf16, f16; NaN, infinities and signed zeros in the data, random mask bytes); the pass leaves
 // alone what it must (an intermediate value with a second reader, an output or named one, a
@@ -10,8 +10,8 @@
 
 #include <map>
 
+#include "ops/fused/ste_producer/ste_producer_fusion.h"
 #include "runtime/executor.h"
-#include "runtime/passes/fuse_ste_producer.h"
 #include "runtime/passes/pass.h"
 #include "tests/common/ste_producer_graphs.h"
 #include "tests/common/ste_step_graphs.h"

@@ -1,0 +1,49 @@
+#include "core/graph_rewrite.h"
+
+#include "core/error.h"
+
+namespace qg {
+
+void replace_all_uses(Graph& g, ValueId old, ValueId now) {
+  for (NodeId reader : g.consumers(old)) {
+    const size_t slots = g.node(reader).inputs.size();
+    for (size_t slot = 0; slot < slots; ++slot)
+      if (g.node(reader).inputs[slot] == old) g.replace_input(reader, static_cast<int>(slot), now);
+  }
+}
+
+NodeId live_node(const Graph& g, NodeId node) {
+  if (!g.node(node).dead) return node;
+  for (NodeId id = 0; id < g.num_nodes(); ++id) {
+    const Node& n = g.node(id);
+    if (n.dead) continue;
+    for (const Node& original : n.fused_from)
+      if (original.id == node) return id;
+  }
+  QG_FAIL("passes", "node ", node, " ('", g.node(node).name,
+          "') was removed and no live fused node took it in");
+}
+
+NodeId replace_with_fused_node(Graph& g, Node fused, const std::vector<ValueId>& replaced,
+                               const std::vector<NodeId>& originals,
+                               std::vector<TensorType> types) {
+  if (types.empty())
+    for (ValueId v : replaced) types.push_back(g.value(v).type);
+  const NodeId f = g.add_raw_node(std::move(fused), types);
+  const std::vector<ValueId> outs = g.node(f).outputs;
+  std::vector<std::string> names;
+  std::vector<bool> marked;
+  for (size_t i = 0; i < replaced.size(); ++i) {
+    replace_all_uses(g, replaced[i], outs[i]);
+    names.push_back(g.value(replaced[i]).name);
+    marked.push_back(g.is_output(replaced[i]));
+  }
+  for (NodeId n : originals) g.remove_node(n);  // frees the names for the new outputs
+  for (size_t i = 0; i < replaced.size(); ++i) {
+    if (!names[i].empty()) g.set_name(outs[i], names[i]);
+    if (marked[i]) g.mark_output(outs[i]);
+  }
+  return f;
+}
+
+}  // namespace qg

@@ -1,0 +1,28 @@
+// Graph edits shared by the fusion rules (ops/fused/*) and the code that reaches nodes a
+// fusion may have removed (nn's trainer).
+#pragma once
+
+#include <vector>
+
+#include "core/graph.h"
+
+namespace qg {
+
+// Points every input slot that reads `old` at `now` instead (a fusion rule's rewiring of the
+// readers of a value it replaces).
+void replace_all_uses(Graph& graph, ValueId old, ValueId now);
+
+// A fusion rule's rewrite: adds `fused` with outputs of `types` (default: the types of
+// `replaced`), points the readers of replaced[i] at the fused node's output i, removes
+// `originals` in the given order (readers before producers), and gives output i the name and
+// output mark replaced[i] had. Returns the fused node's id.
+NodeId replace_with_fused_node(Graph& graph, Node fused, const std::vector<ValueId>& replaced,
+                               const std::vector<NodeId>& originals,
+                               std::vector<TensorType> types = {});
+
+// `node` itself while it is live; once a fusion removed it, the live fused node that took it
+// in (whose fused_from holds it), so code that kept a NodeId from graph building (nn's
+// ConvBnLayer::bn_node) still reaches the node holding its states. Throws when none.
+NodeId live_node(const Graph& graph, NodeId node);
+
+}  // namespace qg

@@ -1,0 +1,144 @@
+// Single-kernel CUDA paths for fused observer + fake_quantize (or + quantize, writing s8/u8
+// codes), bit-identical to the unfused graph and free of host synchronisation (statistics,
+// flags and qparams stay on the device). This file picks the path for the node's layout:
+//
+//  | layout                                              | kernel (file)                    |
+//  | per tensor                                          | cooperative grid, grid barrier   |
+//  |                                                     | (cuda_cooperative_launch.cu)      |
+//  | per tensor, delayed                                 | one pass, last block folds       |
+//  |                                                     | (cuda_delayed_tensor.cu)          |
+//  | channel on the outermost axis, token, group on the  | one block or warp per row        |
+//  | innermost axis (dividing it)                        | (cuda_rows.cu)             |
+//  | channel on the last axis of [rows, C]               | cooperative grid, two barriers   |
+//  |                                                     | (cuda_cooperative_launch.cu)      |
+//  | per tensor, relu/gelu/silu applied on load          | cooperative grid, grid barrier   |
+//  |                                                     | (cuda_activation_prologue.cu)         |
+//  | channel on a middle axis of [outer, C, inner], with | cooperative grid: a row map (two |
+//  | inner a multiple of the pack, and a row (C * inner) | barriers) or a channel-major map |
+//  | within the resident grid's threads or runs of a     | (one barrier), fused_cooperative |
+//  | multiple of 32 packs with 32 threads per channel    | _middle.cuh                      |
+//
+// Every kernel computes its statistics from the raw bits and quantizes without NaN selects
+// for the threads whose elements are all finite (the common case), and keeps the exact
+// per-element code for the others (cuda_fast_path.cuh).
+//
+// Anything else (f64, channels on a middle axis whose inner run is not whole packs or whose
+// outer row exceeds the resident grid while the channel-major map does not apply, tail
+// groups, lengths that break 32-bit mask words, unaligned buffers) runs the two original
+// kernels back to back.
+#include "core/graph.h"
+#include "ops/fused/observe_quantize/cuda_stats_and_store.cuh"
+#include "ops/fused/observe_quantize/observe_quantize.h"
+
+namespace qg {
+namespace {
+
+using namespace cuda;
+using namespace cuda::fused;
+
+// Reads the node's attributes and state tensors into the kernel arguments.
+FusedArgs make_args(KernelContext& ctx) {
+  const Node& obs = ctx.node.fused_from.at(0);
+  const Node& q = ctx.node.fused_from.at(1);
+  FusedArgs a{};
+  a.moving_average = obs.op->name == "moving_average_observer";
+  a.averaging_constant =
+      a.moving_average ? static_cast<float>(obs.attrs.get_real("averaging_constant")) : 0.f;
+  a.training = ctx.training;
+  a.delayed = obs.attrs.has("delayed") && obs.attrs.get_bool("delayed");
+  a.cfg = qparams_config_from_attrs(obs.op->name, obs.attrs);
+  QuantRange r = quant_range_from_attrs(q.op->name, q.attrs);
+  a.qmin = static_cast<float>(r.qmin);
+  a.qmax = static_cast<float>(r.qmax);
+  size_t s = 0;
+  a.st_min = out_ptr<float>(ctx.states.at(s++));
+  a.st_max = out_ptr<float>(ctx.states.at(s++));
+  a.st_init = a.moving_average ? out_ptr<uint8_t>(ctx.states.at(s++)) : nullptr;
+  a.nonfinite = out_ptr<unsigned long long>(ctx.states.at(s++));
+  a.observer_enabled = out_ptr<uint8_t>(ctx.states.at(s++));
+  a.fake_quant_enabled = s < ctx.states.size() ? out_ptr<uint8_t>(ctx.states.at(s)) : nullptr;
+  a.scale_out = out_ptr<float>(ctx.outputs[2]);
+  a.zp_out = out_ptr<int32_t>(ctx.outputs[3]);
+  a.err = device_error_record();
+  a.node = ctx.node.id;
+  return a;
+}
+
+// The scopes whose qparams each cover one contiguous row of x, in qparam order: channels of
+// the outermost axis, tokens, and groups along the innermost axis that divide it evenly.
+bool contiguous_rows(const ScopeLayout& l, int64_t& rows, int64_t& row_len) {
+  switch (l.kind) {
+    case ScopeKind::channel:
+      if (l.outer != 1) return false;
+      rows = l.axis_len;
+      row_len = l.inner;
+      return true;
+    case ScopeKind::token:
+      rows = l.outer;
+      row_len = l.axis_len * l.inner;
+      return true;
+    case ScopeKind::group:
+      if (l.inner != 1 || l.axis_len % l.group_size != 0) return false;
+      rows = l.outer * l.num_groups;
+      row_len = l.group_size;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Picks a single-kernel path when one applies; returns false to fall back.
+bool try_single_kernel(KernelContext& ctx) {
+  const Node& obs = ctx.node.fused_from.at(0);
+  const Node& q = ctx.node.fused_from.at(1);
+  const bool codes = q.op->name == "quantize";
+  if (!codes && q.op->name != "fake_quantize") return false;
+  const Tensor& x = ctx.inputs[0];
+  if (!aligned16(x.raw_data()) || !aligned16(ctx.outputs[0].raw_data()) ||
+      (reinterpret_cast<uintptr_t>(ctx.outputs[1].raw_data()) & 3u) != 0)
+    return false;
+  const ScopeLayout l = scope_layout(obs.op->name, obs.attrs, x.shape());
+  const FusedArgs a = make_args(ctx);
+  if (l.kind == ScopeKind::tensor)
+    return a.delayed ? launch_fused_tensor_delayed(ctx, a, codes)
+                     : launch_fused_tensor(ctx, a, codes);
+  int64_t rows = 0, row_len = 0;
+  if (contiguous_rows(l, rows, row_len)) return launch_fused_rows(ctx, a, codes, rows, row_len);
+  if (l.kind == ScopeKind::channel && l.inner == 1 && l.outer > 1)
+    return launch_fused_columns(ctx, a, codes, l.axis_len);
+  if (l.kind == ScopeKind::channel && l.inner > 1 && l.outer > 1)
+    return launch_fused_middle(ctx, a, codes, l.axis_len, l.inner);
+  return false;
+}
+
+// A node with an activation prologue (fuse_activation_prologue): the per-tensor
+// fake-quantize kernel applies it on load; true when that kernel ran.
+bool try_prologue_kernel(KernelContext& ctx, const Node& activation) {
+  const Node& obs = ctx.node.fused_from.at(0);
+  const Node& q = ctx.node.fused_from.at(1);
+  const Tensor& x = ctx.inputs[0];
+  if (q.op->name != "fake_quantize" || !aligned16(x.raw_data()) ||
+      !aligned16(ctx.outputs[0].raw_data()) ||
+      (reinterpret_cast<uintptr_t>(ctx.outputs[1].raw_data()) & 3u) != 0)
+    return false;
+  if (scope_layout(obs.op->name, obs.attrs, x.shape()).kind != ScopeKind::tensor) return false;
+  const FusedArgs a = make_args(ctx);
+  return !a.delayed && launch_fused_tensor_prologue(ctx, a, activation);
+}
+
+void fused_observe_quantize_cuda(KernelContext& ctx) {
+  if (const Node* act = prologue_activation(ctx.node)) {
+    if (try_prologue_kernel(ctx, *act)) return;
+    apply_prologue(ctx, DeviceType::cuda);  // the activation into a temporary x
+  }
+  if (!try_single_kernel(ctx)) run_fused_observe_quantize_composed(ctx, DeviceType::cuda);
+}
+
+}  // namespace
+
+void add_fused_cuda_kernels(OpRegistry& r) {
+  r.get_mutable("fused_observe_quantize")
+      .kernels.push_back({DeviceType::cuda, {}, fused_observe_quantize_cuda});
+}
+
+}  // namespace qg

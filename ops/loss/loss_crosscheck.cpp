@@ -1,0 +1,28 @@
+// `qat crosscheck` cases and comparison of softmax cross-entropy: many classes, i32 labels,
+// and a label out of range (both backends must raise).
+#include "ops/common/crosscheck_inputs.h"
+
+namespace qg {
+
+using namespace crosscheck_spec;
+
+void add_loss_crosscheck(OpRegistry& r) {
+  set_cases(r, "softmax_cross_entropy", [] {
+    return std::vector<CrosscheckCase>{
+        {"[300,1000]", {x_in({300, 1000}, -4, 4), fixed({300}, DType::i64, 0, 999.99)}, {}, true},
+        {"i32 labels sum [64,10]",
+         {x_in({64, 10}, -4, 4), fixed({64}, DType::i32, 0, 9.99)},
+         {{"reduction", "sum"}},
+         true},
+        {"bad label (both must raise)",
+         {x_in({3, 4}), fixed({3}, DType::i64, 0, 0, {0, 4, 1})},
+         {},
+         true}};
+  });
+  // A float reduction over the classes and the batch; the backward: exp() of the CPU's libm
+  // vs CUDA's.
+  set_rounded_outputs(r, "softmax_cross_entropy", {-1});
+  set_rounded_outputs(r, "softmax_cross_entropy_backward", {-1});
+}
+
+}  // namespace qg
