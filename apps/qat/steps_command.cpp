@@ -17,7 +17,6 @@
 
 #include "apps/qat/commands.h"
 #include "bench/harness/device_timer.h"
-#include "core/precision.h"
 #include "nn/builder.h"
 #include "nn/optimizer.h"
 #include "nn/rng.h"
@@ -28,7 +27,7 @@
 #ifdef QG_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "runtime/cuda/cuda_check.h"
+#include "device/cuda/cuda_check.h"
 #endif
 
 namespace qg::cli {
@@ -95,22 +94,23 @@ void build_transformer(StepGraph& s, const nn::QConfig& qc, bool small) {
 }
 
 // Median microseconds of one step: a CUDA-graph replay on CUDA, a StaticRun launch on the CPU.
-double time_step(StepGraph& s, Device device, int reps, int* kernels) {
+double time_step(StepGraph& s, Device device, const ContextOptions& context, int reps,
+                 int* kernels) {
   optimize(s.graph);  // QG_DISABLE_PASSES applies, as everywhere
   Executor::Feeds feeds;
   for (auto& [name, t] : s.feeds) feeds[name] = t.to(device);
-  Executor exec(s.graph, device);
+  Executor exec(s.graph, device, context);
   StaticRun run(exec, feeds, {s.loss}, s.updates);
   *kernels = run.kernels_per_launch();
   run.launch();
   double us;
   if (device.is_cpu()) {
     us = bench::median_us(
-        device, [&](int) { run.launch(); }, reps, 1);
+        exec.context(), [&](int) { run.launch(); }, reps, 1);
   } else {
     run.capture();
     us = bench::median_us(
-        device, [&](int) { run.replay(); }, reps);
+        exec.context(), [&](int) { run.replay(); }, reps);
   }
   run.synchronize();
   return us;
@@ -159,7 +159,8 @@ void profile_step_cpu(StepGraph& s, Device device, int runs) {
 // summed per op and printed largest first.
 // With `node_ops` (comma-separated op names), also lists each node of those ops with its
 // first input's type: which of a model's many fake-quantizers cost what.
-void profile_step(StepGraph& s, Device device, int runs, const std::string& node_ops) {
+void profile_step(StepGraph& s, Device device, const ContextOptions& context, int runs,
+                  const std::string& node_ops) {
   if (device.is_cpu()) {
     profile_step_cpu(s, device, runs);
     return;
@@ -167,7 +168,7 @@ void profile_step(StepGraph& s, Device device, int runs, const std::string& node
 #ifdef QG_WITH_CUDA
   Executor::Feeds feeds;
   for (auto& [name, t] : s.feeds) feeds[name] = t.to(device);
-  Executor exec(s.graph, device);
+  Executor exec(s.graph, device, context);
   exec.run(feeds, {s.loss}, s.updates);  // warm-up: allocator, library handles
   auto stream = static_cast<cudaStream_t>(exec.stream());
   std::vector<std::pair<std::string, cudaEvent_t>> marks;
@@ -241,7 +242,8 @@ void add_steps_command(CLI::App& app) {
       for (bool tf32 : {false, true})
         for (bool qat : {false, true}) {
           if (tf32 && !o->tf32) continue;
-          set_allow_tf32(tf32);  // GEMMs and convolutions of this row (core/precision.h)
+          ContextOptions context;  // TF32 for the GEMMs and convolutions of this row only
+          context.precision.allow_tf32 = tf32;
           StepGraph s;
           nn::QConfig qc = qat ? nn::QConfig::w8a8() : nn::QConfig::float32();
           if (std::string(kind) == "cnn")
@@ -249,18 +251,17 @@ void add_steps_command(CLI::App& app) {
           else
             build_transformer(s, qc, o->small);
           int kernels = 0;
-          double us = time_step(s, device, o->reps, &kernels);
+          double us = time_step(s, device, context, o->reps, &kernels);
           std::string label =
               std::string("step ") + kind + (qat ? " qat" : " float") + (tf32 ? " tf32" : " fp32");
           std::printf("%-32s %8d %12.3f\n", label.c_str(), kernels, us / 1000.0);
           std::fflush(stdout);
-          if (o->profile) profile_step(s, device, 5, o->profile_nodes);
+          if (o->profile) profile_step(s, device, context, 5, o->profile_nodes);
           rows += std::string(rows.empty() ? "" : ",\n") + "  {\"case\": \"" + label +
                   "\", \"ours_us\": " + std::to_string(us) +
                   ", \"kernels\": " + std::to_string(kernels) + "}";
         }
     }
-    set_allow_tf32(false);
     if (!o->json.empty()) {
       std::ofstream f(o->json);
       f << "[\n" << rows << "\n]\n";
