@@ -1,7 +1,6 @@
 #include "core/op_registry.h"
 
 #include <algorithm>
-#include <mutex>
 
 #include "core/error.h"
 
@@ -25,16 +24,6 @@ const KernelDef* OpDef::find_kernel(DeviceType device, DType dtype) const {
       return &k;
   }
   return nullptr;
-}
-
-OpRegistry& OpRegistry::instance() {
-  static OpRegistry registry;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    register_all_ops(registry);
-    registry.self_check();
-  });
-  return registry;
 }
 
 OpDef& OpRegistry::define(const std::string& name) {

@@ -4,6 +4,11 @@
 // its backend), so two executors on two streams or two devices share none of it, and a
 // kernel can be called without a graph by handing it a context.
 //
+// Contexts on one device share its caching allocator, which does not track streams: a block
+// freed while its stream may still read it is safe to reuse on that stream only. Executor::run
+// synchronises its stream before it returns, so executors used in turn never meet; two run at
+// once from two threads would need a pool per stream.
+//
 // This header has no CUDA types: ops, the CPU backend and core's KernelContext refer to the
 // context without seeing CUDA. The CUDA pieces are in device/cuda/cuda_context.h.
 #pragma once

@@ -73,7 +73,9 @@ TEST(Tf32Switch, OffExactOnTf32OffExactAgain) {
     // relative to the largest output.
     EXPECT_LE(on, 4.9e-4) << c.op;
     // The cuBLAS GEMMs must have used TF32 (cuDNN may legitimately pick an FMA algorithm).
-    if (std::string(c.op) != "conv2d") EXPECT_GT(on, 1e-5) << c.op << ": TF32 was not used";
+    if (std::string(c.op) != "conv2d") {
+      EXPECT_GT(on, 1e-5) << c.op << ": TF32 was not used";
+    }
     std::printf("%-15s relative error: off %.2e, TF32 %.2e, off again %.2e\n", c.op, off, on,
                 again);
   }
