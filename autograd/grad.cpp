@@ -6,11 +6,6 @@
 
 namespace qg {
 
-ValueId BackwardContext::grad_or_zeros(int output) const {
-  if (output_grads.at(output) != kNoValue) return output_grads[output];
-  return graph.apply1("full_like", {node.outputs.at(output)}, {{"value", 0.0}});
-}
-
 namespace {
 
 // An integer value (quantized storage) receives a floating gradient of its own shape: the

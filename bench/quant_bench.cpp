@@ -34,7 +34,7 @@ void register_device(qg::Device device, bool quick) {
             int i = 0;
             for (auto _ : st) {
               double us = qg::bench::median_us(
-                  device, [&](int k) { runner->launch(i + k); }, 1, 0);
+                  runner->context(), [&](int k) { runner->launch(i + k); }, 1, 0);
               ++i;
               st.SetIterationTime(us * 1e-6);
             }

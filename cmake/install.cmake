@@ -2,22 +2,24 @@
 #   find_package(qatgraph 0.1 REQUIRED)              # or COMPONENTS CUDA when it needs the GPU
 #   target_link_libraries(app PRIVATE qatgraph::qatgraph)
 # and include the headers as this repository does: #include "autograd/grad.h".
-#   P/lib/libqatgraph.a (.so with BUILD_SHARED_LIBS)
-#   P/include/qatgraph/{core,ops,autograd,runtime,nn}/...h
+#   P/lib/libqg_{core,device,ops,autograd,runtime,nn}.a (.so with BUILD_SHARED_LIBS): one
+#     library per layer; qatgraph::qatgraph links them all
+#   P/include/qatgraph/{core,device,ops,autograd,runtime,nn}/...h
 #   P/lib/cmake/qatgraph/qatgraph{Config,ConfigVersion,Targets}.cmake
 #   P/bin/qat (when the programs are built)
-# The CUDA kernels, when built, are part of the one library (they register into the same op
+# The CUDA kernels, when built, are part of the ops library (they register into the same op
 # registry as the CPU kernels); the package then offers the CUDA component, and cuDNN when it
 # was found.
 include(CMakePackageConfigHelpers)
 set(QG_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/qatgraph)
 
-install(TARGETS qatgraph EXPORT qatgraphTargets
+install(TARGETS qatgraph qg_core qg_device qg_ops qg_autograd qg_runtime qg_nn
+  EXPORT qatgraphTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT dev)
 # Every header of the library folders; the CUDA-only .cuh headers stay private.
-install(DIRECTORY core ops autograd runtime nn
+install(DIRECTORY core device ops autograd runtime nn
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/qatgraph COMPONENT dev
   FILES_MATCHING PATTERN "*.h")
 install(EXPORT qatgraphTargets NAMESPACE qatgraph:: DESTINATION ${QG_CMAKE_INSTALL_DIR}

@@ -22,7 +22,7 @@ CachingCpuAllocator& process_cpu_allocator() {
 }
 
 struct DeviceSlot {
-  Allocator* allocator = nullptr;
+  DeviceAllocatorFn allocator = nullptr;
   CopyFn copy = nullptr;
 };
 
@@ -67,7 +67,7 @@ void release_cpu_cache() {
   process_cpu_allocator().release_cached();
 }
 
-void install_device_allocator(DeviceType type, Allocator* allocator, CopyFn copy) {
+void install_device_allocator(DeviceType type, DeviceAllocatorFn allocator, CopyFn copy) {
   QG_CHECK(type == DeviceType::cuda, "allocator", "only a cuda allocator can be installed");
   cuda_slot() = DeviceSlot{allocator, copy};
 }
@@ -78,7 +78,7 @@ Allocator& allocator_for(Device device) {
   QG_CHECK(cuda_slot().allocator != nullptr, "allocator",
            "no CUDA backend is available for device ", device.str(),
            " (built without CUDA, or no GPU present)");
-  return *cuda_slot().allocator;
+  return cuda_slot().allocator(device.index);
 }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {

@@ -1,7 +1,8 @@
 // Allocators per device. The CPU allocator is 64-byte aligned (one cache line, and wide
 // enough for AVX-512 loads) and keeps freed blocks for reuse up to a limit
-// (core/caching_cpu_allocator.h: QG_CPU_CACHE_BYTES, statistics). A device backend (CUDA) installs
-// its allocator and its copy routine at start-up, so core never includes CUDA headers.
+// (core/caching_cpu_allocator.h: QG_CPU_CACHE_BYTES, statistics). The first CUDA device
+// context (device/) installs the CUDA allocators and copy routine, so core never includes
+// CUDA headers.
 #pragma once
 
 #include <cstddef>
@@ -38,11 +39,15 @@ class ScopedAllocator {
   Allocator* previous_;
 };
 
-// Copies `bytes` between any two devices; installed by a device backend.
+// Copies `bytes` between any two devices; installed with the allocator. It has no stream of
+// its own to order against, so it waits for the device's queued work first.
 using CopyFn = void (*)(void* dst, Device dst_device, const void* src, Device src_device,
                         size_t bytes);
 
-void install_device_allocator(DeviceType type, Allocator* allocator, CopyFn copy);
+// The allocator of one device index.
+using DeviceAllocatorFn = Allocator& (*)(int index);
+
+void install_device_allocator(DeviceType type, DeviceAllocatorFn allocator, CopyFn copy);
 // Throws qg::Error when no backend for the device was built or none is present.
 Allocator& allocator_for(Device device);
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);

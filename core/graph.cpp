@@ -47,7 +47,7 @@ ValueId Graph::input(const std::string& name, TensorType type) {
   QG_CHECK(!name.empty(), "input", "a graph input needs a name");
   QG_CHECK(find(name) == kNoValue, "input", "the name '", name, "' is already used");
   Node n;
-  n.op = &OpRegistry::instance().get("input");
+  n.op = &registry_->get("input");
   n.name = name;
   n.attrs = resolve_attrs(*n.op, Attrs{{"dtype", dtype_name(type.dtype)}, {"shape", type.shape}});
   NodeId id = add_node(std::move(n), {type});
@@ -59,7 +59,7 @@ ValueId Graph::input(const std::string& name, TensorType type) {
 ValueId Graph::constant(const Tensor& value, const std::string& name) {
   QG_CHECK(value.defined(), "constant", "an undefined tensor cannot be a constant");
   Node n;
-  n.op = &OpRegistry::instance().get("constant");
+  n.op = &registry_->get("constant");
   n.name = name.empty() ? "constant" : name;
   n.value = value.device().is_cpu() ? value.clone() : value.to(Device::cpu());
   TensorType t{value.dtype(), value.shape()};
@@ -77,7 +77,7 @@ ValueId Graph::parameter(const std::string& name, const Tensor& init) {
            "' must be floating point, got ", dtype_name(init.dtype()));
   QG_CHECK(find(name) == kNoValue, "parameter", "the name '", name, "' is already used");
   Node n;
-  n.op = &OpRegistry::instance().get("parameter");
+  n.op = &registry_->get("parameter");
   n.name = name;
   n.value = init.device().is_cpu() ? init.clone() : init.to(Device::cpu());
   TensorType t{init.dtype(), init.shape()};
@@ -90,7 +90,7 @@ ValueId Graph::parameter(const std::string& name, const Tensor& init) {
 
 std::vector<ValueId> Graph::apply(const std::string& op_name, const std::vector<ValueId>& inputs,
                                   const Attrs& attrs, const std::string& name) {
-  const OpDef& op = OpRegistry::instance().get(op_name);
+  const OpDef& op = registry_->get(op_name);
   QG_CHECK(!op.is_source, op_name, "source op '", op_name,
            "' is created with Graph::input/constant/parameter");
   QG_CHECK(inputs.size() == op.inputs.size(), op_name, "expects ", op.inputs.size(),
@@ -335,6 +335,13 @@ std::string Graph::dump() const {
     os << "\n";
   }
   return os.str();
+}
+
+// Declared with the backward rules (core/op_schema.h), which live in ops/ and call it: it
+// builds graph nodes only, so it belongs to the graph rather than to autograd above ops.
+ValueId BackwardContext::grad_or_zeros(int output) const {
+  if (output_grads.at(output) != kNoValue) return output_grads[output];
+  return graph.apply1("full_like", {node.outputs.at(output)}, {{"value", 0.0}});
 }
 
 }  // namespace qg

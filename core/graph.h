@@ -46,6 +46,12 @@ using BoostGraph =
 
 class Graph {
  public:
+  // Op names resolve in `registry`. The default, the process-wide registry filled from the
+  // op table, is looked up here in the header: the table belongs to the ops layer above
+  // core, which the code that builds graphs links (core itself does not).
+  Graph() : Graph(OpRegistry::instance()) {}
+  explicit Graph(const OpRegistry& registry) : registry_(&registry) {}
+
   // Graph inputs are fed by name at run time.
   ValueId input(const std::string& name, TensorType type);
   ValueId constant(const Tensor& value, const std::string& name = "");
@@ -105,6 +111,7 @@ class Graph {
   NodeId add_node(Node node, const std::vector<TensorType>& output_types);
   void check_value(ValueId id, const std::string& op, const std::string& what) const;
 
+  const OpRegistry* registry_;
   BoostGraph g_;
   std::vector<Value> values_;
   std::map<std::string, ValueId> names_;

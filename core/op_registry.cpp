@@ -86,25 +86,6 @@ const KernelDef* OpDef::find_kernel(DeviceType device,
   return nullptr;
 }
 
-OpRegistry& OpRegistry::instance() {
-  static OpRegistry registry;
-  static std::once_flag once;
-  // A failed self-check is raised again on every later call, rather than registering the
-  // families a second time into the half-filled registry.
-  static std::exception_ptr failure;
-  std::call_once(once, [] {
-    try {
-      register_all_ops(registry);
-      registry.add_cuda_device_checks();
-      registry.self_check();
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  });
-  if (failure) std::rethrow_exception(failure);
-  return registry;
-}
-
 OpDef& OpRegistry::define(const std::string& name) {
   QG_CHECK(ops_.count(name) == 0, name, "op '", name, "' is defined twice");
   auto def = std::make_unique<OpDef>();

@@ -16,6 +16,7 @@ namespace qg {
 class OpRegistry {
  public:
   // The process-wide registry, filled from the op table on first use and self-checked.
+  // Defined beside the table (ops/registry_instance.cpp): filling it needs the ops layer.
   static OpRegistry& instance();
 
   OpDef& define(const std::string& name);           // throws when the name is taken

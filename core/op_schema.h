@@ -19,6 +19,7 @@ using NodeId = int32_t;
 using ValueId = int32_t;
 inline constexpr ValueId kNoValue = -1;
 
+class DeviceContext;  // device/device_context.h: the layer above core, seen here by name only
 class Graph;
 struct Node;
 
@@ -69,7 +70,9 @@ struct KernelContext {
   std::vector<Tensor> outputs;
   std::vector<Tensor>& states;
   bool training = true;
-  void* stream = nullptr;        // cudaStream_t on the CUDA backend
+  // The device state the kernel runs with: stream, library handles, error buffer, precision
+  // flags. The caller owns it: an executor's backend, or whoever calls the kernel directly.
+  DeviceContext& device;
   const Tensor* feed = nullptr;  // for `input` nodes: the tensor fed by name, if any
 };
 using KernelFn = std::function<void(KernelContext&)>;

@@ -4,17 +4,7 @@
 
 namespace qg {
 
-#ifdef QG_WITH_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int index);  // runtime/cuda/cuda_backend.cu
-bool cuda_device_present();
-#endif
-
-namespace {
-class CpuBackend final : public Backend {
- public:
-  Device device() const override { return Device::cpu(); }
-};
-}  // namespace
+Backend::Backend(std::unique_ptr<DeviceContext> context) : context_(std::move(context)) {}
 
 bool Backend::supports(const OpDef& op, const std::vector<DType>& input_dtypes) const {
   return op.find_kernel(device().type, input_dtypes) != nullptr;
@@ -35,21 +25,8 @@ const KernelDef& Backend::kernel_for(const OpDef& op,
   return *k;
 }
 
-bool cuda_available() {
-#ifdef QG_WITH_CUDA
-  return cuda_device_present();
-#else
-  return false;
-#endif
-}
-
-std::unique_ptr<Backend> make_backend(Device device) {
-  if (device.is_cpu()) return std::make_unique<CpuBackend>();
-#ifdef QG_WITH_CUDA
-  return make_cuda_backend(device.index);
-#else
-  QG_FAIL("backend", "device ", device.str(), " requested but qatgraph was built without CUDA");
-#endif
+std::unique_ptr<Backend> make_backend(Device device, const ContextOptions& options) {
+  return std::make_unique<Backend>(make_device_context(device, options));
 }
 
 }  // namespace qg

@@ -48,7 +48,7 @@ CompiledStep::CompiledStep(Graph& graph, const TrainingSpec& training,
   passes_ = optimize(graph_, options_.passes);
   for (size_t i = 0; i < options_.outputs.size(); ++i)
     outputs_[options_.outputs[i]] = graph_.at(output_names[i]);
-  exec_ = std::make_unique<Executor>(graph_, options_.device);
+  exec_ = std::make_unique<Executor>(graph_, options_.device, options_.context);
   for (ValueId v : graph_.inputs()) {
     const Value& in = graph_.value(v);
     inputs_[graph_.node(in.producer).name] =

@@ -48,6 +48,7 @@ struct TrainingSpec {
 
 struct CompileOptions {
   Device device = Device::cpu();
+  ContextOptions context;  // the executor's device context: stream, precision flags
   PassOptions passes = PassOptions::from_env();
   bool plan_memory = true;  // false: every value gets its own buffer (the planner's reference)
   bool cuda_graph = true;   // on CUDA: capture each run mode and replay it

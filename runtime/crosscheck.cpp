@@ -119,7 +119,7 @@ bool compare_tensors(const Tensor& cpu_in, const Tensor& gpu_in, const CompareRu
 namespace {
 
 // Runs the node's CPU kernel on host copies of the GPU's inputs and pre-step states.
-std::vector<Tensor> run_cpu_node(const Graph& graph, const Node& node,
+std::vector<Tensor> run_cpu_node(DeviceContext& cpu, const Graph& graph, const Node& node,
                                  const std::vector<Tensor>& gpu_values, std::vector<Tensor>& states,
                                  bool training) {
   std::vector<Tensor> inputs;
@@ -135,7 +135,7 @@ std::vector<Tensor> run_cpu_node(const Graph& graph, const Node& node,
            signature_str(key, node.op->inputs));
   KernelContext ctx{
       node.op->name, node,    node.attrs, std::move(inputs), std::move(outputs), states,
-      training,      nullptr, nullptr};
+      training,      cpu,     nullptr};
   k->fn(ctx);
   return ctx.outputs;
 }
@@ -148,6 +148,7 @@ CrosscheckReport crosscheck(const Graph& graph, const Executor::Feeds& feeds,
   CrosscheckReport report;
   Executor gpu(graph, Device::cuda(options.device_index));
   gpu.set_training(options.training);
+  std::unique_ptr<DeviceContext> cpu = make_device_context(Device::cpu());
   std::vector<NodeId> order = graph.topological_order();
   for (int step = 0; step < options.steps; ++step) {
     // 1. Pre-step GPU states, on the host: the CPU kernels start from them.
@@ -188,7 +189,7 @@ CrosscheckReport crosscheck(const Graph& graph, const Executor::Feeds& feeds,
       std::vector<Tensor> states = pre[id];
       std::vector<Tensor> want;
       try {
-        want = run_cpu_node(graph, node, values, states, options.training);
+        want = run_cpu_node(*cpu, graph, node, values, states, options.training);
       } catch (const Error& e) {
         m.output = "run";
         m.detail = std::string("the CPU kernel raised on the GPU's inputs: ") + e.what();

@@ -5,9 +5,22 @@
 #include "core/error.h"
 
 namespace qg {
+namespace {
 
-Executor::Executor(const Graph& graph, Device device)
-    : graph_(graph), backend_(make_backend(device)) {
+// A copy of `t` on the context's device, queued on the context's stream so that it is
+// ordered with the kernels run there.
+Tensor copy_to(DeviceContext& context, const Tensor& t) {
+  QG_CHECK(t.defined(), "tensor", "copy of an undefined tensor");
+  QG_CHECK(t.is_contiguous(), "tensor", "copy of a non-contiguous tensor");
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), context.device());
+  context.copy(out.raw_data(), out.device(), t.raw_data(), t.device(), t.nbytes());
+  return out;
+}
+
+}  // namespace
+
+Executor::Executor(const Graph& graph, Device device, const ContextOptions& options)
+    : graph_(graph), backend_(make_backend(device, options)) {
   prepare();
 }
 
@@ -20,6 +33,7 @@ Device Executor::device() const {
 // Orders the graph, picks a kernel for every node (failing before anything runs when one is
 // missing), and creates the state of nodes added since the last call.
 void Executor::prepare() {
+  context().make_current();
   order_ = graph_.topological_order();
   int n = graph_.num_nodes();
   states_.resize(n);
@@ -37,7 +51,7 @@ void Executor::prepare() {
         host = Tensor::empty(spec.type.shape, spec.type.dtype);
         host.fill(spec.init);
       }
-      st.push_back(host.to(device()));
+      st.push_back(copy_to(context(), host));
     }
   }
   prepared_nodes_ = n;
@@ -64,6 +78,7 @@ void Executor::execute(const Feeds& feeds, const std::vector<bool>& needed,
   for (ValueId k : keep) last_use[k] = static_cast<int>(order_.size());
 
   values.assign(graph_.num_values(), Tensor());
+  context().make_current();
   try {
     run_nodes(feeds, needed, values, last_use);
   } catch (...) {
@@ -92,22 +107,16 @@ void Executor::run_nodes(const Feeds& feeds, const std::vector<bool>& needed,
     }
     std::vector<Tensor> inputs;
     for (ValueId in : node.inputs) inputs.push_back(values[in]);
-    KernelContext ctx{node.op->name,
-                      node,
-                      node.attrs,
-                      std::move(inputs),
-                      std::move(outputs),
-                      states_[id],
-                      training_,
-                      backend_->stream(),
-                      nullptr};
+    KernelContext ctx{
+        node.op->name, node,      node.attrs, std::move(inputs), std::move(outputs), states_[id],
+        training_,     context(), nullptr};
     Tensor feed;
     if (node.op->name == "input") {
       auto it = feeds.find(node.name);
       if (it != feeds.end()) {
         QG_CHECK(it->second.defined(), "input", "graph input '", node.name,
                  "' was fed an undefined tensor");
-        feed = it->second.device() == device() ? it->second : it->second.to(device());
+        feed = it->second.device() == device() ? it->second : copy_to(context(), it->second);
         ctx.feed = &feed;
       }
     }

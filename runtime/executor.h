@@ -17,7 +17,10 @@ class Executor {
  public:
   using Feeds = std::map<std::string, Tensor>;
 
-  explicit Executor(const Graph& graph, Device device = Device::cpu());
+  // `options` set up the executor's DeviceContext: its precision flags (TF32), and on CUDA
+  // a stream to borrow instead of creating one.
+  explicit Executor(const Graph& graph, Device device = Device::cpu(),
+                    const ContextOptions& options = {});
   ~Executor();
 
   void set_training(bool training) { training_ = training; }
@@ -25,6 +28,9 @@ class Executor {
   Device device() const;
   const Graph& graph() const { return graph_; }
   void* stream() const { return backend_->stream(); }  // cudaStream_t on CUDA, else null
+  // The device state its kernels run with; e.g. context().set_allow_tf32(true) lets the
+  // GEMMs and convolutions of later runs use TF32.
+  DeviceContext& context() const { return backend_->context(); }
 
   // Runs what `fetches` and `targets` (nodes run for their side effects, such as optimizer
   // steps) need. Returned tensors live on the executor's device.

@@ -1,9 +1,6 @@
 #include "runtime/static_run.h"
 
 #include "core/error.h"
-#ifdef QG_WITH_CUDA
-#include "runtime/cuda/device_error.h"
-#endif
 
 namespace qg {
 
@@ -77,13 +74,18 @@ void StaticRun::write_input(const std::string& name, const Tensor& value) {
   const Tensor& dst = values_[it->second];
   QG_CHECK(value.dtype() == dst.dtype() && value.shape() == dst.shape() && value.is_contiguous(),
            "static_run", "input '", name, "' is ", dst.str(), ", got ", value.str());
-  copy_bytes(dst.raw_data(), dst.device(), value.raw_data(), value.device(), dst.nbytes());
+  // On the executor's stream: ordered after the launches already queued, which may still
+  // read the old contents.
+  exec_.context().copy(dst.raw_data(), dst.device(), value.raw_data(), value.device(),
+                       dst.nbytes());
 }
 
 void StaticRun::launch() {
   const Graph& g = exec_.graph();
   // Temporaries kernels allocate come from the scratch pool for the whole launch.
   ScopedAllocator scope(exec_.device().type, scratch_.get());
+  DeviceContext& context = exec_.context();
+  context.make_current();
   scratch_->begin_launch();
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& s = steps_[i];
@@ -96,7 +98,7 @@ void StaticRun::launch() {
       std::vector<Tensor>& states = const_cast<std::vector<Tensor>&>(exec_.states(s.node));
       KernelContext ctx{
           n.op->name,     n,      n.attrs, std::move(inputs), std::move(outputs), states, training_,
-          exec_.stream(), nullptr};
+          context,        nullptr};
       s.kernel->fn(ctx);
       // Views (reshape, stop_gradient) hand out their input; planned outputs stay put.
       for (size_t k = 0; k < n.outputs.size(); ++k) values_[n.outputs[k]] = ctx.outputs[k];
@@ -117,13 +119,12 @@ void StaticRun::capture() {
 }
 
 void StaticRun::replay() {
+  exec_.context().make_current();
   graph_.replay(exec_.stream());
 }
 
 void StaticRun::synchronize() {
-#ifdef QG_WITH_CUDA
-  if (!exec_.device().is_cpu()) cuda::check_device_errors(&exec_.graph());
-#endif
+  exec_.context().check_errors(&exec_.graph());
 }
 
 }  // namespace qg

@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "apps/qat/commands.h"
-#include "autograd/gradcheck.h"
+#include "runtime/gradcheck.h"
 #include "core/op_registry.h"
 
 namespace qg::cli {

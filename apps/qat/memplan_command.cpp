@@ -15,7 +15,7 @@
 #include "runtime/passes/pass.h"
 #include "runtime/static_run.h"
 #ifdef QG_WITH_CUDA
-#include "runtime/cuda/cuda_allocator.h"
+#include "device/cuda/cuda_allocator.h"
 #endif
 
 namespace qg::cli {
@@ -97,7 +97,7 @@ void time_step(const MlpShape& m, bool fused, Device device, int reps) {
                            {"labels", bench::qat_step_labels(m.batch, m.classes, 0).to(device)}};
   Executor exec(g, device);
   double exec_us = bench::median_us(
-      device, [&](int) { exec.run(feeds, fetches, st.sgd_steps); }, reps);
+      exec.context(), [&](int) { exec.run(feeds, fetches, st.sgd_steps); }, reps);
   // Measured, on CUDA: what one executor run adds to the caching allocator's bytes in use
   // at its peak (it frees each value after its last reader), against the static run's
   // arena + scratch (allocated once).
@@ -113,12 +113,12 @@ void time_step(const MlpShape& m, bool fused, Device device, int reps) {
 #endif
   StaticRun run(exec, feeds, fetches, st.sgd_steps);
   double launch_us = bench::median_us(
-      device, [&](int) { run.launch(); }, reps);
+      exec.context(), [&](int) { run.launch(); }, reps);
   double replay_us = 0;
   if (!device.is_cpu()) {
     run.capture();
     replay_us = bench::median_us(
-        device, [&](int) { run.replay(); }, reps);
+        exec.context(), [&](int) { run.replay(); }, reps);
     run.synchronize();
   }
   std::string shape =

@@ -21,7 +21,6 @@
 #include "apps/qat/commands.h"
 #include "apps/qat/train_common.h"
 #include "bench/harness/device_timer.h"
-#include "core/precision.h"
 #include "nn/builder.h"
 #include "nn/model.h"
 #include "nn/optimizer.h"
@@ -32,7 +31,7 @@
 #ifdef QG_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "runtime/cuda/cuda_check.h"
+#include "device/cuda/cuda_check.h"
 #endif
 
 namespace qg::cli {
@@ -121,9 +120,11 @@ void build_digits(StepGraph& s, const std::string& kind, bool qat) {
 // Compiles the step as every caller does (runtime/compile.h: passes, memory plan, CUDA
 // graph) and returns the median microseconds of one step: a replay on CUDA, a StaticRun
 // launch on the CPU. The feeds are written once; every step re-reads them.
-double time_step(StepGraph& s, Device device, int reps, int* kernels) {
+double time_step(StepGraph& s, Device device, const ContextOptions& context, int reps,
+                 int* kernels) {
   CompileOptions options;
   options.device = device;
+  options.context = context;
   options.outputs = {s.loss};
   CompiledStep step(s.graph, {s.loss, s.parameters, nn::optimizer_nodes(s.optimizer), {}}, options);
   step.train(s.feeds, {});  // the executor's validated run
@@ -131,7 +132,7 @@ double time_step(StepGraph& s, Device device, int reps, int* kernels) {
   *kernels = step.kernels_per_launch({}, true, true);
   s.updates = step.updates();
   const double us = bench::median_us(
-      device, [&](int) { step.train({}, {}); }, reps, device.is_cpu() ? 1 : -1);
+      step.executor().context(), [&](int) { step.train({}, {}); }, reps, device.is_cpu() ? 1 : -1);
   step.synchronize();
   return us;
 }
@@ -179,7 +180,8 @@ void profile_step_cpu(StepGraph& s, Device device, int runs) {
 // summed per op and printed largest first.
 // With `node_ops` (comma-separated op names), also lists each node of those ops with its
 // first input's type: which of a model's many fake-quantizers cost what.
-void profile_step(StepGraph& s, Device device, int runs, const std::string& node_ops) {
+void profile_step(StepGraph& s, Device device, const ContextOptions& context, int runs,
+                  const std::string& node_ops) {
   if (device.is_cpu()) {
     profile_step_cpu(s, device, runs);
     return;
@@ -187,7 +189,7 @@ void profile_step(StepGraph& s, Device device, int runs, const std::string& node
 #ifdef QG_WITH_CUDA
   Executor::Feeds feeds;
   for (auto& [name, t] : s.feeds) feeds[name] = t.to(device);
-  Executor exec(s.graph, device);
+  Executor exec(s.graph, device, context);
   exec.run(feeds, {s.loss}, s.updates);  // warm-up: allocator, library handles
   auto stream = static_cast<cudaStream_t>(exec.stream());
   std::vector<std::pair<std::string, cudaEvent_t>> marks;
@@ -267,7 +269,8 @@ void add_steps_command(CLI::App& app) {
       for (bool tf32 : {false, true})
         for (bool qat : {false, true}) {
           if (tf32 && !o->tf32) continue;
-          set_allow_tf32(tf32);  // GEMMs and convolutions of this row (core/precision.h)
+          ContextOptions context;  // TF32 for the GEMMs and convolutions of this row only
+          context.precision.allow_tf32 = tf32;
           StepGraph s;
           nn::QConfig qc = qat ? nn::QConfig::w8a8() : nn::QConfig::float32();
           if (digits)
@@ -277,18 +280,17 @@ void add_steps_command(CLI::App& app) {
           else
             build_transformer(s, qc, o->small);
           int kernels = 0;
-          double us = time_step(s, device, o->reps, &kernels);
+          double us = time_step(s, device, context, o->reps, &kernels);
           std::string label =
               std::string("step ") + kind + (qat ? " qat" : " float") + (tf32 ? " tf32" : " fp32");
           std::printf("%-32s %8d %12.3f\n", label.c_str(), kernels, us / 1000.0);
           std::fflush(stdout);
-          if (o->profile) profile_step(s, device, 5, o->profile_nodes);
+          if (o->profile) profile_step(s, device, context, 5, o->profile_nodes);
           rows += std::string(rows.empty() ? "" : ",\n") + "  {\"case\": \"" + label +
                   "\", \"ours_us\": " + std::to_string(us) +
                   ", \"kernels\": " + std::to_string(kernels) + "}";
         }
     }
-    set_allow_tf32(false);
     if (!o->json.empty()) {
       std::ofstream f(o->json);
       f << "[\n" << rows << "\n]\n";

@@ -10,8 +10,8 @@
 #ifdef QG_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "runtime/cuda/cuda_backend.h"
-#include "runtime/cuda/cuda_check.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_context.h"
 #endif
 
 namespace qg::bench {
@@ -23,7 +23,9 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-double median_us(Device device, const std::function<void(int)>& launch, int reps, int warmup) {
+double median_us(const DeviceContext& context, const std::function<void(int)>& launch, int reps,
+                 int warmup) {
+  const Device device = context.device();
   if (warmup < 0) warmup = std::max(3, reps / 10);
   std::vector<double> t;
   if (device.is_cpu()) {
@@ -37,7 +39,7 @@ double median_us(Device device, const std::function<void(int)>& launch, int reps
     return median(t);
   }
 #ifdef QG_WITH_CUDA
-  cudaStream_t s = cuda::stream();
+  cudaStream_t s = cuda_stream(context);
   for (int i = 0; i < warmup; ++i) launch(i);
   QG_CUDA_CHECK("bench", cudaStreamSynchronize(s));
   std::vector<cudaEvent_t> ev(2 * reps);
@@ -67,6 +69,7 @@ double copy_us(Device device, int64_t bytes, int reps) {
   const int64_t cache_bytes = device.is_cpu() ? (64 << 20) : (128 << 20);
   int copies = static_cast<int>(
       std::min<int64_t>(16, std::max<int64_t>(1, cache_bytes / std::max<int64_t>(bytes, 1))));
+  auto context = make_device_context(device);
   std::vector<Tensor> src, dst;
   for (int i = 0; i < copies; ++i) {
     Tensor h = Tensor::empty({bytes}, DType::u8);
@@ -75,7 +78,7 @@ double copy_us(Device device, int64_t bytes, int reps) {
     dst.push_back(Tensor::empty({bytes}, DType::u8, device));
   }
   return median_us(
-      device,
+      *context,
       [&](int i) {
         int k = i % copies;
         if (device.is_cpu()) {
@@ -83,7 +86,7 @@ double copy_us(Device device, int64_t bytes, int reps) {
         } else {
 #ifdef QG_WITH_CUDA
           QG_CUDA_CHECK("bench", cudaMemcpyAsync(dst[k].raw_data(), src[k].raw_data(), bytes,
-                                                 cudaMemcpyDeviceToDevice, cuda::stream()));
+                                                 cudaMemcpyDeviceToDevice, cuda_stream(*context)));
 #endif
         }
       },
@@ -103,7 +106,7 @@ double pool_copy_us(int64_t bytes, int64_t element_bytes, int reps) {
     std::memset(src.back().raw_data(), 0x5a + i, static_cast<size_t>(bytes));
   }
   return median_us(
-      Device::cpu(),
+      *make_device_context(Device::cpu()),
       [&](int i) {
         const auto* s = static_cast<const uint8_t*>(src[i % copies].raw_data());
         auto* d = static_cast<uint8_t*>(dst[i % copies].raw_data());

@@ -196,6 +196,10 @@ void CaseRunner::launch(int i) {
   impl_->run->launch();
 }
 
+const DeviceContext& CaseRunner::context() const {
+  return impl_->exec->context();
+}
+
 int CaseRunner::kernels() const {
   return impl_->run->kernels_per_launch();
 }
@@ -223,7 +227,7 @@ std::vector<Measurement> measure(const PerfCase& c, Device device, int reps, boo
     m.copy_us = copy;
     m.kernels = runner.kernels();
     m.us = median_us(
-        device, [&](int i) { runner.launch(i); }, reps);
+        runner.context(), [&](int i) { runner.launch(i); }, reps);
     if (device.is_cpu()) {
       m.moved_bytes = runner.moved_bytes();
       m.pool_copy_us = pool_copy_x;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/graph.h"
+#include "device/device_context.h"
 
 namespace qg::bench {
 
@@ -56,7 +57,8 @@ class CaseRunner {
   void launch(int i);
   int kernels() const;
   int64_t input_bytes() const { return bytes_; }
-  int64_t moved_bytes() const;  // kernel_bytes of the nodes a launch runs
+  int64_t moved_bytes() const;           // kernel_bytes of the nodes a launch runs
+  const DeviceContext& context() const;  // where launch() enqueues its work
 
  private:
   struct Impl;

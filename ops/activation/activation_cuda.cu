@@ -18,7 +18,7 @@ void map_cuda(KernelContext& ctx, const Tensor& a, const Tensor& b, F f) {
   Tensor& y = ctx.outputs[0];
   dispatch_float(y.dtype(), ctx.op, [&](auto tag) {
     launch_map2<decltype(tag)>(ctx.op, a.raw_data(), b.raw_data(), y.raw_data(), y.numel(), f,
-                               static_cast<cudaStream_t>(ctx.stream));
+                               cuda_stream(ctx.device));
   });
 }
 

@@ -133,7 +133,7 @@ bool try_suffix_broadcast(KernelContext& ctx, const Tensor& a, const Tensor& b, 
 template <typename F>
 void binary_cuda(KernelContext& ctx, const Tensor& a, const Tensor& b, F f) {
   Tensor& y = ctx.outputs[0];
-  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  auto stream = cuda_stream(ctx.device);
   int64_t n = y.numel();
   if (n == 0) return;
   dispatch_float(y.dtype(), ctx.op, [&](auto tag) {
@@ -167,9 +167,8 @@ void broadcast_to_cuda(KernelContext& ctx) {
   dispatch_float(y.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     auto shape = elementwise_launch(y.numel());
-    broadcast_to_kernel<T>
-        <<<shape.blocks, shape.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
-            in_ptr<T>(x), out_ptr<T>(y), y.numel(), m);
+    broadcast_to_kernel<T><<<shape.blocks, shape.threads, 0, cuda_stream(ctx.device)>>>(
+        in_ptr<T>(x), out_ptr<T>(y), y.numel(), m);
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
 }
@@ -181,8 +180,7 @@ void sum_to_cuda(KernelContext& ctx) {
   Shape keep(x.shape().size() - y.shape().size(), 1);
   keep.insert(keep.end(), y.shape().begin(), y.shape().end());
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
-    launch_reduce<decltype(tag)>(ctx.op, x, keep, false, 1.0, y,
-                                 static_cast<cudaStream_t>(ctx.stream));
+    launch_reduce<decltype(tag)>(ctx.op, x, keep, false, 1.0, y, cuda_stream(ctx.device));
   });
 }
 

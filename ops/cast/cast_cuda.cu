@@ -31,7 +31,7 @@ void cast_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   Tensor& y = ctx.outputs[0];
   if (y.numel() == 0) return;
-  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  cudaStream_t stream = cuda_stream(ctx.device);
   dispatch_float(x.dtype(), ctx.op, [&](auto src) {
     using Src = decltype(src);
     dispatch_float(y.dtype(), ctx.op, [&](auto dst) {

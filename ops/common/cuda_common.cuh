@@ -14,10 +14,11 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_context.h"
+#include "device/cuda/device_error.h"
+#include "device/cuda/launch.h"
 #include "ops/common/quant_scope.h"
-#include "runtime/cuda/cuda_backend.h"
-#include "runtime/cuda/cuda_check.h"
-#include "runtime/cuda/device_error.h"
 
 namespace qg::cuda {
 

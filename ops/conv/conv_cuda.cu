@@ -9,18 +9,16 @@
 //   dw       dW_g [Og, K] += dy_g col^T             ->  dW_g^T += col dy_g^T
 // (K = C/groups * kH * kW, P = Ho * Wo.) The math mode is cuBLAS's default: no TF32 for
 // f32, so the GEMMs agree with the CPU's Eigen products to summation order (TF32 only when
-// core/precision.h allows it).
+// the DeviceContext's precision flags allow it).
 // The im2col workspace holds at most kWorkspaceBytes: the batch is processed in chunks of
 // images that fit (at least one image per chunk, however large). A 1x1 kernel with stride
 // 1 and no padding needs no im2col: x itself is the column matrix.
 // When cuDNN is built in (ops/conv/conv_cudnn.h), forward, dx and dw go through cuDNN
 // instead; QG_CONV_BACKEND=im2col keeps this path (the README gives both timings).
-#include <cublas_v2.h>
-
 #include <algorithm>
 
 #include "core/graph.h"
-#include "core/precision.h"
+#include "device/cuda/cublas_handle.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/dispatch_f32_f64.h"
 #include "ops/conv/conv_cudnn.h"
@@ -33,25 +31,6 @@ using namespace cuda;
 
 constexpr int64_t kWorkspaceBytes = int64_t{256} << 20;
 
-#define QG_CONV_CUBLAS_CHECK(op, call)                                                         \
-  do {                                                                                         \
-    cublasStatus_t qg_st_ = (call);                                                            \
-    QG_CHECK(qg_st_ == CUBLAS_STATUS_SUCCESS, (op), #call,                                     \
-             " failed: ", cublasGetStatusString(qg_st_), " (", static_cast<int>(qg_st_), ")"); \
-  } while (0)
-
-cublasHandle_t handle() {
-  // One handle per process for this family, bound to the kernel's stream before each use.
-  static cublasHandle_t h = [] {
-    cublasHandle_t created;
-    QG_CONV_CUBLAS_CHECK("conv2d", cublasCreate(&created));
-    QG_CONV_CUBLAS_CHECK("conv2d", cublasSetMathMode(created, CUBLAS_DEFAULT_MATH));
-    QG_CONV_CUBLAS_CHECK("conv2d", cublasSetStream(created, stream()));
-    return created;
-  }();
-  return h;
-}
-
 // A GEMM of column-major operands, batched with strides; all sizes checked to fit int.
 struct Gemm {
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
@@ -62,27 +41,26 @@ struct Gemm {
 };
 
 template <typename T>
-void run_gemm(const std::string& op, cudaStream_t s, const Gemm& g, const T* a, const T* b, T* c,
-              T beta) {
+void run_gemm(const std::string& op, DeviceContext& context, const Gemm& g, const T* a, const T* b,
+              T* c, T beta) {
   const int64_t limit = INT32_MAX;
   QG_CHECK(g.m <= limit && g.n <= limit && g.k <= limit && g.lda <= limit && g.ldb <= limit &&
                g.ldc <= limit && g.batch <= limit,
            op, "cuBLAS takes 32-bit sizes; GEMM m=", g.m, " n=", g.n, " k=", g.k,
            " batch=", g.batch, " is too large");
-  cublasHandle_t h = handle();
-  QG_CONV_CUBLAS_CHECK(op, cublasSetStream(h, s));
-  QG_CONV_CUBLAS_CHECK(
-      op, cublasSetMathMode(h, allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  cublasHandle_t h = cublas_handle(context);
+  QG_CUBLAS_CHECK(op, cublasSetMathMode(h, context.allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                : CUBLAS_DEFAULT_MATH));
   const T one = 1;
   const int m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
   const int lda = static_cast<int>(g.lda), ldb = static_cast<int>(g.ldb),
             ldc = static_cast<int>(g.ldc), batch = static_cast<int>(g.batch);
   if constexpr (std::is_same_v<T, double>) {
-    QG_CONV_CUBLAS_CHECK(
+    QG_CUBLAS_CHECK(
         op, cublasDgemmStridedBatched(h, g.ta, g.tb, m, n, k, &one, a, lda, g.stride_a, b, ldb,
                                       g.stride_b, &beta, c, ldc, g.stride_c, batch));
   } else {
-    QG_CONV_CUBLAS_CHECK(
+    QG_CUBLAS_CHECK(
         op, cublasSgemmStridedBatched(h, g.ta, g.tb, m, n, k, &one, a, lda, g.stride_a, b, ldb,
                                       g.stride_b, &beta, c, ldc, g.stride_c, batch));
   }
@@ -100,7 +78,7 @@ struct Operand {
 // call per group over the images, or one per image over the groups, whichever is fewer
 // calls (groups == 1: a single call for the whole chunk, the weight's image stride is 0).
 template <typename T>
-void gemm_images_groups(const std::string& op, cudaStream_t s, Gemm gm, int64_t images,
+void gemm_images_groups(const std::string& op, DeviceContext& context, Gemm gm, int64_t images,
                         int64_t groups, Operand<const T*> a, Operand<const T*> b, Operand<T*> c) {
   const bool over_images = images >= groups;
   gm.batch = over_images ? images : groups;
@@ -112,7 +90,8 @@ void gemm_images_groups(const std::string& op, cudaStream_t s, Gemm gm, int64_t 
     const int64_t step_a = over_images ? a.per_group : a.per_image;
     const int64_t step_b = over_images ? b.per_group : b.per_image;
     const int64_t step_c = over_images ? c.per_group : c.per_image;
-    run_gemm<T>(op, s, gm, a.base + i * step_a, b.base + i * step_b, c.base + i * step_c, T(0));
+    run_gemm<T>(op, context, gm, a.base + i * step_a, b.base + i * step_b, c.base + i * step_c,
+                T(0));
   }
 }
 
@@ -221,7 +200,7 @@ void launch_im2col(const std::string& op, cudaStream_t s, const ConvGeometry& g,
 template <typename T>
 void forward(KernelContext& ctx, const ConvGeometry& g) {
   const Tensor& x = ctx.inputs[0];
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   const int64_t og = g.o_per_group(), k = g.col_rows(), p = g.col_cols();
   const int64_t image_cols = g.groups * k * p, image_x = g.c * g.h * g.w, image_y = g.o * p;
   const bool pointwise = is_pointwise(g);
@@ -238,8 +217,8 @@ void forward(KernelContext& ctx, const ConvGeometry& g) {
       col = in_ptr<T>(workspace);
     }
     Gemm gm{CUBLAS_OP_N, CUBLAS_OP_N, p, og, k, p, k, p};
-    gemm_images_groups<T>(ctx.op, s, gm, nb, g.groups, {col, image_cols, k * p}, {w, 0, og * k},
-                          {y + n0 * image_y, image_y, og * p});
+    gemm_images_groups<T>(ctx.op, ctx.device, gm, nb, g.groups, {col, image_cols, k * p},
+                          {w, 0, og * k}, {y + n0 * image_y, image_y, og * p});
   }
   const int64_t total = ctx.outputs[0].numel();
   auto shape = elementwise_launch(total);
@@ -251,7 +230,7 @@ void forward(KernelContext& ctx, const ConvGeometry& g) {
 template <typename T>
 void backward_input(KernelContext& ctx, const ConvGeometry& g) {
   const Tensor& dy = ctx.inputs[0];
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   const int64_t og = g.o_per_group(), k = g.col_rows(), p = g.col_cols();
   const int64_t image_cols = g.groups * k * p, image_x = g.c * g.h * g.w, image_y = g.o * p;
   const bool pointwise = is_pointwise(g);
@@ -265,8 +244,8 @@ void backward_input(KernelContext& ctx, const ConvGeometry& g) {
     T* col = pointwise ? dx + n0 * image_x : out_ptr<T>(workspace);
     const T* dyc = in_ptr<T>(dy) + n0 * image_y;
     Gemm gm{CUBLAS_OP_N, CUBLAS_OP_T, p, k, og, p, k, p};
-    gemm_images_groups<T>(ctx.op, s, gm, nb, g.groups, {dyc, image_y, og * p}, {w, 0, og * k},
-                          {col, image_cols, k * p});
+    gemm_images_groups<T>(ctx.op, ctx.device, gm, nb, g.groups, {dyc, image_y, og * p},
+                          {w, 0, og * k}, {col, image_cols, k * p});
     if (pointwise) continue;
     const int64_t total = nb * image_x;
     auto shape = elementwise_launch(total);
@@ -279,7 +258,7 @@ void backward_input(KernelContext& ctx, const ConvGeometry& g) {
 template <typename T>
 void backward_weight(KernelContext& ctx, const ConvGeometry& g) {
   const Tensor& x = ctx.inputs[1];
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   const int64_t og = g.o_per_group(), k = g.col_rows(), p = g.col_cols();
   const int64_t image_cols = g.groups * k * p, image_x = g.c * g.h * g.w, image_y = g.o * p;
   T* dw = out_ptr<T>(ctx.outputs[0]);
@@ -302,7 +281,7 @@ void backward_weight(KernelContext& ctx, const ConvGeometry& g) {
       col = in_ptr<T>(workspace);
     }
     for (int64_t i = 0; i < nb; ++i)
-      run_gemm<T>(ctx.op, s, gm, col + i * image_cols,
+      run_gemm<T>(ctx.op, ctx.device, gm, col + i * image_cols,
                   in_ptr<T>(ctx.inputs[0]) + (n0 + i) * image_y, dw, n0 + i == 0 ? T(0) : T(1));
   }
 }
@@ -312,7 +291,7 @@ void backward_bias(KernelContext& ctx) {
   const Tensor& dy = ctx.inputs[0];
   const int64_t channels = dy.size(1);
   if (channels == 0) return;
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   QG_CHECK(channels <= INT32_MAX, ctx.op, "too many channels for one block each: ", dy.str());
   bias_grad_kernel<T><<<static_cast<unsigned>(channels), kBiasThreads, 0, s>>>(
       in_ptr<T>(dy), out_ptr<T>(ctx.outputs[0]), dy.size(0), channels, dy.size(2) * dy.size(3));
@@ -324,7 +303,7 @@ void conv2d_forward_cuda(KernelContext& ctx) {
   if (ctx.outputs[0].numel() == 0) return;
   if (cudnn_conv::enabled() && g.n > 0) {
     cudnn_conv::forward(ctx.op.c_str(), g, ctx.inputs[0], ctx.inputs[1], &ctx.inputs[2],
-                        ctx.outputs[0], ctx.stream);
+                        ctx.outputs[0], ctx.device);
     return;
   }
   dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op,
@@ -337,7 +316,7 @@ void conv2d_backward_input_cuda(KernelContext& ctx) {
   if (ctx.outputs[0].numel() == 0) return;
   if (cudnn_conv::enabled()) {
     cudnn_conv::backward_data(ctx.op.c_str(), g, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
-                              ctx.stream);
+                              ctx.device);
     return;
   }
   dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op,
@@ -351,7 +330,7 @@ void conv2d_backward_weight_cuda(KernelContext& ctx) {
   // An empty batch gives dw = 0, which the im2col path writes (cuDNN rejects N = 0).
   if (cudnn_conv::enabled() && g.n > 0) {
     cudnn_conv::backward_filter(ctx.op.c_str(), g, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
-                                ctx.stream);
+                                ctx.device);
     return;
   }
   dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op,

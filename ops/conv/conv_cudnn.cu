@@ -1,5 +1,5 @@
-// conv2d through cuDNN's convolution API (see conv_cudnn.h). One handle per process, bound
-// to the caller's stream on every call. Algorithms come from cuDNN's heuristics (the choice
+// conv2d through cuDNN's convolution API (see conv_cudnn.h). One handle per DeviceContext,
+// bound to its stream. Algorithms come from cuDNN's heuristics (the choice
 // PyTorch makes with cudnn.benchmark off), cached per geometry and dtype; among the
 // candidates that fit the workspace limit a deterministic one is preferred, so a repeated
 // step gives the same bits. Workspace is a Tensor::empty on the device, which a StaticRun
@@ -10,7 +10,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/precision.h"
 
 #ifdef QG_WITH_CUDNN
 #include <cudnn.h>
@@ -33,13 +32,17 @@ namespace {
 // needs more is skipped (the heuristics always offer one that needs little or none).
 constexpr size_t kWorkspaceLimit = size_t{512} << 20;
 
-cudnnHandle_t handle(const char* op) {
-  static cudnnHandle_t h = [op] {
-    cudnnHandle_t created;
-    QG_CUDNN_CHECK(op, cudnnCreate(&created));
-    return created;
-  }();
-  return h;
+cudnnHandle_t handle(DeviceContext& context) {
+  void* h = context.library_handle(
+      LibraryHandle::cudnn,
+      [](DeviceContext& c) -> void* {
+        cudnnHandle_t created;
+        QG_CUDNN_CHECK("cudnn", cudnnCreate(&created));
+        QG_CUDNN_CHECK("cudnn", cudnnSetStream(created, static_cast<cudaStream_t>(c.stream())));
+        return created;
+      },
+      [](void* handle) { (void)cudnnDestroy(static_cast<cudnnHandle_t>(handle)); });
+  return static_cast<cudnnHandle_t>(h);
 }
 
 cudnnDataType_t data_type(const char* op, DType d) {
@@ -74,7 +77,7 @@ struct Descriptors {
   cudnnConvolutionDescriptor_t conv = nullptr;
   const char* op;
 
-  Descriptors(const char* op_name, const Geometry& g, DType dtype) : op(op_name) {
+  Descriptors(const char* op_name, const Geometry& g, DType dtype, bool allow_tf32) : op(op_name) {
     cudnnDataType_t t = data_type(op, dtype);
     QG_CUDNN_CHECK(op, cudnnCreateTensorDescriptor(&x));
     QG_CUDNN_CHECK(op, cudnnCreateTensorDescriptor(&y));
@@ -97,11 +100,11 @@ struct Descriptors {
                 conv, to_int(op, g.ph), to_int(op, g.pw), to_int(op, g.sh), to_int(op, g.sw),
                 to_int(op, g.dh), to_int(op, g.dw), CUDNN_CROSS_CORRELATION, compute_type(dtype)));
     QG_CUDNN_CHECK(op, cudnnSetConvolutionGroupCount(conv, to_int(op, g.groups)));
-    // FMA math: no TF32 for f32 (PyTorch's allow_tf32 = False) unless core/precision.h
-    // allows it (tensor-op math, as PyTorch with allow_tf32 = True); tensor cores stay
-    // allowed for the half types, which is what they are for.
+    // FMA math: no TF32 for f32 (PyTorch's allow_tf32 = False) unless the context's
+    // precision flags allow it (tensor-op math, as PyTorch with allow_tf32 = True); tensor cores
+    // stay allowed for the half types, which is what they are for.
     bool tensor_ops =
-        dtype == DType::f16 || dtype == DType::bf16 || (dtype == DType::f32 && allow_tf32());
+        dtype == DType::f16 || dtype == DType::bf16 || (dtype == DType::f32 && allow_tf32);
     QG_CUDNN_CHECK(
         op, cudnnSetConvolutionMathType(conv, tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   }
@@ -119,9 +122,9 @@ struct Descriptors {
 // The key holds the TF32 setting: the heuristic's best algorithm depends on the math type.
 using Key = std::tuple<int, bool, DType, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                        int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
-Key key_of(int direction, const Geometry& g, DType d) {
-  return {direction, allow_tf32(), d,    g.n,  g.c,  g.h,  g.w,  g.o,     g.kh,
-          g.kw,      g.sh,         g.sw, g.ph, g.pw, g.dh, g.dw, g.groups};
+Key key_of(int direction, const Geometry& g, DType d, bool allow_tf32) {
+  return {direction, allow_tf32, d,    g.n,  g.c,  g.h,  g.w,  g.o,     g.kh,
+          g.kw,      g.sh,       g.sw, g.ph, g.pw, g.dh, g.dw, g.groups};
 }
 
 struct Choice {
@@ -178,12 +181,12 @@ void* workspace(const Tensor& like, size_t bytes, Tensor& holder) {
 // One convolution call: the handle on the caller's stream, the descriptors, the cached
 // algorithm choice (query: cuDNN's heuristic for this direction), the workspace, then `call`.
 template <typename Perf, int kCount, typename Query, typename Call>
-void convolve(const char* op, int direction, const Geometry& g, const Tensor& like, void* stream,
-              Query query, Call call) {
-  cudnnHandle_t h = handle(op);
-  QG_CUDNN_CHECK(op, cudnnSetStream(h, static_cast<cudaStream_t>(stream)));
-  Descriptors d(op, g, like.dtype());
-  Choice c = cached_choice(key_of(direction, g, like.dtype()), [&] {
+void convolve(const char* op, int direction, const Geometry& g, const Tensor& like,
+              DeviceContext& context, Query query, Call call) {
+  cudnnHandle_t h = handle(context);
+  const bool tf32 = context.allow_tf32();
+  Descriptors d(op, g, like.dtype(), tf32);
+  Choice c = cached_choice(key_of(direction, g, like.dtype(), tf32), [&] {
     Perf perf[kCount];
     int n = 0;
     QG_CUDNN_CHECK(op, query(h, d, kCount, &n, perf));
@@ -206,9 +209,9 @@ bool enabled() {
 }
 
 void forward(const char* op, const Geometry& g, const Tensor& x, const Tensor& w,
-             const Tensor* bias, Tensor& y, void* stream) {
+             const Tensor* bias, Tensor& y, DeviceContext& context) {
   convolve<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
-      op, 0, g, x, stream,
+      op, 0, g, x, context,
       [](cudnnHandle_t h, const Descriptors& d, int count, int* n, auto* perf) {
         return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, count, n, perf);
       },
@@ -223,9 +226,9 @@ void forward(const char* op, const Geometry& g, const Tensor& x, const Tensor& w
 }
 
 void backward_data(const char* op, const Geometry& g, const Tensor& dy, const Tensor& w, Tensor& dx,
-                   void* stream) {
+                   DeviceContext& context) {
   convolve<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
-      op, 1, g, dy, stream,
+      op, 1, g, dy, context,
       [](cudnnHandle_t h, const Descriptors& d, int count, int* n, auto* perf) {
         return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, count, n,
                                                            perf);
@@ -239,9 +242,9 @@ void backward_data(const char* op, const Geometry& g, const Tensor& dy, const Te
 }
 
 void backward_filter(const char* op, const Geometry& g, const Tensor& dy, const Tensor& x,
-                     Tensor& dw, void* stream) {
+                     Tensor& dw, DeviceContext& context) {
   convolve<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
-      op, 2, g, dy, stream,
+      op, 2, g, dy, context,
       [](cudnnHandle_t h, const Descriptors& d, int count, int* n, auto* perf) {
         return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, count, n,
                                                              perf);
@@ -265,14 +268,15 @@ bool enabled() {
 }
 
 void forward(const char* op, const Geometry&, const Tensor&, const Tensor&, const Tensor*, Tensor&,
-             void*) {
+             DeviceContext&) {
   QG_FAIL(op, "this build has no cuDNN (configure found none)");
 }
-void backward_data(const char* op, const Geometry&, const Tensor&, const Tensor&, Tensor&, void*) {
+void backward_data(const char* op, const Geometry&, const Tensor&, const Tensor&, Tensor&,
+                   DeviceContext&) {
   QG_FAIL(op, "this build has no cuDNN (configure found none)");
 }
 void backward_filter(const char* op, const Geometry&, const Tensor&, const Tensor&, Tensor&,
-                     void*) {
+                     DeviceContext&) {
   QG_FAIL(op, "this build has no cuDNN (configure found none)");
 }
 

@@ -39,7 +39,7 @@ __global__ void advance_step(int64_t* step) {
 void dropout_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const int64_t n = x.numel();
-  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  auto stream = cuda_stream(ctx.device);
   if (!ctx.training) {
     if (n == 0) return;
     QG_CUDA_CHECK(ctx.op, cudaMemcpyAsync(ctx.outputs[0].raw_data(), x.raw_data(), x.nbytes(),
@@ -72,10 +72,9 @@ void dropout_backward_cuda(KernelContext& ctx) {
   dispatch_float(dy.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     auto shape = elementwise_launch(n);
-    dropout_backward_kernel<T>
-        <<<shape.blocks, shape.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
-            in_ptr<T>(dy), in_ptr<uint8_t>(ctx.inputs[1]), out_ptr<T>(ctx.outputs[0]), n,
-            static_cast<math_of<T>>(keep_scale));
+    dropout_backward_kernel<T><<<shape.blocks, shape.threads, 0, cuda_stream(ctx.device)>>>(
+        in_ptr<T>(dy), in_ptr<uint8_t>(ctx.inputs[1]), out_ptr<T>(ctx.outputs[0]), n,
+        static_cast<math_of<T>>(keep_scale));
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
 }

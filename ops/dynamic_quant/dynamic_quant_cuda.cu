@@ -374,13 +374,13 @@ void dynamic_range_quantize_cuda(KernelContext& ctx) {
             static_cast<int32_t>(r.qmin),
             static_cast<int32_t>(r.qmax),
             ctx.attrs.get_string("mode") == "symmetric",
-            device_error_record(),
+            error_record(ctx.device),
             ctx.node.id};
   a.per_q = elements_per_qparam(a.d);
   a.splits = reduction_splits(a.d.num_qparams, a.per_q, kThreads);
   a.chunk = a.per_q == 0 ? 1 : (a.per_q + a.splits - 1) / a.splits;
   int64_t nq = a.d.num_qparams;
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     using M = math_of<T>;

@@ -89,7 +89,7 @@ void embedding_cuda(KernelContext& ctx) {
   const Tensor& indices = ctx.inputs[1];
   Tensor& y = ctx.outputs[0];
   if (y.numel() == 0) return;
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   dispatch_float(weight.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     dispatch_index(indices.dtype(), ctx.op, [&](auto itag) {
@@ -97,7 +97,7 @@ void embedding_cuda(KernelContext& ctx) {
       auto shape = elementwise_launch(y.numel());
       embedding_gather_kernel<T, I><<<shape.blocks, shape.threads, 0, s>>>(
           in_ptr<T>(weight), in_ptr<I>(indices), out_ptr<T>(y), indices.numel(), weight.size(1),
-          weight.size(0), device_error_record(), ctx.node.id);
+          weight.size(0), error_record(ctx.device), ctx.node.id);
       QG_CUDA_CHECK_LAUNCH(ctx.op);
     });
   });
@@ -112,7 +112,7 @@ void embedding_backward_cuda(KernelContext& ctx) {
   QG_CHECK(n <= INT32_MAX && rows < static_cast<int64_t>(UINT32_MAX), ctx.op,
            "the CUDA kernel takes at most 2^31 - 1 indices and 2^32 - 1 rows; got ", n,
            " indices and ", rows, " rows");
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   const Device dev = dy.device();
   Tensor keys = Tensor::empty({2 * n}, DType::i32, dev);
   Tensor positions = Tensor::empty({2 * n}, DType::i32, dev);
@@ -125,7 +125,7 @@ void embedding_backward_cuda(KernelContext& ctx) {
       using I = decltype(itag);
       auto shape = elementwise_launch(n);
       embedding_keys_kernel<I><<<shape.blocks, shape.threads, 0, s>>>(
-          in_ptr<I>(indices), n, rows, keys_in, pos_in, device_error_record(), ctx.node.id);
+          in_ptr<I>(indices), n, rows, keys_in, pos_in, error_record(ctx.device), ctx.node.id);
       QG_CUDA_CHECK_LAUNCH(ctx.op);
     });
     int end_bit = 1;

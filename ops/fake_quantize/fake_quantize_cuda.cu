@@ -193,9 +193,9 @@ void fake_quantize_cuda(KernelContext& ctx) {
            x.numel(),
            aligned16(x.raw_data()) && aligned16(y.raw_data()),
            ctx.states.empty() ? nullptr : in_ptr<uint8_t>(ctx.states[0]),
-           device_error_record(),
+           error_record(ctx.device),
            ctx.node.id};
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     bool s64 = scale.dtype() == DType::f64, z64 = zp.dtype() == DType::i64;
@@ -236,9 +236,9 @@ void ste_backward_cuda(KernelContext& ctx) {
   dispatch_float(dy.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     dispatch_index(n, [&](auto itag) {
-      ste_backward_kernel<T, decltype(itag)><<<pack_blocks<kPacksPerThread<T>>(n / 8), kPackThreads,
-                                               0, static_cast<cudaStream_t>(ctx.stream)>>>(
-          in_ptr<T>(dy), in_ptr<uint8_t>(ctx.inputs[1]), out_ptr<T>(dx), n, vec);
+      ste_backward_kernel<T, decltype(itag)>
+          <<<pack_blocks<kPacksPerThread<T>>(n / 8), kPackThreads, 0, cuda_stream(ctx.device)>>>(
+              in_ptr<T>(dy), in_ptr<uint8_t>(ctx.inputs[1]), out_ptr<T>(dx), n, vec);
     });
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });

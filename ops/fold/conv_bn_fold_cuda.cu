@@ -91,11 +91,10 @@ void forward_cuda(KernelContext& ctx) {
            w.str());
   // A warp at least, up to 256 threads: a 3x3 kernel's row of 64 input channels is 576.
   const int threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, per)));
-  fold_forward_kernel<T>
-      <<<static_cast<unsigned>(channels), threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
-          in_ptr<T>(w), in_ptr<T>(ctx.inputs[1]), in_ptr<T>(ctx.inputs[2]),
-          static_cast<T>(ctx.attrs.get_real("eps")), per, out_ptr<T>(ctx.outputs[0]),
-          out_ptr<T>(ctx.outputs[1]), out_ptr<T>(ctx.outputs[2]));
+  fold_forward_kernel<T><<<static_cast<unsigned>(channels), threads, 0, cuda_stream(ctx.device)>>>(
+      in_ptr<T>(w), in_ptr<T>(ctx.inputs[1]), in_ptr<T>(ctx.inputs[2]),
+      static_cast<T>(ctx.attrs.get_real("eps")), per, out_ptr<T>(ctx.outputs[0]),
+      out_ptr<T>(ctx.outputs[1]), out_ptr<T>(ctx.outputs[2]));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
@@ -106,10 +105,11 @@ void backward_cuda(KernelContext& ctx) {
   if (channels == 0) return;
   QG_CHECK(channels < (int64_t{1} << 31), ctx.op, "at most 2^31 - 1 output channels, got ",
            d.str());
-  fold_backward_kernel<T><<<static_cast<unsigned>(channels), kBackwardThreads, 0,
-                            static_cast<cudaStream_t>(ctx.stream)>>>(
-      in_ptr<T>(d), in_ptr<T>(ctx.inputs[1]), in_ptr<T>(ctx.inputs[2]), in_ptr<T>(ctx.inputs[3]),
-      in_ptr<T>(ctx.inputs[4]), per, out_ptr<T>(ctx.outputs[0]), out_ptr<T>(ctx.outputs[1]));
+  fold_backward_kernel<T>
+      <<<static_cast<unsigned>(channels), kBackwardThreads, 0, cuda_stream(ctx.device)>>>(
+          in_ptr<T>(d), in_ptr<T>(ctx.inputs[1]), in_ptr<T>(ctx.inputs[2]),
+          in_ptr<T>(ctx.inputs[3]), in_ptr<T>(ctx.inputs[4]), per, out_ptr<T>(ctx.outputs[0]),
+          out_ptr<T>(ctx.outputs[1]));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 

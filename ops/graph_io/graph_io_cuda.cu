@@ -1,8 +1,9 @@
 // CUDA kernels for the plumbing ops. Sources and stop_gradient only hand tensors around, so
 // they reuse the device-agnostic CPU functions; full_like fills on the device.
 #include "core/graph.h"
-#include "runtime/cuda/cuda_backend.h"
-#include "runtime/cuda/cuda_check.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_context.h"
+#include "device/cuda/launch.h"
 
 namespace qg {
 namespace {
@@ -26,7 +27,7 @@ void launch_fill(Tensor& t, T value, cudaStream_t s) {
 void full_like_cuda(KernelContext& ctx) {
   Tensor& out = ctx.outputs[0];
   double v = ctx.attrs.get_real("value");
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   // f16/bf16 fill values are converted on the host (CPU rounding) and stored as raw bits.
   Tensor host = Tensor::from_doubles({}, {v}, out.dtype());
   switch (dtype_size(out.dtype())) {

@@ -233,7 +233,7 @@ void quantize_pack_cuda(KernelContext& ctx) {
   ScopeDims d = scope_dims(l);
   bool symmetric = ctx.attrs.get_string("mode") == "symmetric";
   bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     using M = math_of<T>;
@@ -273,7 +273,7 @@ void unpack_dequantize_cuda(KernelContext& ctx) {
   ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, y.shape());
   bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
   auto shape = elementwise_launch(y.numel());
-  auto st = static_cast<cudaStream_t>(ctx.stream);
+  auto st = cuda_stream(ctx.device);
   dispatch_float(y.dtype(), ctx.op, [&](auto ttag) {
     using T = decltype(ttag);
     auto launch = [&](auto stag, auto ztag) {
@@ -281,7 +281,8 @@ void unpack_dequantize_cuda(KernelContext& ctx) {
       using Z = decltype(ztag);
       unpack_kernel<S, Z, T><<<shape.blocks, shape.threads, 0, st>>>(
           in_ptr<uint8_t>(ctx.inputs[0]), in_ptr<S>(ctx.inputs[1]), in_ptr<Z>(ctx.inputs[2]),
-          out_ptr<T>(y), scope_dims(l), y.numel(), high_first, device_error_record(), ctx.node.id);
+          out_ptr<T>(y), scope_dims(l), y.numel(), high_first, error_record(ctx.device),
+          ctx.node.id);
     };
     bool s64 = ctx.inputs[1].dtype() == DType::f64, z32 = ctx.inputs[2].dtype() == DType::i32;
     if (s64 && z32) launch(double{}, int32_t{});

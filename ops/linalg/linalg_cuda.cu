@@ -2,11 +2,10 @@
 // the product is computed transposed: C^T = op(B)^T op(A)^T, where the column-major view
 // of a row-major matrix already is its transpose. f32 uses the pedantic f32 compute type
 // (no TF32, which would miss the 1e-5 agreement with the CPU) unless TF32 is allowed
-// (core/precision.h); f16/bf16 accumulate in f32 and round once, as the CPU kernel does.
-#include <cublas_v2.h>
-
+// (the DeviceContext's precision flags); f16/bf16 accumulate in f32 and round once, as the CPU
+// kernel does.
 #include "core/graph.h"
-#include "core/precision.h"
+#include "device/cuda/cublas_handle.h"
 #include "ops/common/cuda_common.cuh"
 
 namespace qg {
@@ -14,54 +13,12 @@ namespace {
 
 using namespace cuda;
 
-const char* cublas_status_text(cublasStatus_t s) {
-  switch (s) {
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-      return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH:
-      return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_EXECUTION_FAILED:
-      return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR:
-      return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED:
-      return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default:
-      return "cuBLAS error";
-  }
-}
-
-#define QG_CUBLAS_CHECK(op, call)                                                           \
-  do {                                                                                      \
-    cublasStatus_t qg_st_ = (call);                                                         \
-    QG_CHECK(qg_st_ == CUBLAS_STATUS_SUCCESS, (op), #call,                                  \
-             " failed: ", cublas_status_text(qg_st_), " (", static_cast<int>(qg_st_), ")"); \
-  } while (0)
-
-cublasHandle_t handle() {
-  // One handle per process on the backend's stream; pedantic math forbids TF32 and other
-  // reduced-precision shortcuts for f32.
-  static cublasHandle_t h = [] {
-    cublasHandle_t created;
-    QG_CUBLAS_CHECK("matmul", cublasCreate(&created));
-    QG_CUBLAS_CHECK("matmul", cublasSetMathMode(created, CUBLAS_PEDANTIC_MATH));
-    QG_CUBLAS_CHECK("matmul", cublasSetStream(created, stream()));
-    return created;
-  }();
-  return h;
-}
-
-// The handle bound to `s`, with the math mode the current TF32 setting asks for (pedantic
-// otherwise, so no reduced-precision shortcut reaches f32).
-cublasHandle_t handle_on(const std::string& op, cudaStream_t s) {
-  cublasHandle_t h = handle();
-  QG_CUBLAS_CHECK(op, cublasSetStream(h, s));
-  QG_CUBLAS_CHECK(
-      op, cublasSetMathMode(h, allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+// The context's handle with the math mode its TF32 switch asks for (pedantic otherwise, so
+// no reduced-precision shortcut reaches f32).
+cublasHandle_t handle_on(const std::string& op, DeviceContext& context) {
+  cublasHandle_t h = cublas_handle(context);
+  QG_CUBLAS_CHECK(op, cublasSetMathMode(h, context.allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                : CUBLAS_PEDANTIC_MATH));
   return h;
 }
 
@@ -77,7 +34,7 @@ void matmul_cuda(KernelContext& ctx) {
   bool ta = ctx.attrs.get_bool("transpose_a"), tb = ctx.attrs.get_bool("transpose_b");
   int64_t m = y.size(0), n = y.size(1), k = ta ? a.size(0) : a.size(1);
   if (y.numel() == 0) return;
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   if (k == 0) {
     dispatch_float(y.dtype(), ctx.op, [&](auto tag) {
       using T = decltype(tag);
@@ -90,7 +47,7 @@ void matmul_cuda(KernelContext& ctx) {
   const int64_t limit = INT32_MAX;
   QG_CHECK(m <= limit && n <= limit && k <= limit && a.size(1) <= limit && b.size(1) <= limit,
            ctx.op, "cuBLAS takes 32-bit dimensions; got a ", a.str(), ", b ", b.str());
-  cublasHandle_t h = handle_on(ctx.op, s);
+  cublasHandle_t h = handle_on(ctx.op, ctx.device);
   cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   int in = static_cast<int>(n), im = static_cast<int>(m), ik = static_cast<int>(k);
@@ -108,9 +65,9 @@ void matmul_cuda(KernelContext& ctx) {
       cudaDataType_t t = y.dtype() == DType::f32   ? CUDA_R_32F
                          : y.dtype() == DType::f16 ? CUDA_R_16F
                                                    : CUDA_R_16BF;
-      cublasComputeType_t compute = y.dtype() != DType::f32 ? CUBLAS_COMPUTE_32F
-                                    : allow_tf32()          ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                            : CUBLAS_COMPUTE_32F_PEDANTIC;
+      cublasComputeType_t compute = y.dtype() != DType::f32   ? CUBLAS_COMPUTE_32F
+                                    : ctx.device.allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                              : CUBLAS_COMPUTE_32F_PEDANTIC;
       const float one = 1.0f, zero = 0.0f;
       QG_CUBLAS_CHECK(
           ctx.op, cublasGemmEx(h, op_b, op_a, in, im, ik, &one, b.raw_data(), t, ldb, a.raw_data(),
@@ -133,7 +90,7 @@ void batched_matmul_cuda(KernelContext& ctx) {
   bool ta = ctx.attrs.get_bool("transpose_a"), tb = ctx.attrs.get_bool("transpose_b");
   int64_t m = y.size(r - 2), n = y.size(r - 1), k = ta ? a.size(r - 2) : a.size(r - 1);
   if (y.numel() == 0) return;
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   if (k == 0) {
     dispatch_float(y.dtype(), ctx.op, [&](auto tag) {
       using T = decltype(tag);
@@ -149,7 +106,7 @@ void batched_matmul_cuda(KernelContext& ctx) {
                b.size(r - 1) <= limit,
            ctx.op, "cuBLAS takes 32-bit dimensions and batch counts; got a ", a.str(), ", b ",
            b.str());
-  cublasHandle_t h = handle_on(ctx.op, s);
+  cublasHandle_t h = handle_on(ctx.op, ctx.device);
   cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   int in = static_cast<int>(n), im = static_cast<int>(m), ik = static_cast<int>(k);

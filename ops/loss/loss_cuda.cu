@@ -96,7 +96,7 @@ void ce_forward_cuda(KernelContext& ctx) {
   const Tensor& labels = ctx.inputs[1];
   bool mean = ctx.attrs.get_string("reduction") == "mean";
   int64_t n = logits.size(0), c = logits.size(1);
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   Tensor rows = Tensor::empty({n}, DType::f64, logits.device());
   dispatch_float(logits.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
@@ -105,7 +105,7 @@ void ce_forward_cuda(KernelContext& ctx) {
       if (n > 0) {
         ce_rows_kernel<T, L><<<row_blocks(n), kThreads, 0, s>>>(
             in_ptr<T>(logits), in_ptr<L>(labels), n, c, out_ptr<double>(rows),
-            device_error_record(), ctx.node.id);
+            error_record(ctx.device), ctx.node.id);
         QG_CUDA_CHECK_LAUNCH(ctx.op);
       }
     });
@@ -125,10 +125,9 @@ void ce_backward_cuda(KernelContext& ctx) {
     using T = decltype(tag);
     dispatch_int(labels.dtype(), ctx.op, [&](auto ltag) {
       using L = decltype(ltag);
-      ce_backward_kernel<T, L>
-          <<<row_blocks(n), kThreads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
-              in_ptr<T>(logits), in_ptr<L>(labels), in_ptr<T>(ctx.inputs[2]), n, c, mean,
-              out_ptr<T>(ctx.outputs[0]), device_error_record(), ctx.node.id);
+      ce_backward_kernel<T, L><<<row_blocks(n), kThreads, 0, cuda_stream(ctx.device)>>>(
+          in_ptr<T>(logits), in_ptr<L>(labels), in_ptr<T>(ctx.inputs[2]), n, c, mean,
+          out_ptr<T>(ctx.outputs[0]), error_record(ctx.device), ctx.node.id);
       QG_CUDA_CHECK_LAUNCH(ctx.op);
     });
   });

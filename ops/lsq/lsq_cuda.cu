@@ -243,7 +243,7 @@ LsqArgs make_args(const KernelContext& ctx, const Tensor& x) {
             1,
             0,
             false,
-            device_error_record(),
+            error_record(ctx.device),
             ctx.node.id};
   a.per_q = elements_per_qparam(a.d);
   return a;
@@ -280,7 +280,7 @@ void lsq_forward_cuda(KernelContext& ctx) {
   if (x.numel() == 0) return;
   LsqArgs a = make_args(ctx, x);
   a.vec = aligned16(x.raw_data()) && aligned16(ctx.outputs[0].raw_data());
-  auto st = static_cast<cudaStream_t>(ctx.stream);
+  auto st = cuda_stream(ctx.device);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     dispatch_qparams(ctx.inputs[1], ctx.inputs[2], [&](auto stag, auto ztag) {
@@ -319,7 +319,7 @@ void lsq_backward_cuda(KernelContext& ctx) {
   const int64_t sums_bytes = blocks * static_cast<int64_t>(sizeof(Sums));
   Tensor scratch = Tensor::empty({sums_bytes + nq * 4}, DType::u8, x.device());
   auto* tickets = reinterpret_cast<unsigned*>(static_cast<char*>(scratch.raw_data()) + sums_bytes);
-  auto st = static_cast<cudaStream_t>(ctx.stream);
+  auto st = cuda_stream(ctx.device);
   QG_CUDA_CHECK(ctx.op, cudaMemsetAsync(tickets, 0, static_cast<size_t>(nq) * 4, st));
   const double g = lsq_grad_factor(ctx.op, ctx.attrs, x.numel());
   const unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);

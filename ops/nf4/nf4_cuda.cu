@@ -179,7 +179,7 @@ void quantize_pack_cuda(KernelContext& ctx) {
   ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, x.shape());
   ScopeDims d = scope_dims(l);
   bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     using M = math_of<T>;
@@ -209,14 +209,14 @@ void unpack_dequantize_cuda(KernelContext& ctx) {
   ScopeDims d = scope_dims(int4_group_layout(ctx.op, ctx.attrs, y.shape()));
   bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
   auto shape = elementwise_launch(y.numel());
-  auto st = static_cast<cudaStream_t>(ctx.stream);
+  auto st = cuda_stream(ctx.device);
   dispatch_float(y.dtype(), ctx.op, [&](auto ttag) {
     using T = decltype(ttag);
     auto launch = [&](auto stag) {
       using S = decltype(stag);
       nf4_unpack_kernel<S, T><<<shape.blocks, shape.threads, 0, st>>>(
           in_ptr<uint8_t>(ctx.inputs[0]), in_ptr<S>(ctx.inputs[1]), out_ptr<T>(y), d, y.numel(),
-          high_first, device_error_record(), ctx.node.id);
+          high_first, error_record(ctx.device), ctx.node.id);
     };
     if (ctx.inputs[1].dtype() == DType::f64)
       launch(double{});
@@ -241,10 +241,9 @@ void double_quantize_cuda(KernelContext& ctx) {
   auto shape = elementwise_launch((n + bs - 1) / bs, 128);
   dispatch_f32_f64(a.dtype(), [&](auto tag) {
     using M = decltype(tag);
-    double_quantize_kernel<M>
-        <<<shape.blocks, shape.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
-            in_ptr<M>(a), n, bs, out_ptr<uint8_t>(ctx.outputs[0]), out_ptr<M>(ctx.outputs[1]),
-            out_ptr<M>(ctx.outputs[2]), device_error_record(), ctx.node.id);
+    double_quantize_kernel<M><<<shape.blocks, shape.threads, 0, cuda_stream(ctx.device)>>>(
+        in_ptr<M>(a), n, bs, out_ptr<uint8_t>(ctx.outputs[0]), out_ptr<M>(ctx.outputs[1]),
+        out_ptr<M>(ctx.outputs[2]), error_record(ctx.device), ctx.node.id);
   });
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
@@ -255,10 +254,9 @@ void double_dequantize_cuda(KernelContext& ctx) {
   auto shape = elementwise_launch(n);
   dispatch_f32_f64(ctx.inputs[1].dtype(), [&](auto tag) {
     using M = decltype(tag);
-    double_dequantize_kernel<M>
-        <<<shape.blocks, shape.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
-            in_ptr<uint8_t>(ctx.inputs[0]), in_ptr<M>(ctx.inputs[1]), in_ptr<M>(ctx.inputs[2]), n,
-            bs, out_ptr<M>(ctx.outputs[0]));
+    double_dequantize_kernel<M><<<shape.blocks, shape.threads, 0, cuda_stream(ctx.device)>>>(
+        in_ptr<uint8_t>(ctx.inputs[0]), in_ptr<M>(ctx.inputs[1]), in_ptr<M>(ctx.inputs[2]), n, bs,
+        out_ptr<M>(ctx.outputs[0]));
   });
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }

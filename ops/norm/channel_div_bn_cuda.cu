@@ -95,7 +95,7 @@ void forward_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const Attrs& bn = ctx.node.fused_from.at(1).attrs;
   ChannelDims d = channel_dims(x.shape());
-  auto st = static_cast<cudaStream_t>(ctx.stream);
+  auto st = cuda_stream(ctx.device);
   QG_CHECK(d.c <= 65535, ctx.op, "at most 65535 channels (one grid row each), got ", x.str());
   if (ctx.training)
     QG_CHECK(d.m > 1, ctx.op, "expected more than 1 value per channel when training, got input ",
@@ -130,7 +130,7 @@ void backward_cuda(KernelContext& ctx) {
   const Tensor& dy = ctx.inputs[0];
   const Tensor& x = ctx.inputs[1];
   ChannelDims d = channel_dims(x.shape());
-  auto st = static_cast<cudaStream_t>(ctx.stream);
+  auto st = cuda_stream(ctx.device);
   if (d.c == 0) return;
   QG_CHECK(d.c <= 65535, ctx.op, "at most 65535 channels (one grid row each), got ", x.str());
   const T* s = in_ptr<T>(ctx.inputs[2]);

@@ -153,7 +153,7 @@ void layer_norm_backward_launch(KernelContext& ctx) {
   const T* dy = in_ptr<T>(ctx.inputs.at(0));
   const Tensor& x = ctx.inputs.at(1);
   const int64_t dim = x.shape().back(), rows = x.numel() / dim;
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   if (rows == 0) {
     for (int o = 1; o <= 2; ++o)
       QG_CUDA_CHECK(ctx.op,

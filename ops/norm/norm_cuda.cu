@@ -72,7 +72,7 @@ template <typename T>
 void batch_norm_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   ChannelDims d = channel_dims(x.shape());
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   if (ctx.training)
     QG_CHECK(d.m > 1, ctx.op, "expected more than 1 value per channel when training, got input ",
              x.str());
@@ -106,7 +106,7 @@ template <typename T>
 void batch_norm_backward_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[1];
   ChannelDims d = channel_dims(x.shape());
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   if (d.c == 0) return;
   Tensor partial = Tensor::empty({d.c * d.splits * 2}, DType::f64, x.device());
   Tensor coef = Tensor::empty({d.c * 3}, x.dtype(), x.device());
@@ -164,7 +164,7 @@ void channel_div_cuda(KernelContext& ctx) {
   if (x.numel() == 0) return;
   ChannelDims d = channel_dims(x.shape());
   auto app = elementwise_launch(x.numel());
-  channel_div_kernel<T><<<app.blocks, app.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(
+  channel_div_kernel<T><<<app.blocks, app.threads, 0, cuda_stream(ctx.device)>>>(
       in_ptr<T>(x), in_ptr<T>(ctx.inputs[1]), d, out_ptr<T>(ctx.outputs[0]));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
@@ -173,7 +173,7 @@ template <typename T>
 void channel_div_backward_cuda(KernelContext& ctx) {
   const Tensor& y = ctx.inputs[1];
   ChannelDims d = channel_dims(y.shape());
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   if (d.c == 0) return;
   if (d.m == 0) {  // no elements: ds is an empty sum
     QG_CUDA_CHECK(ctx.op,
@@ -264,7 +264,7 @@ void layer_norm_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const int64_t dim = x.shape().back(), rows = x.numel() / dim;
   if (rows == 0) return;
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   const T *xp = in_ptr<T>(x), *gamma = in_ptr<T>(ctx.inputs[1]), *beta = in_ptr<T>(ctx.inputs[2]);
   T *y = out_ptr<T>(ctx.outputs[0]), *mean = out_ptr<T>(ctx.outputs[1]);
   T* rstd = out_ptr<T>(ctx.outputs[2]);

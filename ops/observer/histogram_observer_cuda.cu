@@ -238,7 +238,7 @@ void histogram_observer_cuda(KernelContext& ctx) {
   if (nq == 0) return;
   HistState h = hist_state(ctx, nq);
   const uint8_t* enabled = in_ptr<uint8_t>(ctx.states[5]);
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   const unsigned blocks = channel_blocks(nq, h.bins);
   const Device dev = x.device();
   if (ctx.training && x.numel() > 0) {

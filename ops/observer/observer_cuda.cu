@@ -72,7 +72,7 @@ void observer_cuda(KernelContext& ctx) {
   size_t own = kMovingAverage ? 3 : 2;
   QG_CHECK(ctx.states.size() == own + 2, ctx.op, "expected ", own + 2, " state tensors, got ",
            ctx.states.size());
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   const int threads = 256;
   int64_t nq = l.num_qparams;
   bool update = ctx.training && x.numel() > 0;

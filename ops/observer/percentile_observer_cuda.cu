@@ -206,7 +206,7 @@ void percentile_observer_cuda(KernelContext& ctx) {
   a.initialized = out_ptr<uint8_t>(ctx.states[3]);
   a.nonfinite = out_ptr<unsigned long long>(ctx.states[4]);
   int64_t nq = a.d.num_qparams;
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   if (a.update && nq > 0) {
     Tensor partial =
         Tensor::empty({nq * a.splits * static_cast<int64_t>(sizeof(Batch))}, DType::u8, x.device());

@@ -59,7 +59,7 @@ __global__ void adam_kernel(T* p, GradAt grad_at, T* m, T* v, const int64_t* ste
 // states {momentum_buffer, step}: the update, then the step counter, on the node's stream.
 template <typename T, typename GradAt>
 void launch_sgd(KernelContext& ctx, const Attrs& a, GradAt grad_at) {
-  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  auto stream = cuda_stream(ctx.device);
   int64_t n = ctx.inputs[0].numel();
   int64_t* step = ctx.states[1].data<int64_t>();
   sgd_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
@@ -76,7 +76,7 @@ void launch_sgd(KernelContext& ctx, const Attrs& a, GradAt grad_at) {
 // the step counter first (the update reads it), then the update.
 template <typename T, typename GradAt>
 void launch_adam(KernelContext& ctx, const Attrs& a, GradAt grad_at) {
-  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  auto stream = cuda_stream(ctx.device);
   int64_t n = ctx.inputs[0].numel();
   int64_t* step = ctx.states[2].data<int64_t>();
   advance_step<<<1, 1, 0, stream>>>(step);

@@ -125,7 +125,7 @@ template <typename K, typename... Args>
 void launch(KernelContext& ctx, int64_t n, K kernel, Args... args) {
   if (n == 0) return;
   auto shape = elementwise_launch(n);
-  kernel<<<shape.blocks, shape.threads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(args...);
+  kernel<<<shape.blocks, shape.threads, 0, cuda_stream(ctx.device)>>>(args...);
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 

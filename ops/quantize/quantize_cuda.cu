@@ -124,7 +124,7 @@ __global__ void dscale_finish_kernel(const double* partial, int64_t nq, int64_t 
 QArgs make_args(const KernelContext& ctx, const Shape& shape, const QuantRange& r) {
   ScopeLayout l = scope_layout(ctx.op, ctx.attrs, shape);
   return {scope_dims(l),      static_cast<double>(r.qmin), static_cast<double>(r.qmax),
-          shape_numel(shape), device_error_record(),       ctx.node.id};
+          shape_numel(shape), error_record(ctx.device),    ctx.node.id};
 }
 
 template <typename Fn>
@@ -155,7 +155,7 @@ void quantize_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   if (x.numel() == 0) return;
   QArgs a = make_args(ctx, x.shape(), quant_range_from_attrs(ctx.op, ctx.attrs));
-  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  auto stream = cuda_stream(ctx.device);
   dispatch_float(x.dtype(), ctx.op, [&](auto t) {
     dispatch_storage(ctx.outputs[0], [&](auto q) {
       dispatch_scale(ctx.inputs[1], [&](auto s) {
@@ -179,7 +179,7 @@ void quantize_backward_cuda(KernelContext& ctx) {
   Tensor& dx = ctx.outputs[0];
   if (dx.numel() == 0) return;
   QArgs a = make_args(ctx, dy.shape(), QuantRange{});
-  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  auto stream = cuda_stream(ctx.device);
   dispatch_float(dy.dtype(), ctx.op, [&](auto d) {
     dispatch_float(dx.dtype(), ctx.op, [&](auto t) {
       dispatch_scale(ctx.inputs[2], [&](auto s) {
@@ -199,7 +199,7 @@ void dequantize_cuda(KernelContext& ctx) {
   const Tensor& q = ctx.inputs[0];
   if (q.numel() == 0) return;
   QArgs a = make_args(ctx, q.shape(), storage_range(q.dtype()));
-  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  auto stream = cuda_stream(ctx.device);
   dispatch_storage(q, [&](auto qt) {
     dispatch_float(ctx.outputs[0].dtype(), ctx.op, [&](auto t) {
       dispatch_scale(ctx.inputs[1], [&](auto s) {
@@ -229,7 +229,7 @@ void dequantize_backward_cuda(KernelContext& ctx) {
   Tensor partial = Tensor::empty({nq * a.splits}, DType::f64, dy.device());
   int64_t blocks = nq * a.splits;
   unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
-  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  auto stream = cuda_stream(ctx.device);
   dispatch_float(dy.dtype(), ctx.op, [&](auto t) {
     dispatch_storage(q, [&](auto qt) {
       dispatch_scale(ctx.inputs[2], [&](auto s) {

@@ -22,8 +22,7 @@ void reduce_cuda(KernelContext& ctx, bool mean) {
   }
   double count = y.numel() == 0 ? 0.0 : static_cast<double>(x.numel()) / y.numel();
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
-    launch_reduce<decltype(tag)>(ctx.op, x, keep, mean, count, y,
-                                 static_cast<cudaStream_t>(ctx.stream));
+    launch_reduce<decltype(tag)>(ctx.op, x, keep, mean, count, y, cuda_stream(ctx.device));
   });
 }
 

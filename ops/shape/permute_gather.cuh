@@ -151,7 +151,7 @@ inline bool as_tiled_transpose(const PermutePlan& p, int64_t& batches, int64_t& 
 template <typename E, typename Store>
 void launch_gather(KernelContext& ctx, const PermutePlan& plan, const GatherDims& g, int64_t n,
                    Store store) {
-  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  const auto stream = cuda_stream(ctx.device);
   const E* src = static_cast<const E*>(ctx.inputs[0].raw_data());
   E* dst = static_cast<E*>(ctx.outputs[0].raw_data());
   int64_t batches = 0, rows = 0, cols = 0;

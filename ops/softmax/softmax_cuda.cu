@@ -283,7 +283,7 @@ void softmax_cuda(KernelContext& ctx) {
   SoftmaxColumns c = softmax_columns(ctx.op, ctx.attrs, x);
   const int64_t rows = c.outer * c.inner;
   if (rows == 0 || c.axis_len == 0) return;
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     if (c.inner == 1 && c.axis_len <= kWarpRowMax) {
@@ -307,7 +307,7 @@ void softmax_backward_cuda(KernelContext& ctx) {
   SoftmaxColumns c = softmax_columns(ctx.op, ctx.attrs, dy);
   const int64_t rows = c.outer * c.inner;
   if (rows == 0 || c.axis_len == 0) return;
-  auto s = static_cast<cudaStream_t>(ctx.stream);
+  auto s = cuda_stream(ctx.device);
   dispatch_float(dy.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     if (c.inner == 1 && c.axis_len <= kWarpRowMax) {
@@ -342,7 +342,7 @@ void fused_scaled_softmax_cuda(KernelContext& ctx) {
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     launch_warp_rows<true, T>(in_ptr<T>(x), in_ptr<T>(ctx.inputs[1]), out_ptr<T>(ctx.outputs[0]),
-                              rows, c.axis_len, static_cast<cudaStream_t>(ctx.stream));
+                              rows, c.axis_len, cuda_stream(ctx.device));
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
 }
@@ -358,7 +358,7 @@ void fused_scaled_softmax_backward_cuda(KernelContext& ctx) {
     using T = decltype(tag);
     launch_backward_warp_rows<true, T>(in_ptr<T>(dy), in_ptr<T>(ctx.inputs[1]),
                                        in_ptr<T>(ctx.inputs[2]), out_ptr<T>(ctx.outputs[0]), rows,
-                                       c.axis_len, static_cast<cudaStream_t>(ctx.stream));
+                                       c.axis_len, cuda_stream(ctx.device));
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
 }

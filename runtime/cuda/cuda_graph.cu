@@ -1,4 +1,4 @@
-#include "runtime/cuda/cuda_check.h"
+#include "device/cuda/cuda_check.h"
 #include "runtime/cuda_graph.h"
 
 namespace qg {

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "autograd/grad.h"
-#include "autograd/gradcheck.h"
+#include "runtime/gradcheck.h"
 #include "runtime/executor.h"
 #include "tests/core/test_util.h"
 

@@ -183,8 +183,8 @@ TEST(CudaDeviceCheck, WrapsEveryCudaKernelOfNonSourceOps) {
   node.name = "n";
   std::vector<Tensor> states;
   Tensor host = Tensor::from_doubles({2}, {1, 2}, DType::f32);
-  KernelContext ctx{op.name, node, node.attrs, {host}, {host.clone()},
-                    states,  true, nullptr,    nullptr};
+  auto cpu = make_device_context(Device::cpu());
+  KernelContext ctx{op.name, node, node.attrs, {host}, {host.clone()}, states, true, *cpu, nullptr};
   // Host tensors given to a CUDA kernel: a named error before the kernel runs.
   expect_error([&] { op.kernels[1].fn(ctx); },
                {"wrapped", "tensor on the wrong device for this CUDA kernel", "input 'x'"});
@@ -193,8 +193,8 @@ TEST(CudaDeviceCheck, WrapsEveryCudaKernelOfNonSourceOps) {
   op.kernels[0].fn(ctx);
   Node src_node;
   src_node.op = &source;
-  KernelContext src_ctx{source.name, src_node, src_node.attrs, {},     {host.clone()},
-                        states,      true,     nullptr,        nullptr};
+  KernelContext src_ctx{source.name, src_node, src_node.attrs, {}, {host.clone()},
+                        states,      true,     *cpu,           nullptr};
   source.kernels[0].fn(src_ctx);
   EXPECT_EQ(calls, 1);
 }

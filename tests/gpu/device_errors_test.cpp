@@ -6,7 +6,7 @@
 
 #include "gpu_test_util.h"
 #ifdef QG_WITH_CUDA
-#include "runtime/cuda/cuda_backend.h"
+#include "device/cuda/launch.h"
 #endif
 
 namespace qg {
@@ -21,8 +21,9 @@ void call_cuda_kernel(const Graph& g, ValueId v, std::vector<Tensor> inputs,
   std::vector<Tensor> states;
   const KernelDef* k = n.op->find_kernel(DeviceType::cuda, dtypes_of(inputs));
   ASSERT_NE(k, nullptr);
-  KernelContext ctx{n.op->name, n,       n.attrs, std::move(inputs), std::move(outputs), states,
-                    true,       nullptr, nullptr};
+  auto context = make_device_context(Device::cuda());
+  KernelContext ctx{n.op->name, n,        n.attrs, std::move(inputs), std::move(outputs), states,
+                    true,       *context, nullptr};
   k->fn(ctx);
 }
 
@@ -76,9 +77,10 @@ TEST(GpuDeviceErrors, OutOfMemoryAllocation) {
 #ifdef QG_WITH_CUDA
 TEST(GpuDeviceErrors, FailedLaunchCarriesCudaText) {
   QG_REQUIRE_GPU();
-  expect_error([] { cuda::launch_probe(4096); },
+  auto context = make_device_context(Device::cuda());
+  expect_error([&] { cuda::launch_probe(*context, 4096); },
                {"launch_probe", "cudaGetLastError() failed: cudaError"});
-  EXPECT_NO_THROW(cuda::launch_probe(128));
+  EXPECT_NO_THROW(cuda::launch_probe(*context, 128));
 }
 #endif
 

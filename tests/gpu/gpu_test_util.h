@@ -21,10 +21,11 @@
 
 namespace qg::testing {
 
-// Runs `op` on inputs named in0.. and returns every output (on the host).
+// Runs `op` on inputs named in0.. and returns every output (on the host). `options` set up
+// the executor's DeviceContext (precision flags, stream).
 inline std::vector<Tensor> run_op(Device device, const std::string& op,
                                   const std::vector<Tensor>& inputs, const Attrs& attrs = {},
-                                  int steps = 1) {
+                                  int steps = 1, const ContextOptions& options = {}) {
   Graph g;
   std::vector<ValueId> ins;
   Executor::Feeds feeds;
@@ -34,7 +35,7 @@ inline std::vector<Tensor> run_op(Device device, const std::string& op,
     feeds[name] = inputs[i];
   }
   std::vector<ValueId> outs = g.apply(op, ins, attrs, op);
-  Executor exec(g, device);
+  Executor exec(g, device, options);
   std::vector<Tensor> got;
   for (int s = 0; s < steps; ++s) got = exec.run(feeds, outs);
   for (Tensor& t : got) t = t.to(Device::cpu());

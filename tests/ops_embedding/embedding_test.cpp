@@ -7,7 +7,7 @@
 
 #include "tests/gpu/gpu_test_util.h"
 #ifdef QG_WITH_CUDA
-#include "runtime/cuda/device_error.h"
+#include "device/cuda/device_error.h"
 #endif
 
 namespace qg {

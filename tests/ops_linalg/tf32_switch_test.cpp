@@ -1,15 +1,15 @@
-// The TF32 switch (core/precision.h): off, f32 matmul / batched_matmul / conv2d on the GPU
-// agree with the CPU within 1e-5 of the largest output; on, the GEMMs really run in TF32
-// (their error grows past 1e-5, which f32 FMA math never reaches at these sizes) yet stays
-// within TF32's bound; switched off again, the exact results come back (the cuDNN algorithm
-// cache is keyed by the setting). Skipped without a GPU.
+// The TF32 switch (the precision flags of the executor's DeviceContext): off, f32 matmul /
+// batched_matmul / conv2d on the GPU agree with the CPU within 1e-5 of the largest output;
+// on, the GEMMs really run in TF32 (their error grows past 1e-5, which f32 FMA math never
+// reaches at these sizes) yet stays within TF32's bound; switched off again, the exact
+// results come back (the cuDNN algorithm cache is keyed by the setting). Skipped without a
+// GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 
-#include "core/precision.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace qg {
@@ -34,10 +34,11 @@ double relative_error(const Tensor& gpu, const Tensor& cpu) {
   return worst / scale;
 }
 
-struct Tf32Guard {
-  explicit Tf32Guard(bool on) { set_allow_tf32(on); }
-  ~Tf32Guard() { set_allow_tf32(false); }
-};
+ContextOptions tf32(bool on) {
+  ContextOptions o;
+  o.precision.allow_tf32 = on;
+  return o;
+}
 
 struct Case {
   const char* op;
@@ -57,16 +58,14 @@ std::vector<Case> cases() {
 
 TEST(Tf32Switch, OffExactOnTf32OffExactAgain) {
   QG_REQUIRE_GPU();
-  ASSERT_FALSE(allow_tf32()) << "QG_ALLOW_TF32 is set in the test environment";
   for (const Case& c : cases()) {
     Tensor cpu = run_op(Device::cpu(), c.op, c.inputs, c.attrs)[0];
-    double off = relative_error(run_op(Device::cuda(), c.op, c.inputs, c.attrs)[0], cpu);
-    double on = 0;
-    {
-      Tf32Guard tf32(true);
-      on = relative_error(run_op(Device::cuda(), c.op, c.inputs, c.attrs)[0], cpu);
-    }
-    double again = relative_error(run_op(Device::cuda(), c.op, c.inputs, c.attrs)[0], cpu);
+    auto gpu = [&](bool on) {
+      return relative_error(run_op(Device::cuda(), c.op, c.inputs, c.attrs, 1, tf32(on))[0], cpu);
+    };
+    double off = gpu(false);
+    double on = gpu(true);
+    double again = gpu(false);
     EXPECT_LE(off, 1e-5) << c.op;
     EXPECT_LE(again, 1e-5) << c.op;
     // TF32 rounds each operand to 10 mantissa bits (relative 2^-11 = 4.9e-4); with
@@ -74,7 +73,9 @@ TEST(Tf32Switch, OffExactOnTf32OffExactAgain) {
     // relative to the largest output.
     EXPECT_LE(on, 4.9e-4) << c.op;
     // The cuBLAS GEMMs must have used TF32 (cuDNN may legitimately pick an FMA algorithm).
-    if (std::string(c.op) != "conv2d") EXPECT_GT(on, 1e-5) << c.op << ": TF32 was not used";
+    if (std::string(c.op) != "conv2d") {
+      EXPECT_GT(on, 1e-5) << c.op << ": TF32 was not used";
+    }
     std::printf("%-15s relative error: off %.2e, TF32 %.2e, off again %.2e\n", c.op, off, on,
                 again);
   }

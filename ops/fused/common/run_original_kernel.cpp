@@ -14,7 +14,7 @@ std::vector<Tensor> run_original_kernel(const std::string& fused_op, const Node&
            original.op->name, " on ", dtype_name(dtype));
   KernelContext c{original.op->name, original,           original.attrs,
                   std::move(inputs), std::move(outputs), states,
-                  fused.training,    fused.stream,       nullptr};
+                  fused.training,    fused.device,       nullptr};
   k->fn(c);
   return c.outputs;
 }

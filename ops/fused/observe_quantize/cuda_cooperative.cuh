@@ -438,7 +438,7 @@ void launch_cooperative(Kernel kernel, unsigned grid, int smem_packs, const T* x
   QG_CUDA_CHECK("fused_observe_quantize",
                 cudaLaunchCooperativeKernel(
                     reinterpret_cast<void*>(kernel), dim3(grid), dim3(kThreads), params,
-                    size_t(smem_packs) * 16 * kThreads, static_cast<cudaStream_t>(ctx.stream)));
+                    size_t(smem_packs) * 16 * kThreads, cuda_stream(ctx.device)));
   QG_CUDA_CHECK_LAUNCH("fused_observe_quantize");
 }
 

@@ -114,7 +114,7 @@ bool launch_fused_tensor_delayed(KernelContext& ctx, const FusedArgs& a, bool co
     per = (per + kThreads - 1) / kThreads * kThreads;
     const auto grid = static_cast<unsigned>((packs + per - 1) / per);
     const Device dev = x.device();
-    auto stream = static_cast<cudaStream_t>(ctx.stream);
+    auto stream = cuda_stream(ctx.device);
     Tensor partials = Tensor::empty({static_cast<int64_t>(grid * sizeof(MinMax))}, DType::u8, dev);
     Tensor ticket = Tensor::empty({1}, DType::i32, dev);
     QG_CUDA_CHECK("fused_observe_quantize",

@@ -59,7 +59,7 @@ FusedArgs make_args(KernelContext& ctx) {
   a.fake_quant_enabled = s < ctx.states.size() ? out_ptr<uint8_t>(ctx.states.at(s)) : nullptr;
   a.scale_out = out_ptr<float>(ctx.outputs[2]);
   a.zp_out = out_ptr<int32_t>(ctx.outputs[3]);
-  a.err = device_error_record();
+  a.err = error_record(ctx.device);
   a.node = ctx.node.id;
   return a;
 }

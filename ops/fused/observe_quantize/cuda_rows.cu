@@ -230,7 +230,7 @@ bool launch_fused_rows(KernelContext& ctx, const FusedArgs& a, bool codes, int64
       return false;
     launch_rows<decltype(codes_tag)::value, T>(in_ptr<T>(x), ctx.outputs[0].raw_data(),
                                                out_ptr<uint32_t>(ctx.outputs[1]), a, rows,
-                                               row_len / N, static_cast<cudaStream_t>(ctx.stream));
+                                               row_len / N, cuda_stream(ctx.device));
     return true;
   });
 }

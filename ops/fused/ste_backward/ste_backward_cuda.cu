@@ -54,9 +54,9 @@ void launch(KernelContext& ctx, F f) {
     using T = decltype(tag);
     dispatch_index(n, [&](auto itag) {
       fused_ste_backward_kernel<T, decltype(itag)>
-          <<<pack_blocks<kPacksPerThread<T>>(n / 8), kPackThreads, 0,
-             static_cast<cudaStream_t>(ctx.stream)>>>(in_ptr<T>(dy), in_ptr<uint8_t>(ctx.inputs[1]),
-                                                      in_ptr<T>(x), out_ptr<T>(dx), n, vec, f);
+          <<<pack_blocks<kPacksPerThread<T>>(n / 8), kPackThreads, 0, cuda_stream(ctx.device)>>>(
+              in_ptr<T>(dy), in_ptr<uint8_t>(ctx.inputs[1]), in_ptr<T>(x), out_ptr<T>(dx), n, vec,
+              f);
     });
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });

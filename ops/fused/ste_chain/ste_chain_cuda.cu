@@ -49,10 +49,9 @@ void fused_ste_chain_cuda(KernelContext& ctx) {
     using T = decltype(tag);
     dispatch_index(n, [&](auto itag) {
       fused_ste_chain_kernel<T, decltype(itag)>
-          <<<pack_blocks<kPacksPerThread<T>>(n / 8), kPackThreads, 0,
-             static_cast<cudaStream_t>(ctx.stream)>>>(in_ptr<T>(dy), in_ptr<uint8_t>(ctx.inputs[1]),
-                                                      in_ptr<uint8_t>(ctx.inputs[2]),
-                                                      out_ptr<T>(dx), n, vec);
+          <<<pack_blocks<kPacksPerThread<T>>(n / 8), kPackThreads, 0, cuda_stream(ctx.device)>>>(
+              in_ptr<T>(dy), in_ptr<uint8_t>(ctx.inputs[1]), in_ptr<uint8_t>(ctx.inputs[2]),
+              out_ptr<T>(dx), n, vec);
     });
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });

@@ -93,9 +93,9 @@ void launch_add(KernelContext& ctx) {
   dispatch_float(a.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     dispatch_index(n, [&](auto itag) {
-      masked_add_kernel<T, decltype(itag)><<<pack_blocks<kPacksPerThread<T>>(n / 8), kPackThreads,
-                                             0, static_cast<cudaStream_t>(ctx.stream)>>>(
-          in_ptr<T>(a), in_ptr<T>(b), in_ptr<uint8_t>(ctx.inputs[1]), out_ptr<T>(dx), n, vec);
+      masked_add_kernel<T, decltype(itag)>
+          <<<pack_blocks<kPacksPerThread<T>>(n / 8), kPackThreads, 0, cuda_stream(ctx.device)>>>(
+              in_ptr<T>(a), in_ptr<T>(b), in_ptr<uint8_t>(ctx.inputs[1]), out_ptr<T>(dx), n, vec);
     });
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
@@ -129,8 +129,7 @@ void launch_permute(KernelContext& ctx) {
       using T = decltype(tag);
       dispatch_index(n, [&](auto itag) {
         masked_permute_packs_kernel<T, decltype(itag)>
-            <<<pack_blocks<kPacksPerThread<T>>(n / 8), kPackThreads, 0,
-               static_cast<cudaStream_t>(ctx.stream)>>>(
+            <<<pack_blocks<kPacksPerThread<T>>(n / 8), kPackThreads, 0, cuda_stream(ctx.device)>>>(
                 in_ptr<T>(a), store.mask, out_ptr<T>(ctx.outputs[0]), n / 8, with_divisors(g), vec);
       });
       QG_CUDA_CHECK_LAUNCH(ctx.op);

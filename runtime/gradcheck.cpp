@@ -1,4 +1,4 @@
-#include "autograd/gradcheck.h"
+#include "runtime/gradcheck.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,26 +2,10 @@
 
 #include "core/error.h"
 #include "core/graph.h"
-#include "runtime/cuda/cuda_backend.h"
-#include "runtime/cuda/cuda_check.h"
-#include "runtime/cuda/device_error.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/device_error.h"
 
 namespace qg::cuda {
-
-DeviceErrorRecord* device_error_record() {
-  // One record per device index (a process uses few devices; 16 covers any one host).
-  static DeviceErrorRecord* records[16] = {};
-  int dev = 0;
-  QG_CUDA_CHECK("cuda_backend", cudaGetDevice(&dev));
-  QG_CHECK(dev >= 0 && dev < 16, "cuda_backend", "device index ", dev, " is beyond 16");
-  if (records[dev] == nullptr) {
-    void* p = nullptr;
-    QG_CUDA_CHECK("cuda_backend", cudaMalloc(&p, sizeof(DeviceErrorRecord)));
-    QG_CUDA_CHECK("cuda_backend", cudaMemset(p, 0, sizeof(DeviceErrorRecord)));
-    records[dev] = static_cast<DeviceErrorRecord*>(p);
-  }
-  return records[dev];
-}
 
 std::string describe_device_error(const DeviceErrorRecord& r) {
   std::ostringstream os;
@@ -65,15 +49,14 @@ std::string describe_device_error(const DeviceErrorRecord& r) {
   return os.str();
 }
 
-void check_device_errors(const Graph* graph) {
-  DeviceErrorRecord* dev = device_error_record();
+void check_device_errors(DeviceErrorRecord* dev, cudaStream_t stream, const Graph* graph) {
   DeviceErrorRecord host{};
   QG_CUDA_CHECK("cuda_backend",
-                cudaMemcpyAsync(&host, dev, sizeof(host), cudaMemcpyDeviceToHost, stream()));
-  QG_CUDA_CHECK("cuda_backend", cudaStreamSynchronize(stream()));
+                cudaMemcpyAsync(&host, dev, sizeof(host), cudaMemcpyDeviceToHost, stream));
+  QG_CUDA_CHECK("cuda_backend", cudaStreamSynchronize(stream));
   if (host.code == kNoDeviceError) return;
-  QG_CUDA_CHECK("cuda_backend", cudaMemsetAsync(dev, 0, sizeof(host), stream()));
-  QG_CUDA_CHECK("cuda_backend", cudaStreamSynchronize(stream()));
+  QG_CUDA_CHECK("cuda_backend", cudaMemsetAsync(dev, 0, sizeof(host), stream));
+  QG_CUDA_CHECK("cuda_backend", cudaStreamSynchronize(stream));
   std::string op = "cuda kernel", where;
   if (graph != nullptr && host.node >= 0 && host.node < graph->num_nodes()) {
     const Node& n = graph->node(host.node);

@@ -34,6 +34,10 @@ class CachingAllocator final : public Allocator {
   size_t in_use_ = 0, peak_ = 0, cached_ = 0;
 };
 
+// Device indices a process may use (one host has at most 16 GPUs).
+inline constexpr int kMaxDevices = 16;
+
+// The allocator of device `device` (made on first use).
 CachingAllocator& allocator(int device = 0);
 
 }  // namespace qg::cuda

@@ -1,6 +1,7 @@
 // Runtime validation inside kernels. A kernel cannot throw, so a failed check (a scale <= 0,
-// a zero point out of range, a label out of range) is recorded in one small device buffer:
-// the first failure wins, with its code, the node, the element index and the offending value.
+// a zero point out of range, a label out of range) is recorded in one small device buffer of
+// the kernel's DeviceContext: the first failure wins, with its code, the node, the element
+// index and the offending value.
 // The backend reads the buffer once at the end of Executor::run (the step's only host sync)
 // and turns it into a qg::Error naming the op and the value, as the CPU kernels would.
 #pragma once
@@ -38,12 +39,10 @@ struct DeviceErrorRecord {
   double hi;
 };
 
-// The device buffer of the current device (allocated and zeroed on first use).
-DeviceErrorRecord* device_error_record();
-
-// Reads the record after synchronising the stream; when set, clears it and throws qg::Error
-// naming the node's op and name (looked up in `graph`, when given) and the value.
-void check_device_errors(const Graph* graph);
+// Reads `record` after synchronising `stream`; when set, clears it and throws qg::Error
+// naming the node's op and name (looked up in `graph`, when given) and the value. Each
+// DeviceContext owns one record (DeviceContext::check_errors calls this).
+void check_device_errors(DeviceErrorRecord* record, cudaStream_t stream, const Graph* graph);
 
 // Formats a record as the CPU kernels word the same failure (exposed for tests).
 std::string describe_device_error(const DeviceErrorRecord& r);

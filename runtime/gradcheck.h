@@ -1,6 +1,8 @@
 // Gradient checks in f64. Smooth ops are checked against central differences; non-smooth
 // quantization ops (whose true derivative is zero almost everywhere) have their
-// straight-through rule checked against a reference written from SEMANTICS.md.
+// straight-through rule checked against a reference written from SEMANTICS.md. The checks
+// run the graphs they build through an Executor, so they live in runtime, beside the
+// CPU-vs-GPU crosscheck, rather than in autograd below it.
 #pragma once
 
 #include <string>

@@ -1,5 +1,6 @@
-#include "runtime/cuda/cuda_allocator.h"
-#include "runtime/cuda/cuda_check.h"
+#include "device/cuda/cuda_allocator.h"
+
+#include "device/cuda/cuda_check.h"
 
 namespace qg::cuda {
 
@@ -23,6 +24,10 @@ void* CachingAllocator::allocate(size_t bytes) {
     free_.erase(it);
     cached_ -= size;
   } else {
+    // cudaMalloc allocates on the current device: switch to this allocator's for the call
+    // and back, so that the caller's kernels still launch where they did.
+    int current = 0;
+    QG_CUDA_CHECK("cuda_allocator", cudaGetDevice(&current));
     QG_CUDA_CHECK("cuda_allocator", cudaSetDevice(device_));
     cudaError_t err = cudaMalloc(&p, size);
     if (err == cudaErrorMemoryAllocation && !free_.empty()) {
@@ -32,6 +37,7 @@ void* CachingAllocator::allocate(size_t bytes) {
       cached_ = 0;
       err = cudaMalloc(&p, size);
     }
+    QG_CUDA_CHECK("cuda_allocator", cudaSetDevice(current));
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       QG_FAIL("cuda_allocator", "cudaMalloc of ", bytes, " bytes on cuda:", device_,
@@ -66,8 +72,15 @@ CachingAllocator::~CachingAllocator() {
 }
 
 CachingAllocator& allocator(int device) {
-  static CachingAllocator a(device);
-  return a;
+  // One per device index, made on first use and never destroyed (tensors held by static
+  // objects may be freed during teardown, after any other static's destructor).
+  static CachingAllocator* allocators[kMaxDevices] = {};
+  static std::mutex mu;
+  QG_CHECK(device >= 0 && device < kMaxDevices, "cuda_allocator", "device index ", device,
+           " is outside [0, ", kMaxDevices, ")");
+  std::lock_guard<std::mutex> lock(mu);
+  if (allocators[device] == nullptr) allocators[device] = new CachingAllocator(device);
+  return *allocators[device];
 }
 
 }  // namespace qg::cuda

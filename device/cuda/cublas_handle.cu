@@ -1,0 +1,22 @@
+#include "device/cuda/cublas_handle.h"
+
+#include "device/cuda/cuda_context.h"
+
+namespace qg::cuda {
+
+cublasHandle_t cublas_handle(DeviceContext& context) {
+  void* h = context.library_handle(
+      LibraryHandle::cublas,
+      [](DeviceContext& c) -> void* {
+        cublasHandle_t created;
+        QG_CUBLAS_CHECK("cublas", cublasCreate(&created));
+        // Pedantic until a caller asks for more: no reduced-precision shortcut reaches f32.
+        QG_CUBLAS_CHECK("cublas", cublasSetMathMode(created, CUBLAS_PEDANTIC_MATH));
+        QG_CUBLAS_CHECK("cublas", cublasSetStream(created, cuda_stream(c)));
+        return created;
+      },
+      [](void* handle) { (void)cublasDestroy(static_cast<cublasHandle_t>(handle)); });
+  return static_cast<cublasHandle_t>(h);
+}
+
+}  // namespace qg::cuda
