@@ -75,9 +75,6 @@ class Builder {
   // The weight quantizer on w ([out, in...]; inputs beyond axis 0 are flattened for the
   // qparams); records a WeightQuantizer for conversion.
   ValueId weight(ValueId w, const std::string& layer);
-  // Pre-refactor names, kept for callers.
-  ValueId fake_quant_activation(ValueId x, const std::string& name, NodeId* observer);
-  ValueId fake_quant_weight(ValueId w, const std::string& name, NodeId* observer);
 
   // --- layers (one file each) ---
   // y = x W^T + b over the last axis of x (nn/linear.cpp). With `relu` the ReLU is fused
