@@ -1,5 +1,5 @@
 """PyTorch side of the CPU thread-scaling run (scripts/cpu_threads_bench.sh): the three
-[8192, 4096] f32 cases of issue 14 with torch.set_num_threads(n) for each n, in one process,
+[8192, 4096] f32 cases below with torch.set_num_threads(n) for each n, in one process,
 timed as `qat bench` times ours (median wall time of single launches after warm-up):
 
   obs+fq per-tensor      torch.fused_moving_avg_obs_fake_quant (moving-average observer)

@@ -1,4 +1,4 @@
-"""PyTorch side of the whole-step comparison (PERF.md "Whole training steps", issue 12):
+"""PyTorch side of the whole-step comparison (PERF.md "Whole training steps"):
 one training step (forward, backward, SGD) of
 
   cnn:          4 conv(3x3, pad 1)-bn-relu blocks, 64 channels, 3x32x32 input, batch 256,

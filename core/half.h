@@ -1,10 +1,11 @@
-// 16-bit float element types for CPU kernels: Eigen's half and bfloat16 convert with
-// round-to-nearest-even, the same rounding as CUDA's __float2half_rn / __float2bfloat16_rn,
-// so the two backends agree bit for bit.
+// 16-bit float element types for CPU kernels. Eigen's half and bfloat16 convert exactly as
+// core/half_bits.h defines (round to nearest even, one quiet NaN per sign), the definition
+// the CUDA kernels convert with too, so the two backends agree bit for bit.
 #pragma once
 
 #include <Eigen/Core>
 
+#include "core/half_bits.h"
 #include "core/tensor.h"
 
 namespace qg {

@@ -75,10 +75,6 @@ ValueId Builder::to_compute(ValueId v, const std::string& name) {
   return g_.apply1("cast", {v}, {{"dtype", dtype_name(precision_.compute)}}, name + ".to_compute");
 }
 
-ValueId Builder::fake_quant_activation(ValueId x, const std::string& name, NodeId* observer) {
-  return act(x, name, observer);
-}
-
 ValueId Builder::quant_input(ValueId x, const std::string& name) {
   return act(x, name, &input_observer_);
 }
@@ -156,19 +152,6 @@ ValueId Builder::weight(ValueId w, const std::string& layer) {
   weights_.push_back(rec);
   if (shape.size() == 2) return rec.quantized;
   return g_.apply1("reshape", {rec.quantized}, {{"shape", shape}}, name + ".as_kernel");
-}
-
-ValueId Builder::fake_quant_weight(ValueId w, const std::string& name, NodeId* observer) {
-  // `name` is "<layer>.weight" in the pre-refactor API.
-  const std::string suffix = ".weight";
-  std::string layer = name;
-  if (layer.size() > suffix.size() &&
-      layer.compare(layer.size() - suffix.size(), suffix.size(), suffix) == 0)
-    layer.resize(layer.size() - suffix.size());
-  ValueId y = weight(w, layer);
-  if (observer != nullptr)
-    *observer = qc_.weight == WeightQuant::none ? -1 : weights_.back().observer;
-  return y;
 }
 
 ValueId Builder::cross_entropy(ValueId logits, ValueId labels) {

@@ -82,9 +82,6 @@ class Builder {
   // v in the compute dtype: a `cast` node under a mixed policy when v's dtype differs from
   // it, v itself otherwise (so the default policy adds no node).
   ValueId to_compute(ValueId v, const std::string& name);
-  // Pre-refactor names, kept for callers.
-  ValueId fake_quant_activation(ValueId x, const std::string& name, NodeId* observer);
-  ValueId fake_quant_weight(ValueId w, const std::string& name, NodeId* observer);
 
   // --- layers (one file each) ---
   // y = x W^T + b over the last axis of x (nn/linear.cpp). With `relu` the ReLU is fused

@@ -109,10 +109,4 @@ Model build_model(Graph& graph, const ModelSpec& spec, const QConfig& qconfig, u
   return m;
 }
 
-Mlp build_mlp(Graph& graph, const MlpSpec& spec, const QConfig& qconfig, uint64_t seed) {
-  ModelSpec ms;
-  ms.mlp = spec;
-  return build_model(graph, ms, qconfig, seed);
-}
-
 }  // namespace qg::nn

@@ -54,11 +54,9 @@ struct Model {
   NodeId input_observer = -1;
   std::vector<ValueId> parameters;  // trainable; buffers excluded
 };
-using Mlp = Model;
 
 // Throws qg::Error (op "nn.model") for an unknown kind.
 Model build_model(Graph& graph, const ModelSpec& spec, const QConfig& qconfig, uint64_t seed);
-Mlp build_mlp(Graph& graph, const MlpSpec& spec, const QConfig& qconfig, uint64_t seed);
 // The model kinds build_model knows.
 const std::vector<std::string>& model_kinds();
 

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/half_bits.h"
 #include "core/tensor.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_context.h"
@@ -43,38 +44,25 @@ __device__ __forceinline__ float to_math(float v) {
 __device__ __forceinline__ double to_math(double v) {
   return v;
 }
-// The hardware f16 -> f32 conversion returns a NaN without its sign (an H100 gave 0x7e00
-// for every negative f16 NaN passed through fake_quantize, where the CPU's exact widening
-// keeps the sign: 0xfe00). OR-ing in the f16 sign bit restores it; for every other value the
-// converted sign already equals it, so this changes nothing else.
+// 16-bit floats convert as core/half_bits.h defines, the CPU's bits (NaN encoding included).
 __device__ __forceinline__ float to_math(__half v) {
-  const unsigned sign = (static_cast<unsigned>(__half_as_ushort(v)) & 0x8000u) << 16;
-  return __uint_as_float(__float_as_uint(__half2float(v)) | sign);
+  return half_bits::f16_to_f32(__half_as_ushort(v));
 }
 __device__ __forceinline__ float to_math(__nv_bfloat16 v) {
-  return __bfloat162float(v);
+  return half_bits::bf16_to_f32(__bfloat16_as_ushort(v));
 }
 
-// Round-to-nearest-even narrowing, the rounding Eigen's half/bfloat16 use on the CPU.
 template <typename T>
 __device__ __forceinline__ T from_math(math_of<T> v) {
   return static_cast<T>(v);
 }
-// NaN becomes the quiet NaN the CPU's Eigen conversion writes (0x7e00 for f16, 0x7fc0 for
-// bf16, sign kept) rather than CUDA's 0x7fff, so NaN outputs match bit for bit too.
 template <>
 __device__ __forceinline__ __half from_math<__half>(float v) {
-  if (v != v)
-    return __ushort_as_half(
-        static_cast<unsigned short>(0x7e00u | ((__float_as_uint(v) >> 16) & 0x8000u)));
-  return __float2half_rn(v);
+  return __ushort_as_half(half_bits::f32_to_f16(v));
 }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_math<__nv_bfloat16>(float v) {
-  if (v != v)
-    return __ushort_as_bfloat16(
-        static_cast<unsigned short>(0x7fc0u | ((__float_as_uint(v) >> 16) & 0x8000u)));
-  return __float2bfloat16_rn(v);
+  return __ushort_as_bfloat16(half_bits::f32_to_bf16(v));
 }
 
 // One rounding from the math type to T: f64 -> f16/bf16 directly (the CPU's narrow_cast in

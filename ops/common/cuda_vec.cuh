@@ -129,18 +129,13 @@ __device__ __forceinline__ void flat_packs(I npacks, Load load, Body body) {
   }
 }
 
-// from_math<T> without a branch: the CPU's NaN encoding (see from_math) is selected after
-// the conversion instead of returned early.
+// from_math<T> without a branch (core/half_bits.h's select forms).
 template <typename T>
 __device__ __forceinline__ T from_math_select(math_of<T> v) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const unsigned short nan = 0x7fc0u | ((__float_as_uint(v) >> 16) & 0x8000u);
-    const unsigned short r = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-    return __ushort_as_bfloat16(v != v ? nan : r);
+    return __ushort_as_bfloat16(half_bits::f32_to_bf16_select(v));
   } else if constexpr (std::is_same_v<T, __half>) {
-    const unsigned short nan = 0x7e00u | ((__float_as_uint(v) >> 16) & 0x8000u);
-    const unsigned short r = __half_as_ushort(__float2half_rn(v));
-    return __ushort_as_half(v != v ? nan : r);
+    return __ushort_as_half(half_bits::f32_to_f16_select(v));
   } else {
     return static_cast<T>(v);
   }

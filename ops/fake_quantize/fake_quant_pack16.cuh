@@ -61,7 +61,9 @@ template <typename T>
 inline constexpr uint32_t kPairNegInf =
     std::is_same_v<T, __nv_bfloat16> ? 0xff80ff80u : 0xfc00fc00u;
 template <typename T>
-inline constexpr uint32_t kPairNaN = std::is_same_v<T, __nv_bfloat16> ? 0x7fc07fc0u : 0x7e007e00u;
+inline constexpr uint32_t kPairNaN = (std::is_same_v<T, __nv_bfloat16> ? half_bits::kBF16QuietNaN
+                                                                       : half_bits::kF16QuietNaN) *
+                                     0x10001u;
 
 // True when none of the 8 elements of x is NaN and `poison` (kPairNegInf or kPairNaN, so
 // that an untame qparam fails the same test) is not NaN: max with NaN propagation over the

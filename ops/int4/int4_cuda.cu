@@ -35,12 +35,13 @@ struct Int4Codec {
   // f32 math: 4 blocks of 256 (at most 64 registers; the full 8-pack kernels would take 80
   // and leave 3). f64 keeps 3: at 64 registers it spills.
   static constexpr int kMinBlocksPerSm = std::is_same_v<M, float> ? 4 : 3;
-  // 16-bit types: 6 blocks of 256 (at most 40 registers). Not issue-bound alone: at 0.72x
-  // copy (H200, bf16[8192, 4096]) the old kernel issued ~12.4 instructions per element,
-  // about half the SM's issue rate, but a lane holds only 64 bytes in flight (4 x 16-byte
-  // packs, between its loads and its first use), so 4 blocks per SM (56 registers) kept
-  // at most 64 KiB per SM in flight, half what the f32 path keeps. One round per block and
-  // no per-pack validity branches brought the kernel to 40 registers: 6 blocks, 96 KiB.
+  // 16-bit types: 6 blocks of 256 (at most 40 registers). The kernel is not issue-bound
+  // alone: at 4 blocks per SM (56 registers) it ran at 0.72x copy (H200, bf16[8192, 4096])
+  // issuing ~12.4 instructions per element, about half the SM's issue rate, because a lane
+  // holds only 64 bytes in flight (4 x 16-byte packs, between its loads and its first use),
+  // so 4 blocks kept at most 64 KiB per SM in flight, half what the f32 path keeps. One
+  // round per block and no per-pack validity branches fit it in 40 registers: 6 blocks,
+  // 96 KiB in flight.
   static constexpr int kMinBlocksPerSm16 = 6;
   M* scale;
   uint8_t* zp;

@@ -70,9 +70,9 @@ __device__ __forceinline__ math_of<T> scaled(math_of<T> v, math_of<T> s) {
 // Rows of up to kWarpRowMax elements: one warp per row, the row held in registers (K
 // elements per lane, K = 32 covers 1024), so x is read once and y written once (dy and y
 // read once in the backward). Lane l holds elements l, l + 32, l + 64, ... (coalesced
-// scalar loads) and folds them in that order before the butterfly: exactly the order of
-// the strided loop this replaced, so the results are the same bits as before. (16-byte
-// vector loads would hand a lane four adjacent elements and so change the sum's order.)
+// scalar loads) and folds them in that order before the butterfly: the order of a
+// warp-strided loop over the row. (16-byte vector loads would hand a lane four adjacent
+// elements and so change the sum's order, and with it the bits.)
 // kScaled: the fused forms; x's elements (the backward's results) pass through scaled().
 template <int K, bool kScaled, typename T>
 __global__ void __launch_bounds__(kThreads)

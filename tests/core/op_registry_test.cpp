@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/graph.h"
+#include "device/device_context.h"
 #include "runtime/executor.h"
 #include "tests/core/test_util.h"
 

@@ -102,8 +102,7 @@ TEST(Nf4, StraightThroughWeightIsExactForwardAndIdentityBackward) {
   std::vector<double> wv(2 * 64);
   for (size_t i = 0; i < wv.size(); ++i) wv[i] = std::sin(0.7 * static_cast<double>(i));
   ValueId w = g.parameter("w", Tensor::from_doubles({2, 64}, wv));
-  NodeId unused = -1;
-  ValueId wq = b.fake_quant_weight(w, "w", &unused);
+  ValueId wq = b.weight(w, "w");
   ValueId x = g.input("x", {DType::f32, {2, 64}});
   ValueId loss = g.apply1("sum", {g.apply1("mul", {wq, x})});
   ValueId dw = grad(g, loss, {w})[0];
