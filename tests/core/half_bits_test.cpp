@@ -116,8 +116,12 @@ TEST(HalfBits, WideningEdgeValues) {
 TEST(HalfBits, EveryPatternRoundTrips) {
   for (uint32_t b = 0; b < 0x10000u; ++b) {
     const auto h = static_cast<uint16_t>(b);
-    if ((h & 0x7c00u) != 0x7c00u || (h & 0x3ffu) == 0) EXPECT_EQ(f32_to_f16(f16_to_f32(h)), h);
-    if ((h & 0x7f80u) != 0x7f80u || (h & 0x7fu) == 0) EXPECT_EQ(f32_to_bf16(bf16_to_f32(h)), h);
+    if ((h & 0x7c00u) != 0x7c00u || (h & 0x3ffu) == 0) {
+      EXPECT_EQ(f32_to_f16(f16_to_f32(h)), h);
+    }
+    if ((h & 0x7f80u) != 0x7f80u || (h & 0x7fu) == 0) {
+      EXPECT_EQ(f32_to_bf16(bf16_to_f32(h)), h);
+    }
   }
 }
 
