@@ -110,7 +110,7 @@ TEST(GpuDeviceContext, DeviceErrorsStayWithTheirExecutor) {
 #ifdef QG_WITH_CUDA
   std::vector<Tensor> states;
   const Node& n = g.node(g.value(y).producer);
-  const KernelDef* k = n.op->find_kernel(DeviceType::cuda, DType::f32);
+  const KernelDef* k = n.op->find_kernel(DeviceType::cuda, {DType::f32});
   ASSERT_NE(k, nullptr);
   KernelContext ctx{n.op->name,
                     n,

@@ -12,7 +12,7 @@
 #include <limits>
 
 #include "autograd/grad.h"
-#include "autograd/gradcheck.h"
+#include "runtime/gradcheck.h"
 #include "core/npy.h"
 #include "tests/gpu/gpu_test_util.h"
 
