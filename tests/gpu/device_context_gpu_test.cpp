@@ -112,12 +112,16 @@ TEST(GpuDeviceContext, DeviceErrorsStayWithTheirExecutor) {
   const Node& n = g.node(g.value(y).producer);
   const KernelDef* k = n.op->find_kernel(DeviceType::cuda, {DType::f32});
   ASSERT_NE(k, nullptr);
+  std::vector<Tensor> outputs;  // every output the kernel writes (y and its mask)
+  for (ValueId out : n.outputs)
+    outputs.push_back(
+        Tensor::empty(g.value(out).type.shape, g.value(out).type.dtype, Device::cuda()));
   KernelContext ctx{n.op->name,
                     n,
                     n.attrs,
                     {xs.to(Device::cuda()), Tensor::from_doubles({1}, {-0.5}).to(Device::cuda()),
                      zp.to(Device::cuda())},
-                    {Tensor::empty({2, 3}, DType::f32, Device::cuda())},
+                    outputs,
                     states,
                     true,
                     bad.context(),
