@@ -39,7 +39,8 @@ TEST(CrosscheckSpec, EveryOpKeepsItsCases) {
                                                   {"gelu", 3},
                                                   {"silu", 1},
                                                   {"dropout", 1},
-                                                  {"conv_bn_fold_weight", 4}};
+                                                  {"conv_bn_fold_weight", 4},
+                                                  {"cast", 8}};
   std::map<std::string, size_t> found;
   for (const OpDef* op : OpRegistry::instance().all()) {
     if (!op->crosscheck.cases) continue;
