@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 
@@ -22,6 +23,7 @@
 #include "apps/qat/train_common.h"
 #include "bench/harness/device_timer.h"
 #include "nn/builder.h"
+#include "nn/digits.h"
 #include "nn/model.h"
 #include "nn/optimizer.h"
 #include "nn/rng.h"
@@ -100,7 +102,8 @@ void build_transformer(StepGraph& s, const nn::QConfig& qc, bool small) {
 }
 
 // The digits models `qat train` trains, at its default options (`--weight-bits 8 --act-bits
-// 8` for QAT), so that `qat train --time-steps` and this command time the same compiled step.
+// 8` for QAT), on the batch `qat train --time-steps` times (the first rows of the training
+// split), so that the two commands time the same compiled step on the same data.
 void build_digits(StepGraph& s, const std::string& kind, bool qat) {
   TrainOptions o;
   o.model = kind;
@@ -110,11 +113,14 @@ void build_digits(StepGraph& s, const std::string& kind, bool qat) {
   s.loss = m.loss;
   s.parameters = m.parameters;
   s.optimizer = config.optimizer;
-  const int64_t batch = config.mlp.batch;
-  Tensor x = random_tensor({batch, config.mlp.in_features}, 2);
-  for (int64_t i = 0; i < x.numel(); ++i)  // pixels are in [0, 1]
-    x.data<float>()[i] = 0.5f + 0.5f * x.data<float>()[i];
-  s.feeds = {{"x", x}, {"labels", random_labels(batch, config.mlp.classes, 3)}};
+  nn::Dataset all = nn::load_digits(o.data), train, test;
+  nn::split_dataset(all, 0.2, 0, &train, &test);
+  const int64_t batch = config.mlp.batch, features = train.features;
+  Tensor x = Tensor::empty({batch, features}, DType::f32);
+  Tensor labels = Tensor::empty({batch}, DType::i64);
+  std::memcpy(x.data<float>(), train.x.data(), sizeof(float) * batch * features);
+  std::memcpy(labels.data<int64_t>(), train.labels.data(), sizeof(int64_t) * batch);
+  s.feeds = {{"x", x}, {"labels", labels}};
 }
 
 // Compiles the step as every caller does (runtime/compile.h: passes, memory plan, CUDA
