@@ -31,12 +31,14 @@ for model in mlp cnn transformer; do
     qat=$([ "$bits" = 8 ] && echo qat || echo float)
     steps_ms=$("$build"/apps/qat steps --device cuda --model "digits-$model" --reps "$reps" |
       grep "$qat fp32" | awk '{print $(NF)}')
+    wall_ms=$("$build"/apps/qat steps --device cuda --model "digits-$model" --reps "$reps" --wall |
+      grep "$qat fp32" | awk '{print $(NF)}')
     train_us=$("$build"/apps/qat train --device cuda --model "$model" --weight-bits "$bits" \
       --act-bits "$bits" --time-steps "$reps" --out "$out/ts" 2>&1 | grep -oE '[0-9.]+ us' | head -1)
     base_us=""
     [ -n "${BASE_QAT:-}" ] && base_us=$("$BASE_QAT" train --device cuda --model "$model" \
       --weight-bits "$bits" --act-bits "$bits" --time-steps "$reps" --out "$out/ts" 2>&1 |
       grep -oE '[0-9.]+ us' | head -1)
-    echo "digits-$model $qat: qat steps ${steps_ms} ms, qat train --time-steps ${train_us}${base_us:+, base qat train ${base_us}}"
+    echo "digits-$model $qat: qat steps ${steps_ms} ms (--wall ${wall_ms} ms), qat train --time-steps ${train_us}${base_us:+, base qat train ${base_us}}"
   done
 done

@@ -42,7 +42,7 @@ namespace {
 struct StepsOptions {
   std::string device = "auto", model = "all", json;
   int reps = 20;
-  bool small = false, profile = false, tf32 = false;
+  bool small = false, profile = false, tf32 = false, wall = false;
   std::string profile_nodes;  // comma-separated ops whose nodes are listed one by one
 };
 
@@ -126,7 +126,7 @@ void build_digits(StepGraph& s, const std::string& kind, bool qat) {
 // Compiles the step as every caller does (runtime/compile.h: passes, memory plan, CUDA
 // graph) and returns the median microseconds of one step: a replay on CUDA, a StaticRun
 // launch on the CPU. The feeds are written once; every step re-reads them.
-double time_step(StepGraph& s, Device device, const ContextOptions& context, int reps,
+double time_step(StepGraph& s, Device device, const ContextOptions& context, int reps, bool wall,
                  int* kernels) {
   CompileOptions options;
   options.device = device;
@@ -137,6 +137,16 @@ double time_step(StepGraph& s, Device device, const ContextOptions& context, int
   step.train({}, {});       // the first launch (records the temporaries)
   *kernels = step.kernels_per_launch({}, true, true);
   s.updates = step.updates();
+  if (wall) {  // the mean over back-to-back steps, as nn::Trainer::time_steps measures it
+    for (int i = 0; i < std::max(3, reps / 10); ++i) step.train({}, {});
+    step.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) step.train({}, {});
+    step.synchronize();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+               .count() /
+           reps;
+  }
   const double us = bench::median_us(
       step.executor().context(), [&](int) { step.train({}, {}); }, reps, device.is_cpu() ? 1 : -1);
   step.synchronize();
@@ -251,6 +261,9 @@ void add_steps_command(CLI::App& app) {
                              "digits-transformer", "digits"}));
   cmd->add_option("--reps", o->reps, "Timed steps (median reported)")->check(CLI::Range(1, 10000));
   cmd->add_flag("--small", o->small, "Tiny shapes (a smoke run)");
+  cmd->add_flag("--wall", o->wall,
+                "Report the mean wall time of back-to-back steps (as qat train --time-steps) "
+                "instead of the median of per-step device times");
   cmd->add_option("--json", o->json, "Write the rows as JSON");
   cmd->add_flag("--profile", o->profile,
                 "Also print each step's time per op (GPU time, or host wall time on the CPU)");
@@ -286,7 +299,7 @@ void add_steps_command(CLI::App& app) {
           else
             build_transformer(s, qc, o->small);
           int kernels = 0;
-          double us = time_step(s, device, context, o->reps, &kernels);
+          double us = time_step(s, device, context, o->reps, o->wall, &kernels);
           std::string label =
               std::string("step ") + kind + (qat ? " qat" : " float") + (tf32 ? " tf32" : " fp32");
           std::printf("%-32s %8d %12.3f\n", label.c_str(), kernels, us / 1000.0);
