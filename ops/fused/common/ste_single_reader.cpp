@@ -12,4 +12,12 @@ std::string ste_single_reader_blocker(const Graph& g, NodeId ste_id, NodeId read
   return "";
 }
 
+std::vector<FusionCandidate> match_ste_single_reader(const Graph& g, NodeId id) {
+  const Node& n = g.node(id);
+  if (n.op->name != "ste_backward") return {};
+  const auto readers = g.consumers(n.outputs.at(0));
+  if (readers.size() != 1) return {};
+  return {{{id, readers[0]}}};
+}
+
 }  // namespace qg

@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "core/graph_rewrite.h"
+#include "ops/fused/common/ste_single_reader.h"
 #include "ops/fused/ste_backward/ste_backward.h"
 
 namespace qg {
@@ -38,15 +39,6 @@ std::string ste_fusion_blocker(const Graph& g, NodeId ste_id, NodeId act_id) {
 
 namespace {
 
-// 1. Match: an ste_backward whose masked gradient has one reader -> {ste_backward, reader}.
-std::vector<FusionCandidate> match(const Graph& g, NodeId id) {
-  const Node& n = g.node(id);
-  if (n.op->name != "ste_backward") return {};
-  const auto readers = g.consumers(n.outputs.at(0));
-  if (readers.size() != 1) return {};
-  return {{{id, readers[0]}}};
-}
-
 // 3. Build: one node reading dy, the mask and the activation's x.
 void build(Graph& g, const FusionCandidate& c) {
   const NodeId ste_id = c.nodes[0], act_id = c.nodes[1];
@@ -62,8 +54,10 @@ void build(Graph& g, const FusionCandidate& c) {
 
 }  // namespace
 
+// 1. Match: an ste_backward whose masked gradient has one reader (match_ste_single_reader,
+//    ops/fused/common), then 2. and 3. above.
 FusionRule ste_backward_fusion_rule() {
-  return {"fuse_ste_backward", match,
+  return {"fuse_ste_backward", match_ste_single_reader,
           [](const Graph& g, const FusionCandidate& c) {
             return ste_fusion_blocker(g, c.nodes[0], c.nodes[1]);
           },

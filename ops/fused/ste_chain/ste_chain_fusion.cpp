@@ -34,15 +34,6 @@ std::string ste_chain_fusion_blocker(const Graph& g, NodeId first_id, NodeId sec
 
 namespace {
 
-// 1. Match: an ste_backward whose masked gradient has one reader -> {first, second}.
-std::vector<FusionCandidate> match(const Graph& g, NodeId id) {
-  const Node& n = g.node(id);
-  if (n.op->name != "ste_backward") return {};
-  const auto readers = g.consumers(n.outputs.at(0));
-  if (readers.size() != 1) return {};
-  return {{{id, readers[0]}}};
-}
-
 // 3. Build: one ste_backward-like node masking dy with both masks.
 void build(Graph& g, const FusionCandidate& c) {
   const NodeId first_id = c.nodes[0], second_id = c.nodes[1];
@@ -58,8 +49,10 @@ void build(Graph& g, const FusionCandidate& c) {
 
 }  // namespace
 
+// 1. Match: an ste_backward whose masked gradient has one reader (match_ste_single_reader,
+//    ops/fused/common), then 2. and 3. above.
 FusionRule ste_chain_fusion_rule() {
-  return {"fuse_ste_chain", match,
+  return {"fuse_ste_chain", match_ste_single_reader,
           [](const Graph& g, const FusionCandidate& c) {
             return ste_chain_fusion_blocker(g, c.nodes[0], c.nodes[1]);
           },

@@ -39,15 +39,6 @@ std::string ste_optimizer_fusion_blocker(const Graph& g, NodeId ste_id, NodeId s
 
 namespace {
 
-// 1. Match: an ste_backward whose masked gradient has one reader -> {ste_backward, reader}.
-std::vector<FusionCandidate> match(const Graph& g, NodeId id) {
-  const Node& n = g.node(id);
-  if (n.op->name != "ste_backward") return {};
-  const auto readers = g.consumers(n.outputs.at(0));
-  if (readers.size() != 1) return {};
-  return {{{id, readers[0]}}};
-}
-
 // 3. Build: the step node rewritten in place, reading dy and the mask for its gradient.
 void build(Graph& g, const FusionCandidate& c) {
   const NodeId ste_id = c.nodes[0], step_id = c.nodes[1];
@@ -66,8 +57,10 @@ void build(Graph& g, const FusionCandidate& c) {
 
 }  // namespace
 
+// 1. Match: an ste_backward whose masked gradient has one reader (match_ste_single_reader,
+//    ops/fused/common), then 2. and 3. above.
 FusionRule ste_optimizer_fusion_rule() {
-  return {"fuse_ste_optimizer", match,
+  return {"fuse_ste_optimizer", match_ste_single_reader,
           [](const Graph& g, const FusionCandidate& c) {
             return ste_optimizer_fusion_blocker(g, c.nodes[0], c.nodes[1]);
           },
