@@ -29,16 +29,19 @@ reps=${REPS:-200}
 for model in mlp cnn transformer; do
   for bits in 32 8; do
     qat=$([ "$bits" = 8 ] && echo qat || echo float)
-    steps_ms=$("$build"/apps/qat steps --device cuda --model "digits-$model" --reps "$reps" |
-      grep "$qat fp32" | awk '{print $(NF)}')
+    # Row: step digits-<model> <float|qat> fp32 <kernels> <ms> nn::Trainer <ms> ms
+    row=$("$build"/apps/qat steps --device cuda --model "digits-$model" --reps "$reps" |
+      grep "$qat fp32")
+    steps_ms=$(echo "$row" | awk '{print $6}')
+    same_process_ms=$(echo "$row" | awk '{print $8}')
     wall_ms=$("$build"/apps/qat steps --device cuda --model "digits-$model" --reps "$reps" --wall |
-      grep "$qat fp32" | awk '{print $(NF)}')
+      grep "$qat fp32" | awk '{print $6}')
     train_us=$("$build"/apps/qat train --device cuda --model "$model" --weight-bits "$bits" \
       --act-bits "$bits" --time-steps "$reps" --out "$out/ts" 2>&1 | grep -oE '[0-9.]+ us' | head -1)
     base_us=""
     [ -n "${BASE_QAT:-}" ] && base_us=$("$BASE_QAT" train --device cuda --model "$model" \
       --weight-bits "$bits" --act-bits "$bits" --time-steps "$reps" --out "$out/ts" 2>&1 |
       grep -oE '[0-9.]+ us' | head -1)
-    echo "digits-$model $qat: qat steps ${steps_ms} ms (--wall ${wall_ms} ms), qat train --time-steps ${train_us}${base_us:+, base qat train ${base_us}}"
+    echo "digits-$model $qat: qat steps ${steps_ms} ms (--wall ${wall_ms} ms; its nn::Trainer ${same_process_ms} ms), qat train --time-steps ${train_us}${base_us:+, base qat train ${base_us}}"
   done
 done

@@ -123,6 +123,20 @@ void build_digits(StepGraph& s, const std::string& kind, bool qat) {
   s.feeds = {{"x", x}, {"labels", labels}};
 }
 
+// The same step as nn::Trainer runs it for `qat train --time-steps` (mean wall time of
+// back-to-back steps on the batch build_digits feeds), in this process, so the two paths are
+// compared on one machine state.
+double trainer_step_us(const std::string& kind, bool qat, Device device, int reps) {
+  TrainOptions o;
+  o.model = kind;
+  o.device = device.is_cpu() ? "cpu" : "cuda";
+  if (qat) o.weight_bits = o.act_bits = "8";
+  nn::Dataset all = nn::load_digits(o.data), train, test;
+  nn::split_dataset(all, 0.2, 0, &train, &test);
+  auto trainer = make_trainer(o, qconfig_from(o), train, test);
+  return 1e6 * trainer->time_steps(std::max(3, reps / 10), reps);
+}
+
 // Compiles the step as every caller does (runtime/compile.h: passes, memory plan, CUDA
 // graph) and returns the median microseconds of one step: a replay on CUDA, a StaticRun
 // launch on the CPU. The feeds are written once; every step re-reads them.
@@ -302,7 +316,11 @@ void add_steps_command(CLI::App& app) {
           double us = time_step(s, device, context, o->reps, o->wall, &kernels);
           std::string label =
               std::string("step ") + kind + (qat ? " qat" : " float") + (tf32 ? " tf32" : " fp32");
-          std::printf("%-32s %8d %12.3f\n", label.c_str(), kernels, us / 1000.0);
+          std::printf("%-32s %8d %12.3f", label.c_str(), kernels, us / 1000.0);
+          if (digits && !tf32)  // the trainer's own step, for `qat train --time-steps`
+            std::printf("   nn::Trainer %.3f ms",
+                        trainer_step_us(kind.substr(7), qat, device, o->reps) / 1000.0);
+          std::printf("\n");
           std::fflush(stdout);
           if (o->profile) profile_step(s, device, context, 5, o->profile_nodes);
           rows += std::string(rows.empty() ? "" : ",\n") + "  {\"case\": \"" + label +
