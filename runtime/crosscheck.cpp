@@ -133,9 +133,8 @@ std::vector<Tensor> run_cpu_node(DeviceContext& cpu, const Graph& graph, const N
   const KernelDef* k = node.op->find_kernel(DeviceType::cpu, key);
   QG_CHECK(k != nullptr, node.op->name, "no CPU reference kernel for inputs ",
            signature_str(key, node.op->inputs));
-  KernelContext ctx{
-      node.op->name, node,    node.attrs, std::move(inputs), std::move(outputs), states,
-      training,      cpu,     nullptr};
+  KernelContext ctx{node.op->name, node, node.attrs, std::move(inputs), std::move(outputs), states,
+                    training,      cpu,  nullptr};
   k->fn(ctx);
   return ctx.outputs;
 }

@@ -96,9 +96,8 @@ void StaticRun::launch() {
       for (ValueId in : n.inputs) inputs.push_back(values_[in]);
       for (ValueId out : n.outputs) outputs.push_back(values_[out]);
       std::vector<Tensor>& states = const_cast<std::vector<Tensor>&>(exec_.states(s.node));
-      KernelContext ctx{
-          n.op->name,     n,      n.attrs, std::move(inputs), std::move(outputs), states, training_,
-          context,        nullptr};
+      KernelContext ctx{n.op->name, n,       n.attrs, std::move(inputs), std::move(outputs), states,
+                        training_,  context, nullptr};
       s.kernel->fn(ctx);
       // Views (reshape, stop_gradient) hand out their input; planned outputs stay put.
       for (size_t k = 0; k < n.outputs.size(); ++k) values_[n.outputs[k]] = ctx.outputs[k];

@@ -5,8 +5,8 @@
 #include <iostream>
 
 #include "apps/qat/commands.h"
-#include "runtime/gradcheck.h"
 #include "core/op_registry.h"
+#include "runtime/gradcheck.h"
 
 namespace qg::cli {
 

@@ -14,7 +14,7 @@ const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DTyp
 }
 
 void add_activation_cuda_kernels(OpRegistry& r);  // activation_cuda.cu
-void add_activation_crosscheck(OpRegistry& r);  // activation_crosscheck.cpp
+void add_activation_crosscheck(OpRegistry& r);    // activation_crosscheck.cpp
 
 void define_activation_ops(OpRegistry& r) {
   OpDef& relu = r.define("relu");

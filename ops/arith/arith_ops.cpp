@@ -255,7 +255,7 @@ void define_reshape(OpRegistry& r) {
 }  // namespace
 
 void add_arith_cuda_kernels(OpRegistry& r);  // arith_cuda.cu
-void add_arith_crosscheck(OpRegistry& r);  // arith_crosscheck.cpp
+void add_arith_crosscheck(OpRegistry& r);    // arith_crosscheck.cpp
 
 void define_arith_ops(OpRegistry& r) {
   define_binary(

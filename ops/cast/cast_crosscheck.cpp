@@ -10,8 +10,7 @@ using namespace crosscheck_spec;
 void add_cast_crosscheck(OpRegistry& r) {
   set_cases(r, "cast", [] {
     std::vector<double> e = edge_values();
-    for (double p :
-         {65504.0, 65520.0, 3.4e38, 0x1p-24, 0x1p-25, 0x1p-133, 1 + 0x1p-8, 1 + 0x1p-11})
+    for (double p : {65504.0, 65520.0, 3.4e38, 0x1p-24, 0x1p-25, 0x1p-133, 1 + 0x1p-8, 1 + 0x1p-11})
       for (double sign : {1.0, -1.0}) e.push_back(sign * p);
     const Shape es{static_cast<int64_t>(e.size())};
     std::vector<CrosscheckCase> c;

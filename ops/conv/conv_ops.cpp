@@ -139,7 +139,7 @@ ConvGeometry conv_geometry(const std::string& op, const Shape& x, const Shape& w
 }
 
 void add_conv_cuda_kernels(OpRegistry& r);  // conv_cuda.cu
-void add_conv_crosscheck(OpRegistry& r);  // conv_crosscheck.cpp
+void add_conv_crosscheck(OpRegistry& r);    // conv_crosscheck.cpp
 
 void define_conv_ops(OpRegistry& r) {
   {

@@ -91,7 +91,7 @@ std::vector<uint8_t> dropout_reference_mask(int64_t n, double p, int64_t seed, i
 }
 
 void add_dropout_cuda_kernels(OpRegistry& r);  // dropout_cuda.cu
-void add_dropout_crosscheck(OpRegistry& r);  // dropout_crosscheck.cpp
+void add_dropout_crosscheck(OpRegistry& r);    // dropout_crosscheck.cpp
 
 void define_dropout_ops(OpRegistry& r) {
   OpDef& op = r.define("dropout");

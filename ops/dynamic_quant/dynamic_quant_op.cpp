@@ -138,7 +138,7 @@ void dynamic_range_quantize_cpu(KernelContext& ctx) {
 }  // namespace
 
 void add_dynamic_quant_cuda_kernels(OpRegistry& r);  // dynamic_quant_cuda.cu
-void add_dynamic_quant_crosscheck(OpRegistry& r);  // dynamic_quant_crosscheck.cpp
+void add_dynamic_quant_crosscheck(OpRegistry& r);    // dynamic_quant_crosscheck.cpp
 
 void define_dynamic_quant_ops(OpRegistry& r) {
   OpDef& op = r.define("dynamic_range_quantize");

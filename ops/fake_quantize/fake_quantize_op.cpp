@@ -71,7 +71,7 @@ GradcheckSample ste_sample(const std::string& label, Shape x, Shape qshape, Attr
 }  // namespace
 
 void add_fake_quantize_cuda_kernels(OpRegistry& r);  // fake_quantize_cuda.cu
-void add_fake_quantize_crosscheck(OpRegistry& r);  // fake_quantize_crosscheck.cpp
+void add_fake_quantize_crosscheck(OpRegistry& r);    // fake_quantize_crosscheck.cpp
 
 void define_fake_quantize_ops(OpRegistry& r) {
   OpDef& op = r.define("fake_quantize");

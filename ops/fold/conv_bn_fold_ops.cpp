@@ -111,7 +111,7 @@ void fold_backward_typed(KernelContext& ctx) {
 }  // namespace
 
 void add_fold_cuda_kernels(OpRegistry& r);  // conv_bn_fold_cuda.cu
-void add_fold_crosscheck(OpRegistry& r);  // fold_crosscheck.cpp
+void add_fold_crosscheck(OpRegistry& r);    // fold_crosscheck.cpp
 
 void define_fold_ops(OpRegistry& r) {
   OpDef& op = r.define("conv_bn_fold_weight");

@@ -61,7 +61,7 @@ std::vector<TensorType> infer_unpack_dequantize(const InferContext& ctx) {
 }  // namespace
 
 void add_int4_cuda_kernels(OpRegistry& r);  // int4_cuda.cu
-void add_int4_crosscheck(OpRegistry& r);  // int4_crosscheck.cpp
+void add_int4_crosscheck(OpRegistry& r);    // int4_crosscheck.cpp
 
 void define_int4_ops(OpRegistry& r) {
   OpDef& q = r.define("int4_quantize_pack");

@@ -53,7 +53,7 @@ void matmul_cpu(const Tensor& a, const Tensor& b, Tensor& y, bool ta, bool tb) {
 void define_batched_matmul_op(OpRegistry& r);  // batched_matmul_op.cpp
 
 void add_linalg_cuda_kernels(OpRegistry& r);  // linalg_cuda.cu
-void add_linalg_crosscheck(OpRegistry& r);  // linalg_crosscheck.cpp
+void add_linalg_crosscheck(OpRegistry& r);    // linalg_crosscheck.cpp
 
 void define_linalg_ops(OpRegistry& r) {
   OpDef& op = r.define("matmul");

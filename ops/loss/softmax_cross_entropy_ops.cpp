@@ -45,7 +45,7 @@ void for_each_row(const Tensor& logits, Fn&& row_fn) {
 }  // namespace
 
 void add_loss_cuda_kernels(OpRegistry& r);  // loss_cuda.cu
-void add_loss_crosscheck(OpRegistry& r);  // loss_crosscheck.cpp
+void add_loss_crosscheck(OpRegistry& r);    // loss_crosscheck.cpp
 
 void define_loss_ops(OpRegistry& r) {
   OpDef& op = r.define("softmax_cross_entropy");

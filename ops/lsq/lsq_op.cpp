@@ -111,7 +111,7 @@ GradcheckSample lsq_sample(const std::string& label, Shape x, Shape qshape, Attr
 }  // namespace
 
 void add_lsq_cuda_kernels(OpRegistry& r);  // lsq_cuda.cu
-void add_lsq_crosscheck(OpRegistry& r);  // lsq_crosscheck.cpp
+void add_lsq_crosscheck(OpRegistry& r);    // lsq_crosscheck.cpp
 
 void define_lsq_ops(OpRegistry& r) {
   OpDef& op = r.define("lsq_fake_quantize");

@@ -93,7 +93,7 @@ std::vector<TensorType> infer_double_dequantize(const InferContext& ctx) {
 }  // namespace
 
 void add_nf4_cuda_kernels(OpRegistry& r);  // nf4_cuda.cu
-void add_nf4_crosscheck(OpRegistry& r);  // nf4_crosscheck.cpp
+void add_nf4_crosscheck(OpRegistry& r);    // nf4_crosscheck.cpp
 
 void define_nf4_ops(OpRegistry& r) {
   OpDef& q = r.define("nf4_quantize_pack");

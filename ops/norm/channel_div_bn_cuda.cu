@@ -1,6 +1,6 @@
 // CUDA kernels of fused_channel_div_batch_norm and its backward (ops/fused/
-// channel_div_bn/channel_div_bn_op.cpp): a folded conv-bn block's channel_div and batch_norm without
-// the quotient q = x / s[c] in memory. Each kernel that would read q reads x and divides
+// channel_div_bn/channel_div_bn_op.cpp): a folded conv-bn block's channel_div and batch_norm
+// without the quotient q = x / s[c] in memory. Each kernel that would read q reads x and divides
 // where it loads it. The division is ExactDivisor's (ops/common/exact_divisor.h): the bits of the
 // IEEE division channel_div_kernel rounds q with, in four fused multiply-adds per element
 // after a per-thread set-up (nvcc divides correctly rounded: no fast math), so every kernel

@@ -167,7 +167,7 @@ void define_layer_norm(OpRegistry& r) {
 void define_channel_div_ops(OpRegistry& r);  // channel_div_ops.cpp
 
 void add_norm_cuda_kernels(OpRegistry& r);  // norm_cuda.cu
-void add_norm_crosscheck(OpRegistry& r);  // norm_crosscheck.cpp
+void add_norm_crosscheck(OpRegistry& r);    // norm_crosscheck.cpp
 
 void define_norm_ops(OpRegistry& r) {
   define_batch_norm(r);

@@ -6,7 +6,7 @@ namespace qg {
 void add_observer_cuda_kernels(OpRegistry& r);             // observer_cuda.cu
 void add_percentile_observer_cuda_kernels(OpRegistry& r);  // percentile_observer_cuda.cu
 void add_histogram_observer_cuda_kernels(OpRegistry& r);   // histogram_observer_cuda.cu
-void add_observer_crosscheck(OpRegistry& r);  // observer_crosscheck.cpp
+void add_observer_crosscheck(OpRegistry& r);               // observer_crosscheck.cpp
 
 void define_observer_ops(OpRegistry& r) {
   define_minmax_observer(r);

@@ -200,7 +200,7 @@ void define_global_avg_pool(OpRegistry& r) {
 }  // namespace
 
 void add_pool_cuda_kernels(OpRegistry& r);  // pool_cuda.cu
-void add_pool_crosscheck(OpRegistry& r);  // pool_crosscheck.cpp
+void add_pool_crosscheck(OpRegistry& r);    // pool_crosscheck.cpp
 
 void define_pool_ops(OpRegistry& r) {
   define_max_pool(r);

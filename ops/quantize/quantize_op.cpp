@@ -146,7 +146,7 @@ std::vector<GradcheckSample> quantize_samples() {
 }  // namespace
 
 void add_quantize_cuda_kernels(OpRegistry& r);  // quantize_cuda.cu
-void add_quantize_crosscheck(OpRegistry& r);  // quantize_crosscheck.cpp
+void add_quantize_crosscheck(OpRegistry& r);    // quantize_crosscheck.cpp
 
 void define_quantize_ops(OpRegistry& r) {
   OpDef& q = r.define("quantize");

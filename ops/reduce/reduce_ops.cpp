@@ -97,7 +97,7 @@ void define_reduce(OpRegistry& r, const char* name, bool mean) {
 }  // namespace
 
 void add_reduce_cuda_kernels(OpRegistry& r);  // reduce_cuda.cu
-void add_reduce_crosscheck(OpRegistry& r);  // reduce_crosscheck.cpp
+void add_reduce_crosscheck(OpRegistry& r);    // reduce_crosscheck.cpp
 
 void define_reduce_ops(OpRegistry& r) {
   define_reduce(r, "sum", false);

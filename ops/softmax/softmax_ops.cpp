@@ -89,7 +89,7 @@ void softmax_backward_cpu(const Tensor& dy, const Tensor& y, Tensor& dx, const S
 }  // namespace
 
 void add_softmax_cuda_kernels(OpRegistry& r);  // softmax_cuda.cu
-void add_softmax_crosscheck(OpRegistry& r);  // softmax_crosscheck.cpp
+void add_softmax_crosscheck(OpRegistry& r);    // softmax_crosscheck.cpp
 
 void define_softmax_ops(OpRegistry& r) {
   OpDef& op = r.define("softmax");

@@ -9,12 +9,12 @@ namespace qgpy {
 
 namespace nb = nanobind;
 
-void bind_graph(nb::module_& m);    // Graph, grad, ops, op_info, run_op
-void bind_runtime(nb::module_& m);  // Executor, cuda_available
-void bind_nn(nb::module_& m);       // the nn submodule: QConfig, Builder, models, Trainer
+void bind_graph(nb::module_& m);     // Graph, grad, ops, op_info, run_op
+void bind_runtime(nb::module_& m);   // Executor, cuda_available
+void bind_nn(nb::module_& m);        // the nn submodule: QConfig, Builder, models, Trainer
 void bind_compile(nb::module_& nn);  // nn.compile, nn.CompiledStep (called by bind_nn)
-void bind_io(nb::module_& m);       // safetensors, npy, checkpoints
-void bind_import(nb::module_& m);   // nn.import_weights (after bind_nn: adds to nn)
-void bind_onnx(nb::module_& m);     // ONNX export (raises without QG_WITH_ONNX)
+void bind_io(nb::module_& m);        // safetensors, npy, checkpoints
+void bind_import(nb::module_& m);    // nn.import_weights (after bind_nn: adds to nn)
+void bind_onnx(nb::module_& m);      // ONNX export (raises without QG_WITH_ONNX)
 
 }  // namespace qgpy

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "autograd/grad.h"
-#include "runtime/gradcheck.h"
 #include "runtime/executor.h"
+#include "runtime/gradcheck.h"
 #include "tests/core/test_util.h"
 
 namespace qg {

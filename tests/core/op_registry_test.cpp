@@ -194,7 +194,7 @@ TEST(CudaDeviceCheck, WrapsEveryCudaKernelOfNonSourceOps) {
   op.kernels[0].fn(ctx);
   Node src_node;
   src_node.op = &source;
-  KernelContext src_ctx{source.name, src_node, src_node.attrs, {}, {host.clone()},
+  KernelContext src_ctx{source.name, src_node, src_node.attrs, {},     {host.clone()},
                         states,      true,     *cpu,           nullptr};
   source.kernels[0].fn(src_ctx);
   EXPECT_EQ(calls, 1);

@@ -12,8 +12,8 @@
 #include <limits>
 
 #include "autograd/grad.h"
-#include "runtime/gradcheck.h"
 #include "core/npy.h"
+#include "runtime/gradcheck.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace qg {
