@@ -18,29 +18,9 @@ namespace qg {
 namespace {
 
 using testing::expect_error;
-
-Tensor random_f32(const Shape& s, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  std::vector<double> v(static_cast<size_t>(shape_numel(s)));
-  for (double& e : v) e = u(rng);
-  return Tensor::from_doubles(s, v, DType::f32);
-}
-
-// max |got - want| / max |want|.
-double relative_error(const Tensor& got, const Tensor& want) {
-  auto g = got.to_doubles(), w = want.to_doubles();
-  double scale = 1e-30, worst = 0;
-  for (double v : w) scale = std::max(scale, std::abs(v));
-  for (size_t i = 0; i < w.size(); ++i) worst = std::max(worst, std::abs(g[i] - w[i]));
-  return worst / scale;
-}
-
-ContextOptions tf32(bool on) {
-  ContextOptions o;
-  o.precision.allow_tf32 = on;
-  return o;
-}
+using testing::random_f32;
+using testing::relative_error;
+using testing::tf32;
 
 // y = a b, one graph for every executor of a test.
 struct Matmul {

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,31 @@ inline std::vector<Tensor> run_op(Device device, const std::string& op,
   for (int s = 0; s < steps; ++s) got = exec.run(feeds, outs);
   for (Tensor& t : got) t = t.to(Device::cpu());
   return got;
+}
+
+// A tensor of uniform values in [-1, 1) from a seeded generator.
+inline Tensor random_f32(const Shape& s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<double> v(static_cast<size_t>(shape_numel(s)));
+  for (double& e : v) e = u(rng);
+  return Tensor::from_doubles(s, v, DType::f32);
+}
+
+// max |got - want| / max |want|.
+inline double relative_error(const Tensor& got, const Tensor& want) {
+  auto g = got.to_doubles(), w = want.to_doubles();
+  double scale = 1e-30, worst = 0;
+  for (double v : w) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < w.size(); ++i) worst = std::max(worst, std::abs(g[i] - w[i]));
+  return worst / scale;
+}
+
+// Device-context options with TF32 GEMMs and convolutions on or off.
+inline ContextOptions tf32(bool on) {
+  ContextOptions o;
+  o.precision.allow_tf32 = on;
+  return o;
 }
 
 // Bitwise equality of two host tensors of the same dtype and shape.

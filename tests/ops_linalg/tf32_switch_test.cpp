@@ -15,30 +15,10 @@
 namespace qg {
 namespace {
 
+using testing::random_f32;
+using testing::relative_error;
 using testing::run_op;
-
-Tensor random_f32(const Shape& s, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  std::vector<double> v(static_cast<size_t>(shape_numel(s)));
-  for (double& e : v) e = u(rng);
-  return Tensor::from_doubles(s, v, DType::f32);
-}
-
-// max |gpu - cpu| / max |cpu|.
-double relative_error(const Tensor& gpu, const Tensor& cpu) {
-  auto g = gpu.to_doubles(), c = cpu.to_doubles();
-  double scale = 1e-30, worst = 0;
-  for (double v : c) scale = std::max(scale, std::abs(v));
-  for (size_t i = 0; i < c.size(); ++i) worst = std::max(worst, std::abs(g[i] - c[i]));
-  return worst / scale;
-}
-
-ContextOptions tf32(bool on) {
-  ContextOptions o;
-  o.precision.allow_tf32 = on;
-  return o;
-}
+using testing::tf32;
 
 struct Case {
   const char* op;
