@@ -135,6 +135,21 @@ const Node& Graph::node(NodeId id) const {
   return g_[id];
 }
 
+std::vector<TensorType> Graph::input_types(const Node& node) const {
+  std::vector<TensorType> types;
+  types.reserve(node.inputs.size());
+  for (ValueId in : node.inputs) types.push_back(value(in).type);
+  return types;
+}
+
+std::shared_ptr<const PreparedArgs> Graph::prepare_args(const Node& node) const {
+  std::vector<KernelPart> parts;
+  for (const Node& original : node.fused_from)
+    parts.push_back(KernelPart{original.op, original.attrs, input_types(original),
+                               prepare_args(original), original.states.size()});
+  return qg::prepare_args(*node.op, node.attrs, input_types(node), std::move(parts));
+}
+
 std::vector<DType> Graph::input_dtypes(const Node& node) const {
   std::vector<DType> dtypes;
   dtypes.reserve(node.inputs.size());

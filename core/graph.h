@@ -69,6 +69,9 @@ class Graph {
   const Node& node(NodeId id) const;
   // The dtypes of a node's inputs, in order: the key its kernel is looked up by.
   std::vector<DType> input_dtypes(const Node& node) const;
+  std::vector<TensorType> input_types(const Node& node) const;
+  // The node's kernel arguments, parsed once (for a fused node, its original nodes' too).
+  std::shared_ptr<const PreparedArgs> prepare_args(const Node& node) const;
   int num_nodes() const { return static_cast<int>(boost::num_vertices(g_)); }
   int num_values() const { return static_cast<int>(values_.size()); }
   int num_live_nodes() const;

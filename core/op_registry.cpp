@@ -219,13 +219,12 @@ namespace {
 // spread over several devices are "mixed devices"; inputs all on the host (or on another
 // device than the outputs the executor allocated) are "on the wrong device". Source ops
 // allocate their outputs on the host and hand out states, so they are exempt.
-void check_devices(const KernelContext& ctx) {
+void check_devices(const OpDef& op, const KernelContext& ctx) {
   std::set<std::pair<int, int>> inputs;
   std::ostringstream where;
   auto key = [](const Tensor& t) {
     return std::make_pair(static_cast<int>(t.device().type), t.device().index);
   };
-  const OpDef& op = *ctx.node.op;
   for (size_t i = 0; i < ctx.inputs.size(); ++i) {
     const Tensor& t = ctx.inputs[i];
     if (!t.defined()) continue;
@@ -237,8 +236,7 @@ void check_devices(const KernelContext& ctx) {
     const Tensor& t = ctx.states[i];
     if (!t.defined()) continue;
     inputs.insert(key(t));
-    where << " state '" << (i < ctx.node.states.size() ? ctx.node.states[i].name : "?") << "' "
-          << t.str() << ";";
+    where << " state " << i << " " << t.str() << ";";
   }
   if (inputs.size() > 1)
     QG_FAIL(ctx.op,
@@ -262,8 +260,8 @@ void OpRegistry::add_cuda_device_checks() {
     for (KernelDef& k : op->kernels) {
       if (k.device != DeviceType::cuda) continue;
       KernelFn inner = k.fn;
-      k.fn = [inner](KernelContext& ctx) {
-        check_devices(ctx);
+      k.fn = [inner, def = op.get()](KernelContext& ctx) {
+        check_devices(*def, ctx);
         inner(ctx);
       };
     }

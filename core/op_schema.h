@@ -11,7 +11,9 @@
 
 #include "core/attrs.h"
 #include "core/fusion_rule.h"
+#include "core/kernel_args.h"
 #include "core/tensor.h"
+#include "core/tensor_type.h"
 
 namespace qg {
 
@@ -22,14 +24,6 @@ inline constexpr ValueId kNoValue = -1;
 class DeviceContext;  // device/device_context.h: the layer above core, seen here by name only
 class Graph;
 struct Node;
-
-struct TensorType {
-  DType dtype = DType::f32;
-  Shape shape;
-  int64_t numel() const { return shape_numel(shape); }
-  std::string str() const { return std::string(dtype_name(dtype)) + shape_str(shape); }
-  bool operator==(const TensorType& o) const { return dtype == o.dtype && shape == o.shape; }
-};
 
 struct AttrSpec {
   std::string name;
@@ -60,10 +54,27 @@ struct StateSpec {
 };
 using StateFn = std::function<std::vector<StateSpec>(const InferContext&)>;
 
+// The untyped adapter every kernel is called through: the tensors, the arguments parsed
+// once when the call site was prepared, the node's persistent state and the device context.
+// It holds no graph and no node, so a kernel runs the same under an executor, a static run
+// or a direct call (runtime/op_call.h).
 struct KernelContext {
+  KernelContext(const std::string& op_name, const PreparedArgs& prepared_args,
+                const Attrs& resolved_attrs, std::vector<Tensor> input_tensors,
+                std::vector<Tensor> output_tensors, std::vector<Tensor>& state_tensors,
+                DeviceContext& device_context, bool is_training = true)
+      : op(op_name),
+        prepared(prepared_args),
+        attrs(resolved_attrs),
+        inputs(std::move(input_tensors)),
+        outputs(std::move(output_tensors)),
+        states(state_tensors),
+        training(is_training),
+        device(device_context) {}
+
   const std::string& op;
-  const Node& node;
-  const Attrs& attrs;
+  const PreparedArgs& prepared;
+  const Attrs& attrs;  // resolved: defaults filled in, validated
   std::vector<Tensor> inputs;
   // Preallocated with the inferred types. A kernel may replace one with another tensor of
   // the same type (a parameter node hands out its state without a copy).
@@ -74,6 +85,23 @@ struct KernelContext {
   // flags. The caller owns it: an executor's backend, or whoever calls the kernel directly.
   DeviceContext& device;
   const Tensor* feed = nullptr;  // for `input` nodes: the tensor fed by name, if any
+  // Who the caller knows this call as: a node id, recorded with the failures a GPU kernel
+  // cannot throw so the report names the node (-1 for a direct call), and the node's name.
+  int32_t site = -1;
+  const std::string* site_name = nullptr;
+  const std::string& label() const { return site_name != nullptr ? *site_name : op; }
+
+  // The op's parsed arguments as its own struct (qg::Error when the op parsed none or
+  // another type: a registration mistake, not a user error).
+  template <typename A>
+  const A& args() const {
+    const A* a = dynamic_cast<const A*>(prepared.parsed.get());
+    QG_CHECK(a != nullptr, op, "kernel asked for arguments the op's parser did not produce");
+    return *a;
+  }
+  // A fused node's original node `i`, prepared (qg::Error past the last).
+  const KernelPart& part(size_t i) const;
+  size_t num_parts() const { return prepared.parts.size(); }
 };
 using KernelFn = std::function<void(KernelContext&)>;
 
@@ -104,6 +132,10 @@ struct KernelDef {
   DeviceType device = DeviceType::cpu;
   KernelDTypes dtypes;  // the input signatures this kernel accepts
   KernelFn fn;
+  // Reads its inputs through their strides (slices, permutes). Other kernels are handed
+  // contiguous inputs only: graph values always are, and a direct call with a strided input
+  // is refused with an error naming the input.
+  bool strided = false;
 };
 
 // The dtypes of a kernel's inputs, in order: the key kernels are looked up by.
@@ -180,6 +212,10 @@ struct OpDef {
   std::vector<bool> differentiable_inputs;  // empty: the op is not differentiable
   InferFn infer;
   StateFn states;
+  // Parses the resolved attributes (and input types) into the op's KernelArgs struct, once
+  // per call site; kernels read it through KernelContext::args<T>(). Unset: the kernel reads
+  // `attrs` itself.
+  ParseArgsFn parse_args;
   std::vector<KernelDef> kernels;
   BackwardFn backward;
   std::function<std::vector<GradcheckSample>()> gradcheck_samples;

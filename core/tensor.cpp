@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/half.h"
+#include "core/strided_layout.h"
 
 namespace qg {
 
@@ -138,6 +139,31 @@ Tensor Tensor::view(int64_t byte_offset, const Shape& shape, DType dtype) const 
   return t;
 }
 
+Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, int64_t offset) const {
+  QG_CHECK(defined(), "tensor", "as_strided of an undefined tensor");
+  QG_CHECK(shape.size() == strides.size(), "tensor", "as_strided: shape ", shape_str(shape),
+           " and strides ", shape_str(strides), " differ in rank");
+  QG_CHECK(offset >= 0, "tensor", "as_strided: negative offset ", offset);
+  int64_t last = offset;  // the furthest element the view reaches
+  for (size_t d = 0; d < shape.size(); ++d) {
+    QG_CHECK(shape[d] >= 0 && strides[d] >= 0, "tensor", "as_strided: negative size or stride in ",
+             shape_str(shape), " / ", shape_str(strides));
+    if (shape[d] > 0) last += (shape[d] - 1) * strides[d];
+  }
+  const int64_t es = static_cast<int64_t>(dtype_size(dtype_));
+  const int64_t start = offset_bytes_ + offset * es;
+  QG_CHECK(shape_numel(shape) == 0 ||
+               start + (last - offset + 1) * es <= static_cast<int64_t>(storage_->bytes()),
+           "tensor", "as_strided: shape ", shape_str(shape), " with strides ", shape_str(strides),
+           " at element ", offset, " reaches past the ", storage_->bytes(), "-byte storage");
+  Tensor t = *this;
+  t.offset_bytes_ = start;
+  t.shape_ = shape;
+  t.strides_ = strides;
+  t.numel_ = shape_numel(shape);
+  return t;
+}
+
 Tensor Tensor::to(Device device) const {
   QG_CHECK(defined(), "tensor", "copy of an undefined tensor");
   QG_CHECK(is_contiguous(), "tensor", "copy of a non-contiguous tensor");
@@ -148,6 +174,7 @@ Tensor Tensor::to(Device device) const {
 
 Tensor Tensor::cast(DType dtype) const {
   QG_CHECK(device_.is_cpu(), "cast", "cast runs on CPU tensors; got one on ", device_.str());
+  QG_CHECK(is_contiguous(), "cast", "cast of a strided view (the op `cast` reads strides)");
   Tensor out = empty(shape_, dtype);
   dispatch_any(dtype_, [&](auto src_tag) {
     using S = decltype(src_tag);
@@ -170,6 +197,7 @@ Tensor Tensor::cast(DType dtype) const {
 double Tensor::at(int64_t i) const {
   QG_CHECK(device_.is_cpu(), "tensor", "at() needs a CPU tensor; got one on ", device_.str());
   QG_CHECK(i >= 0 && i < numel_, "tensor", "index ", i, " out of range for ", numel_, " elements");
+  if (!is_contiguous()) i = strided_layout("tensor", *this).offset(i);  // a strided view
   return dispatch_any(dtype_, [&](auto tag) {
     using T = decltype(tag);
     return static_cast<double>(static_cast<const T*>(raw_data())[i]);
@@ -185,6 +213,7 @@ std::vector<double> Tensor::to_doubles() const {
 
 void Tensor::fill(double value) {
   QG_CHECK(device_.is_cpu(), "tensor", "fill() needs a CPU tensor; got one on ", device_.str());
+  QG_CHECK(is_contiguous(), "tensor", "fill() of a strided view");
   dispatch_any(dtype_, [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(raw_data());
@@ -194,6 +223,19 @@ void Tensor::fill(double value) {
 
 std::string Tensor::str() const {
   return std::string(dtype_name(dtype_)) + shape_str(shape_) + " on " + device_.str();
+}
+
+StridedLayout strided_layout(const std::string& op, const Tensor& t) {
+  QG_CHECK(t.dim() <= kMaxStridedRank, op, "strided view of rank ", t.dim(), " (", t.str(),
+           "); at most ", kMaxStridedRank, " dimensions");
+  StridedLayout l;
+  l.rank = t.dim();
+  l.contiguous = t.is_contiguous();
+  for (int d = 0; d < l.rank; ++d) {
+    l.sizes[d] = t.shape()[d];
+    l.strides[d] = t.strides()[d];
+  }
+  return l;
 }
 
 }  // namespace qg

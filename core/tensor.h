@@ -117,6 +117,10 @@ class Tensor {
   // `byte_offset` bytes past this tensor's first byte (memory-planner arenas hand out such
   // views). Throws when it would reach past the end of the storage.
   Tensor view(int64_t byte_offset, const Shape& shape, DType dtype) const;
+  // A strided view of the same storage (strides and offset in elements, non-negative):
+  // transposes, slices and permutes without a copy. Only kernels registered as strided read
+  // such a view; the others are handed contiguous tensors.
+  Tensor as_strided(const Shape& shape, const Shape& strides, int64_t offset = 0) const;
   // A deep copy, optionally to another device.
   Tensor to(Device device) const;
   Tensor clone() const { return to(device_); }

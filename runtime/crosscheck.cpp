@@ -133,8 +133,11 @@ std::vector<Tensor> run_cpu_node(DeviceContext& cpu, const Graph& graph, const N
   const KernelDef* k = node.op->find_kernel(DeviceType::cpu, key);
   QG_CHECK(k != nullptr, node.op->name, "no CPU reference kernel for inputs ",
            signature_str(key, node.op->inputs));
-  KernelContext ctx{node.op->name, node, node.attrs, std::move(inputs), std::move(outputs), states,
-                    training,      cpu,  nullptr};
+  std::shared_ptr<const PreparedArgs> prepared = graph.prepare_args(node);
+  KernelContext ctx(node.op->name, *prepared, node.attrs, std::move(inputs), std::move(outputs),
+                    states, cpu, training);
+  ctx.site = node.id;
+  ctx.site_name = &node.name;
   k->fn(ctx);
   return ctx.outputs;
 }

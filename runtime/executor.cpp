@@ -38,9 +38,11 @@ void Executor::prepare() {
   int n = graph_.num_nodes();
   states_.resize(n);
   kernels_.resize(n, nullptr);
+  prepared_.resize(n);
   for (NodeId id : order_) {
     const Node& node = graph_.node(id);
     kernels_[id] = &backend_->kernel_for(*node.op, graph_.input_dtypes(node));
+    if (id >= prepared_nodes_ || !prepared_[id]) prepared_[id] = graph_.prepare_args(node);
     if (id < prepared_nodes_ || node.states.empty()) continue;
     std::vector<Tensor>& st = states_[id];
     for (const StateSpec& spec : node.states) {
@@ -107,9 +109,10 @@ void Executor::run_nodes(const Feeds& feeds, const std::vector<bool>& needed,
     }
     std::vector<Tensor> inputs;
     for (ValueId in : node.inputs) inputs.push_back(values[in]);
-    KernelContext ctx{
-        node.op->name, node,      node.attrs, std::move(inputs), std::move(outputs), states_[id],
-        training_,     context(), nullptr};
+    KernelContext ctx(node.op->name, *prepared_[id], node.attrs, std::move(inputs),
+                      std::move(outputs), states_[id], context(), training_);
+    ctx.site = id;
+    ctx.site_name = &node.name;
     Tensor feed;
     if (node.op->name == "input") {
       auto it = feeds.find(node.name);

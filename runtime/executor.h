@@ -67,8 +67,9 @@ class Executor {
   bool training_ = true;
   int prepared_nodes_ = 0;
   std::vector<NodeId> order_;
-  std::vector<std::vector<Tensor>> states_;  // per node
-  std::vector<const KernelDef*> kernels_;    // per node
+  std::vector<std::vector<Tensor>> states_;                    // per node
+  std::vector<const KernelDef*> kernels_;                      // per node
+  std::vector<std::shared_ptr<const PreparedArgs>> prepared_;  // per node: parsed arguments
 };
 
 }  // namespace qg

@@ -49,7 +49,7 @@ StaticRun::StaticRun(Executor& exec, const Executor::Feeds& feeds,
     const KernelDef* k = n.op->find_kernel(device.type, key);
     QG_CHECK(k != nullptr, n.op->name, "no kernel for ", device.str(), " and inputs ",
              signature_str(key, n.op->inputs));
-    steps_.push_back({id, k});
+    steps_.push_back({id, k, g.prepare_args(n)});
   }
 }
 
@@ -96,8 +96,10 @@ void StaticRun::launch() {
       for (ValueId in : n.inputs) inputs.push_back(values_[in]);
       for (ValueId out : n.outputs) outputs.push_back(values_[out]);
       std::vector<Tensor>& states = const_cast<std::vector<Tensor>&>(exec_.states(s.node));
-      KernelContext ctx{n.op->name, n,       n.attrs, std::move(inputs), std::move(outputs), states,
-                        training_,  context, nullptr};
+      KernelContext ctx(n.op->name, *s.prepared, n.attrs, std::move(inputs), std::move(outputs),
+                        states, context, training_);
+      ctx.site = s.node;
+      ctx.site_name = &n.name;
       s.kernel->fn(ctx);
       // Views (reshape, stop_gradient) hand out their input; planned outputs stay put.
       for (size_t k = 0; k < n.outputs.size(); ++k) values_[n.outputs[k]] = ctx.outputs[k];

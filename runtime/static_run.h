@@ -65,6 +65,7 @@ class StaticRun {
   struct Step {
     NodeId node;
     const KernelDef* kernel;
+    std::shared_ptr<const PreparedArgs> prepared;  // parsed once, when the run is built
   };
   Executor& exec_;
   bool planned_;

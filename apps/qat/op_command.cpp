@@ -8,9 +8,9 @@
 #include <set>
 
 #include "apps/qat/commands.h"
-#include "core/graph.h"
 #include "core/npy.h"
-#include "runtime/executor.h"
+#include "device/device_context.h"
+#include "runtime/op_call.h"
 
 namespace qg::cli {
 namespace {
@@ -139,48 +139,43 @@ void run_op(const OpArgs& a) {
   Attrs attrs;
   for (const auto& [k, v] : parse_pairs(a.attrs, "--attr")) attrs.set(k, parse_attr(def, k, v));
 
-  // 2. Graph: one `input` per op input, typed from its file, then the op itself.
-  Graph g;
-  Executor::Feeds feeds;
-  std::vector<ValueId> in_values;
+  // 2. The op prepared for the files' types, called directly (no graph, no executor).
+  std::vector<Tensor> inputs;
+  std::vector<TensorType> types;
   for (const auto& n : def.inputs) {
     Tensor t = load_npy(ins.at(n));
-    in_values.push_back(g.input(n, TensorType{t.dtype(), t.shape()}));
-    feeds[n] = t;
+    types.push_back(TensorType{t.dtype(), t.shape()});
+    inputs.push_back(t.to(device));
   }
-  std::vector<ValueId> out_values = g.apply(a.op, in_values, attrs, "op");
-  const NodeId node = g.value(out_values.at(0)).producer;
-
-  Executor exec(g, device);
-  exec.set_training(!a.eval);
+  PreparedOp op(a.op, attrs, types, device.type);
+  std::unique_ptr<DeviceContext> context = make_device_context(device);
 
   // 3. Initial state from files, checked against the StateSpec exactly.
-  const std::vector<StateSpec>& specs = g.node(node).states;
+  const std::vector<StateSpec>& specs = op.state_specs();
+  std::vector<Tensor> states = op.initial_states(device);
   std::vector<std::string> state_names;
   for (const auto& s : specs) state_names.push_back(s.name);
-  auto find_spec = [&](const std::string& n) -> const StateSpec& {
-    for (const auto& s : specs)
-      if (s.name == n) return s;
+  auto find_spec = [&](const std::string& n) -> size_t {
+    for (size_t k = 0; k < specs.size(); ++k)
+      if (specs[k].name == n) return k;
     QG_FAIL(a.op, "unknown state '", n, "' (the op's states: ", join(state_names), ")");
   };
   auto state_outs = parse_pairs(a.state_outs, "--state-out");
   for (const auto& [n, p] : state_outs) find_spec(n);
   for (const auto& [n, p] : parse_pairs(a.states, "--state")) {
-    const StateSpec& spec = find_spec(n);
+    const StateSpec& spec = specs[find_spec(n)];
     Tensor t = load_npy(p);
     QG_CHECK(t.dtype() == spec.type.dtype && t.shape() == spec.type.shape, a.op, "state '", n,
              "' must be ", spec.type.str(), " but '", p, "' holds ", dtype_name(t.dtype()),
              shape_str(t.shape()));
-    exec.state(node, n) = t.to(device);
+    states[find_spec(n)] = t.to(device);
   }
 
-  // 4. Run (the op node is a target so state-only ops run too) and write the results.
-  std::vector<ValueId> fetches;
-  for (const auto& [n, idx] : out_index) fetches.push_back(out_values[idx]);
-  std::vector<Tensor> got = exec.run(feeds, fetches, {node});
-  size_t k = 0;
-  for (const auto& [n, idx] : out_index) save_npy(outs.at(n), got[k++]);
-  for (const auto& [n, p] : state_outs) save_npy(p, exec.state(node, n));
+  // 4. Run and write the results.
+  std::vector<Tensor> got = op.run(*context, inputs, states, !a.eval);
+  context->check_errors(nullptr);
+  for (const auto& [n, idx] : out_index) save_npy(outs.at(n), got[idx].to(Device::cpu()));
+  for (const auto& [n, p] : state_outs) save_npy(p, states[find_spec(n)].to(Device::cpu()));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "core/graph.h"
+#include "core/strided_layout.h"
 #include "ops/common/cuda_common.cuh"
 
 namespace qg {
@@ -27,6 +28,15 @@ __global__ void cast_kernel(const Src* __restrict__ in, Dst* __restrict__ out, i
     out[i] = cast_element<Dst>(in[i]);
 }
 
+// The same from a strided view of x (a transpose or slice): writes y contiguous.
+template <typename Dst, typename Src>
+__global__ void cast_strided_kernel(const Src* __restrict__ in, Dst* __restrict__ out, int64_t n,
+                                    StridedLayout from) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = cast_element<Dst>(in[from.offset(i)]);
+}
+
 void cast_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   Tensor& y = ctx.outputs[0];
@@ -37,8 +47,13 @@ void cast_cuda(KernelContext& ctx) {
     dispatch_float(y.dtype(), ctx.op, [&](auto dst) {
       using Dst = decltype(dst);
       auto shape = elementwise_launch(y.numel());
-      cast_kernel<Dst, Src>
-          <<<shape.blocks, shape.threads, 0, stream>>>(in_ptr<Src>(x), out_ptr<Dst>(y), y.numel());
+      const StridedLayout from = strided_layout(ctx.op, x);
+      if (from.contiguous)
+        cast_kernel<Dst, Src><<<shape.blocks, shape.threads, 0, stream>>>(
+            in_ptr<Src>(x), out_ptr<Dst>(y), y.numel());
+      else
+        cast_strided_kernel<Dst, Src><<<shape.blocks, shape.threads, 0, stream>>>(
+            in_ptr<Src>(x), out_ptr<Dst>(y), y.numel(), from);
       QG_CUDA_CHECK_LAUNCH("cast");
     });
   });
@@ -47,8 +62,10 @@ void cast_cuda(KernelContext& ctx) {
 }  // namespace
 
 void add_cast_cuda_kernels(OpRegistry& r) {
-  r.get_mutable("cast").kernels.push_back(
-      {DeviceType::cuda, {DType::f32, DType::f64, DType::f16, DType::bf16}, cast_cuda});
+  r.get_mutable("cast").kernels.push_back({DeviceType::cuda,
+                                           {DType::f32, DType::f64, DType::f16, DType::bf16},
+                                           cast_cuda,
+                                           /*strided=*/true});
 }
 
 }  // namespace qg

@@ -3,6 +3,7 @@
 // f16/bf16 through f32 (two roundings, which is what torch's conversions do); NaN stays NaN
 // and infinities stay infinite. The gradient is cast back to x's dtype.
 #include "core/graph.h"
+#include "core/strided_layout.h"
 #include "core/thread_pool.h"
 #include "ops/cast/cast_element.h"
 #include "ops/common/schema_helpers.h"
@@ -21,8 +22,12 @@ void cast_cpu(KernelContext& ctx) {
       using Dst = decltype(dst);
       const Src* in = x.data<Src>();
       Dst* out = y.data<Dst>();
+      const StridedLayout from = strided_layout("cast", x);
       parallel_for(x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) out[i] = cast_element<Dst>(in[i]);
+        if (from.contiguous)
+          for (int64_t i = begin; i < end; ++i) out[i] = cast_element<Dst>(in[i]);
+        else
+          for (int64_t i = begin; i < end; ++i) out[i] = cast_element<Dst>(in[from.offset(i)]);
       });
     });
   });
@@ -47,7 +52,8 @@ void define_cast_ops(OpRegistry& r) {
     DType to = dtype_from_name(ctx.attrs.get_string("dtype"));
     return std::vector<TensorType>{{to, ctx.inputs[0].shape}};
   };
-  op.kernels.push_back({DeviceType::cpu, kCastTypes, cast_cpu});
+  // Reads x through its strides: casting a transposed or sliced view makes it contiguous.
+  op.kernels.push_back({DeviceType::cpu, kCastTypes, cast_cpu, /*strided=*/true});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     const DType from = c.graph.value(c.node.inputs[0]).type.dtype;
     return {c.graph.apply1("cast", {c.grad_or_zeros(0)}, {{"dtype", dtype_name(from)}})};

@@ -20,6 +20,7 @@
 #include "core/graph.h"
 #include "ops/common/cuda_rows.cuh"
 #include "ops/common/cuda_vec.cuh"
+#include "ops/common/quant_args.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/dynamic_quant/dynamic_quant_math.h"
 #include "ops/quantize/quantize_math.h"
@@ -364,8 +365,8 @@ bool try_segments(const Tensor& x, KernelContext& ctx, const DynArgs& a, cudaStr
 
 void dynamic_range_quantize_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
-  QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, x.shape());
+  const QuantRange& r = ctx.args<QuantScopeArgs>().range;
+  const ScopeLayout& l = ctx.args<QuantScopeArgs>().layout;
   DynArgs a{scope_dims(l),
             x.numel(),
             0,
@@ -375,7 +376,7 @@ void dynamic_range_quantize_cuda(KernelContext& ctx) {
             static_cast<int32_t>(r.qmax),
             ctx.attrs.get_string("mode") == "symmetric",
             error_record(ctx.device),
-            ctx.node.id};
+            ctx.site};
   a.per_q = elements_per_qparam(a.d);
   a.splits = reduction_splits(a.d.num_qparams, a.per_q, kThreads);
   a.chunk = a.per_q == 0 ? 1 : (a.per_q + a.splits - 1) / a.splits;

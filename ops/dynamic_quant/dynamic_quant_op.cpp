@@ -8,6 +8,7 @@
 
 #include "core/graph.h"
 #include "core/half.h"
+#include "ops/common/quant_args.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
 #include "ops/common/schema_helpers.h"
@@ -125,8 +126,8 @@ void dynamic_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& l
 }
 
 void dynamic_range_quantize_cpu(KernelContext& ctx) {
-  QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, ctx.inputs[0].shape());
+  const QuantRange& r = ctx.args<QuantScopeArgs>().range;
+  const ScopeLayout& l = ctx.args<QuantScopeArgs>().layout;
   dispatch_float(ctx.inputs[0].dtype(), "dynamic_range_quantize", [&](auto t) {
     if (ctx.outputs[0].dtype() == DType::i8)
       dynamic_typed<decltype(t), int8_t>(ctx, r, l);
@@ -142,6 +143,7 @@ void add_dynamic_quant_crosscheck(OpRegistry& r);    // dynamic_quant_crosscheck
 
 void define_dynamic_quant_ops(OpRegistry& r) {
   OpDef& op = r.define("dynamic_range_quantize");
+  op.parse_args = quant_scope_parser(0);
   op.doc =
       "Reduce + quantize in one op: per-scope scale (and zero point) from the input's own "
       "range, then s8/u8 codes. Outputs q, scale (f32) and zero_point (i32, all zero when "

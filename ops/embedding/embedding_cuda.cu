@@ -97,7 +97,7 @@ void embedding_cuda(KernelContext& ctx) {
       auto shape = elementwise_launch(y.numel());
       embedding_gather_kernel<T, I><<<shape.blocks, shape.threads, 0, s>>>(
           in_ptr<T>(weight), in_ptr<I>(indices), out_ptr<T>(y), indices.numel(), weight.size(1),
-          weight.size(0), error_record(ctx.device), ctx.node.id);
+          weight.size(0), error_record(ctx.device), ctx.site);
       QG_CUDA_CHECK_LAUNCH(ctx.op);
     });
   });
@@ -125,7 +125,7 @@ void embedding_backward_cuda(KernelContext& ctx) {
       using I = decltype(itag);
       auto shape = elementwise_launch(n);
       embedding_keys_kernel<I><<<shape.blocks, shape.threads, 0, s>>>(
-          in_ptr<I>(indices), n, rows, keys_in, pos_in, error_record(ctx.device), ctx.node.id);
+          in_ptr<I>(indices), n, rows, keys_in, pos_in, error_record(ctx.device), ctx.site);
       QG_CUDA_CHECK_LAUNCH(ctx.op);
     });
     int end_bit = 1;

@@ -7,6 +7,7 @@
 
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "ops/common/quant_args.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
 #include "ops/fake_quantize/fake_quantize_cpu.h"
@@ -77,8 +78,8 @@ void fake_quantize_typed(KernelContext& ctx) {
     fake_quantize_disabled<T>(ctx);
     return;
   }
-  QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, x.shape());
+  const QuantRange& r = ctx.args<QuantScopeArgs>().range;
+  const ScopeLayout& l = ctx.args<QuantScopeArgs>().layout;
   HostQParams<M> qp = load_qparams<M>(ctx.op, ctx.inputs[1], ctx.inputs[2], r);
   const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
   const T* px = x.data<T>();

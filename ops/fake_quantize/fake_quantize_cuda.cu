@@ -16,6 +16,7 @@
 // interleave instead of each sitting behind its own NaN branch.
 #include "core/graph.h"
 #include "ops/common/cuda_vec.cuh"
+#include "ops/common/quant_args.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/fake_quantize/fake_quant_pack16.cuh"
 
@@ -182,8 +183,8 @@ void fake_quantize_cuda(KernelContext& ctx) {
   const Tensor& zp = ctx.inputs[2];
   Tensor& y = ctx.outputs[0];
   if (x.numel() == 0) return;
-  QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, x.shape());
+  const QuantRange& r = ctx.args<QuantScopeArgs>().range;
+  const ScopeLayout& l = ctx.args<QuantScopeArgs>().layout;
   FqArgs a{scope_dims(l),
            static_cast<double>(r.qmin),
            static_cast<double>(r.qmax),
@@ -194,7 +195,7 @@ void fake_quantize_cuda(KernelContext& ctx) {
            aligned16(x.raw_data()) && aligned16(y.raw_data()),
            ctx.states.empty() ? nullptr : in_ptr<uint8_t>(ctx.states[0]),
            error_record(ctx.device),
-           ctx.node.id};
+           ctx.site};
   auto s = cuda_stream(ctx.device);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);

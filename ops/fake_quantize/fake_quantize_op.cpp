@@ -6,6 +6,7 @@
 
 #include "core/graph.h"
 #include "ops/common/bitmask.h"
+#include "ops/common/quant_args.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
 #include "ops/common/schema_helpers.h"
@@ -75,6 +76,7 @@ void add_fake_quantize_crosscheck(OpRegistry& r);    // fake_quantize_crosscheck
 
 void define_fake_quantize_ops(OpRegistry& r) {
   OpDef& op = r.define("fake_quantize");
+  op.parse_args = quant_scope_parser(0);
   op.doc = "Quantize-dequantize with tensor qparams; outputs y and a bit-packed in-range mask.";
   op.inputs = {"x", "scale", "zero_point"};
   op.outputs = {"y", "mask"};

@@ -23,11 +23,11 @@ void define_input(OpRegistry& r) {
   op.infer = no_infer;
   op.kernels.push_back({DeviceType::cpu, {}, [](KernelContext& ctx) {
                           QG_CHECK(ctx.feed != nullptr && ctx.feed->defined(), "input",
-                                   "missing graph input '", ctx.node.name, "': it was not fed");
+                                   "missing graph input '", ctx.label(), "': it was not fed");
                           const Tensor& f = *ctx.feed;
                           const Tensor& decl = ctx.outputs[0];
                           QG_CHECK(f.dtype() == decl.dtype() && f.shape() == decl.shape(), "input",
-                                   "graph input '", ctx.node.name, "' is declared ",
+                                   "graph input '", ctx.label(), "' is declared ",
                                    dtype_name(decl.dtype()), shape_str(decl.shape()),
                                    " but was fed ", dtype_name(f.dtype()), shape_str(f.shape()));
                           ctx.outputs[0] = f;

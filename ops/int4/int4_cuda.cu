@@ -282,8 +282,7 @@ void unpack_dequantize_cuda(KernelContext& ctx) {
       using Z = decltype(ztag);
       unpack_kernel<S, Z, T><<<shape.blocks, shape.threads, 0, st>>>(
           in_ptr<uint8_t>(ctx.inputs[0]), in_ptr<S>(ctx.inputs[1]), in_ptr<Z>(ctx.inputs[2]),
-          out_ptr<T>(y), scope_dims(l), y.numel(), high_first, error_record(ctx.device),
-          ctx.node.id);
+          out_ptr<T>(y), scope_dims(l), y.numel(), high_first, error_record(ctx.device), ctx.site);
     };
     bool s64 = ctx.inputs[1].dtype() == DType::f64, z32 = ctx.inputs[2].dtype() == DType::i32;
     if (s64 && z32) launch(double{}, int32_t{});

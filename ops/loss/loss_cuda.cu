@@ -105,7 +105,7 @@ void ce_forward_cuda(KernelContext& ctx) {
       if (n > 0) {
         ce_rows_kernel<T, L><<<row_blocks(n), kThreads, 0, s>>>(
             in_ptr<T>(logits), in_ptr<L>(labels), n, c, out_ptr<double>(rows),
-            error_record(ctx.device), ctx.node.id);
+            error_record(ctx.device), ctx.site);
         QG_CUDA_CHECK_LAUNCH(ctx.op);
       }
     });
@@ -127,7 +127,7 @@ void ce_backward_cuda(KernelContext& ctx) {
       using L = decltype(ltag);
       ce_backward_kernel<T, L><<<row_blocks(n), kThreads, 0, cuda_stream(ctx.device)>>>(
           in_ptr<T>(logits), in_ptr<L>(labels), in_ptr<T>(ctx.inputs[2]), n, c, mean,
-          out_ptr<T>(ctx.outputs[0]), error_record(ctx.device), ctx.node.id);
+          out_ptr<T>(ctx.outputs[0]), error_record(ctx.device), ctx.site);
       QG_CUDA_CHECK_LAUNCH(ctx.op);
     });
   });

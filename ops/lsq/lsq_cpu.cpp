@@ -12,6 +12,7 @@
 
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "ops/common/quant_args.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
 #include "ops/fake_quantize/fake_quantize_simd.h"
@@ -69,8 +70,8 @@ template <typename T>
 void forward_typed(KernelContext& ctx) {
   using M = math_t<T>;
   const Tensor& x = ctx.inputs[0];
-  QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, x.shape());
+  const QuantRange& r = ctx.args<QuantScopeArgs>().range;
+  const ScopeLayout& l = ctx.args<QuantScopeArgs>().layout;
   LsqQParams<M> qp = load<M>(ctx.op, ctx.inputs[1], ctx.inputs[2], r);
   const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
   const T* px = x.data<T>();
@@ -120,8 +121,8 @@ void backward_typed(KernelContext& ctx) {
   using M = math_t<T>;
   const Tensor& dy = ctx.inputs[0];
   const Tensor& x = ctx.inputs[1];
-  QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, x.shape());
+  const QuantRange& r = ctx.args<QuantScopeArgs>().range;
+  const ScopeLayout& l = ctx.args<QuantScopeArgs>().layout;
   LsqQParams<M> qp = load<M>(ctx.op, ctx.inputs[2], ctx.inputs[3], r);
   const double g = lsq_grad_factor(ctx.op, ctx.attrs, x.numel());
   const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);

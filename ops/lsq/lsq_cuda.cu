@@ -17,6 +17,7 @@
 // read as packs, like an element-wise kernel.
 #include "core/graph.h"
 #include "ops/common/cuda_vec.cuh"
+#include "ops/common/quant_args.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/lsq/lsq_cpu.h"
 #include "ops/lsq/lsq_math.h"
@@ -232,8 +233,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 LsqArgs make_args(const KernelContext& ctx, const Tensor& x) {
-  QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, x.shape());
+  const QuantRange& r = ctx.args<QuantScopeArgs>().range;
+  const ScopeLayout& l = ctx.args<QuantScopeArgs>().layout;
   LsqArgs a{scope_dims(l),
             static_cast<double>(r.qmin),
             static_cast<double>(r.qmax),
@@ -244,7 +245,7 @@ LsqArgs make_args(const KernelContext& ctx, const Tensor& x) {
             0,
             false,
             error_record(ctx.device),
-            ctx.node.id};
+            ctx.site};
   a.per_q = elements_per_qparam(a.d);
   return a;
 }

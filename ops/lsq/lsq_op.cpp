@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/graph.h"
+#include "ops/common/quant_args.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
 #include "ops/common/schema_helpers.h"
@@ -115,6 +116,7 @@ void add_lsq_crosscheck(OpRegistry& r);    // lsq_crosscheck.cpp
 
 void define_lsq_ops(OpRegistry& r) {
   OpDef& op = r.define("lsq_fake_quantize");
+  op.parse_args = quant_scope_parser(0);
   op.doc = "Learnable fake quantize (LSQ/LSQ+): float scale and zero point get gradients.";
   op.inputs = {"x", "scale", "zero_point"};
   op.outputs = {"y"};
@@ -146,6 +148,7 @@ void define_lsq_ops(OpRegistry& r) {
   };
 
   OpDef& back = r.define("lsq_backward");
+  back.parse_args = quant_scope_parser(1);
   back.doc = "Gradients of lsq_fake_quantize: (dx, dscale, dzero_point) from (dy, x, scale, zp).";
   back.inputs = {"dy", "x", "scale", "zero_point"};
   back.outputs = {"dx", "dscale", "dzero_point"};

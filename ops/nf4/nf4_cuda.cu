@@ -216,7 +216,7 @@ void unpack_dequantize_cuda(KernelContext& ctx) {
       using S = decltype(stag);
       nf4_unpack_kernel<S, T><<<shape.blocks, shape.threads, 0, st>>>(
           in_ptr<uint8_t>(ctx.inputs[0]), in_ptr<S>(ctx.inputs[1]), out_ptr<T>(y), d, y.numel(),
-          high_first, error_record(ctx.device), ctx.node.id);
+          high_first, error_record(ctx.device), ctx.site);
     };
     if (ctx.inputs[1].dtype() == DType::f64)
       launch(double{});
@@ -243,7 +243,7 @@ void double_quantize_cuda(KernelContext& ctx) {
     using M = decltype(tag);
     double_quantize_kernel<M><<<shape.blocks, shape.threads, 0, cuda_stream(ctx.device)>>>(
         in_ptr<M>(a), n, bs, out_ptr<uint8_t>(ctx.outputs[0]), out_ptr<M>(ctx.outputs[1]),
-        out_ptr<M>(ctx.outputs[2]), error_record(ctx.device), ctx.node.id);
+        out_ptr<M>(ctx.outputs[2]), error_record(ctx.device), ctx.site);
   });
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }

@@ -93,7 +93,7 @@ __global__ void cdbn_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x
 template <typename T>
 void forward_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
-  const Attrs& bn = ctx.node.fused_from.at(1).attrs;
+  const Attrs& bn = ctx.part(1).attrs;
   ChannelDims d = channel_dims(x.shape());
   auto st = cuda_stream(ctx.device);
   QG_CHECK(d.c <= 65535, ctx.op, "at most 65535 channels (one grid row each), got ", x.str());

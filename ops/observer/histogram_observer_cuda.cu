@@ -17,6 +17,7 @@
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/quant_attrs.h"
+#include "ops/observer/observer_args.h"
 #include "ops/observer/observer_reduce.cuh"
 #include "ops/observer/torch_histogram_math.h"
 
@@ -40,9 +41,10 @@ struct HistState {
 };
 
 HistState hist_state(KernelContext& ctx, int64_t nq) {
+  const ObserverArgs& args = ctx.args<ObserverArgs>();
   return {nq,
-          ctx.attrs.get_int("bins"),
-          ctx.attrs.get_int("upsample_rate"),
+          args.bins,
+          args.upsample_rate,
           out_ptr<float>(ctx.states[0]),
           out_ptr<float>(ctx.states[1]),
           out_ptr<float>(ctx.states[2]),
@@ -231,8 +233,9 @@ unsigned channel_blocks(int64_t nq, int64_t bins) {
 }
 
 void histogram_observer_cuda(KernelContext& ctx) {
+  const ObserverArgs& args = ctx.args<ObserverArgs>();
   const Tensor& x = ctx.inputs[0];
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, x.shape());
+  const ScopeLayout& l = args.layout;
   QG_CHECK(ctx.states.size() == 6, ctx.op, "expected 6 state tensors, got ", ctx.states.size());
   const int64_t nq = l.num_qparams;
   if (nq == 0) return;
@@ -275,9 +278,12 @@ void histogram_observer_cuda(KernelContext& ctx) {
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   }
   Tensor csum = Tensor::empty({int64_t{blocks} * h.bins}, DType::f32, dev);
-  SearchOut o{int64_t{1} << ctx.attrs.get_int("bits"), qparams_config_from_attrs(ctx.op, ctx.attrs),
-              out_ptr<float>(ctx.outputs[0]),          out_ptr<int32_t>(ctx.outputs[1]),
-              out_ptr<float>(ctx.outputs[2]),          out_ptr<float>(ctx.outputs[3])};
+  SearchOut o{args.dst_nbins,
+              args.cfg,
+              out_ptr<float>(ctx.outputs[0]),
+              out_ptr<int32_t>(ctx.outputs[1]),
+              out_ptr<float>(ctx.outputs[2]),
+              out_ptr<float>(ctx.outputs[3])};
   search_kernel<<<blocks, kThreads, 0, s>>>(h, out_ptr<float>(csum), o);
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }

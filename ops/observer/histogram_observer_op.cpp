@@ -5,6 +5,7 @@
 // 2^(bits of the quantized dtype) whatever quant_min/quant_max are.
 // State: histogram [C, bins] f32, min, max (f32), initialized (u8) per channel;
 // nonfinite_count, observer_enabled.
+#include "ops/observer/observer_args.h"
 #include "ops/observer/observer_common.h"
 #include "ops/observer/observer_defs.h"
 #include "ops/observer/torch_histogram.h"
@@ -31,10 +32,11 @@ std::vector<StateSpec> histogram_states(const InferContext& ctx) {
 }
 
 void histogram_observer_cpu(KernelContext& ctx) {
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, ctx.inputs[0].shape());
-  const int64_t bins = ctx.attrs.get_int("bins");
-  const int64_t upsample = ctx.attrs.get_int("upsample_rate");
-  const int64_t dst_nbins = int64_t{1} << ctx.attrs.get_int("bits");
+  const ObserverArgs& args = ctx.args<ObserverArgs>();
+  const ScopeLayout& l = args.layout;
+  const int64_t bins = args.bins;
+  const int64_t upsample = args.upsample_rate;
+  const int64_t dst_nbins = args.dst_nbins;
   CommonStates common = common_states(ctx, 4);
   const size_t n = static_cast<size_t>(l.num_qparams);
   auto channel = [&](size_t q) {
@@ -67,6 +69,7 @@ void histogram_observer_cpu(KernelContext& ctx) {
 
 void define_histogram_observer(OpRegistry& r) {
   OpDef& op = r.define("histogram_observer");
+  op.parse_args = parse_observer_args;
   op.doc =
       "PyTorch HistogramObserver: histogram with range growth by merging and an L2-error "
       "search for the clipping range; per tensor or per channel.";

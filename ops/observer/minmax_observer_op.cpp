@@ -5,6 +5,7 @@
 // observer_enabled (u8). Statistics update only in training mode with the flag set.
 #include <limits>
 
+#include "ops/observer/observer_args.h"
 #include "ops/observer/observer_common.h"
 #include "ops/observer/observer_defs.h"
 #include "ops/observer/observer_math.h"
@@ -30,12 +31,13 @@ void write_range_qparams(KernelContext& ctx, const float* mn, const float* mx, s
 }
 
 void minmax_observer_cpu(KernelContext& ctx) {
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, ctx.inputs[0].shape());
+  const ObserverArgs& args = ctx.args<ObserverArgs>();
+  const ScopeLayout& l = args.layout;
   CommonStates common = common_states(ctx, 2);
   float* mn = ctx.states[0].data<float>();
   float* mx = ctx.states[1].data<float>();
   size_t n = static_cast<size_t>(l.num_qparams);
-  const bool late = delayed(ctx.attrs);
+  const bool late = args.delayed;
   if (late) write_range_qparams(ctx, mn, mx, n);  // the state before this batch
   if (should_update(ctx, common)) {
     // min/max are order-independent, so updating in place is deterministic.
@@ -48,6 +50,7 @@ void minmax_observer_cpu(KernelContext& ctx) {
 
 void define_minmax_observer(OpRegistry& r) {
   OpDef& op = r.define("minmax_observer");
+  op.parse_args = parse_observer_args;
   op.doc = "Running min/max observer producing (scale, zero_point) as PyTorch's MinMaxObserver.";
   op.inputs = {"x"};
   op.outputs = {"scale", "zero_point"};

@@ -4,6 +4,7 @@
 // r = r + c * (batch - r) in f32, c = averaging_constant. A channel whose batch holds no
 // finite value keeps its statistics (PyTorch would propagate NaN instead).
 // State: min, max (f32), initialized (u8), per channel; nonfinite_count, observer_enabled.
+#include "ops/observer/observer_args.h"
 #include "ops/observer/observer_common.h"
 #include "ops/observer/observer_defs.h"
 #include "ops/observer/observer_math.h"
@@ -41,14 +42,15 @@ void write_state_qparams(KernelContext& ctx, const float* mn, const float* mx, c
 }
 
 void moving_average_observer_cpu(KernelContext& ctx) {
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, ctx.inputs[0].shape());
-  float c = averaging_constant(ctx.op, ctx.attrs);
+  const ObserverArgs& args = ctx.args<ObserverArgs>();
+  const ScopeLayout& l = args.layout;
+  float c = args.averaging_constant;
   CommonStates common = common_states(ctx, 3);
   float* mn = ctx.states[0].data<float>();
   float* mx = ctx.states[1].data<float>();
   uint8_t* init = ctx.states[2].data<uint8_t>();
   size_t n = static_cast<size_t>(l.num_qparams);
-  const bool late = delayed(ctx.attrs);
+  const bool late = args.delayed;
   if (late) write_state_qparams(ctx, mn, mx, init, n);  // the state before this batch
   if (should_update(ctx, common)) {
     std::vector<float> bmin, bmax;
@@ -72,6 +74,7 @@ void moving_average_observer_cpu(KernelContext& ctx) {
 
 void define_moving_average_observer(OpRegistry& r) {
   OpDef& op = r.define("moving_average_observer");
+  op.parse_args = parse_observer_args;
   op.doc =
       "Moving-average min/max observer (PyTorch MovingAverage[PerChannel]MinMaxObserver) "
       "producing (scale, zero_point).";

@@ -1,4 +1,5 @@
 #include "ops/observer/observer_common.h"
+#include "ops/observer/observer_args.h"
 #include "ops/observer/observer_math.h"
 
 #include <algorithm>
@@ -142,7 +143,7 @@ std::vector<std::vector<float>> gather_finite(const std::string& op, const Tenso
 
 void write_qparams(KernelContext& ctx, const std::vector<float>& mn, const std::vector<float>& mx,
                    const std::vector<bool>& valid) {
-  qmath::QParamsConfig cfg = qparams_config_from_attrs(ctx.op, ctx.attrs);
+  qmath::QParamsConfig cfg = ctx.args<ObserverArgs>().cfg;
   float* scale = ctx.outputs[0].data<float>();
   int32_t* zp = ctx.outputs[1].data<int32_t>();
   for (size_t q = 0; q < valid.size(); ++q) {

@@ -5,6 +5,7 @@
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/quant_attrs.h"
+#include "ops/observer/observer_args.h"
 #include "ops/observer/observer_math.h"
 #include "ops/observer/observer_reduce.cuh"
 
@@ -67,8 +68,9 @@ __global__ void observe_finish_kernel(const Part* partial, FinishArgs a) {
 
 template <bool kMovingAverage>
 void observer_cuda(KernelContext& ctx) {
+  const ObserverArgs& args = ctx.args<ObserverArgs>();
   const Tensor& x = ctx.inputs[0];
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, x.shape());
+  const ScopeLayout& l = args.layout;
   size_t own = kMovingAverage ? 3 : 2;
   QG_CHECK(ctx.states.size() == own + 2, ctx.op, "expected ", own + 2, " state tensors, got ",
            ctx.states.size());
@@ -89,12 +91,12 @@ void observer_cuda(KernelContext& ctx) {
   fa.initialized = kMovingAverage ? out_ptr<uint8_t>(ctx.states[2]) : nullptr;
   fa.nonfinite = out_ptr<unsigned long long>(ctx.states[own]);
   if (kMovingAverage) {
-    double c = ctx.attrs.get_real("averaging_constant");
+    const double c = args.averaging_constant;
     QG_CHECK(c > 0 && c <= 1, ctx.op, "attribute 'averaging_constant' = ", c, " is outside (0, 1]");
     fa.c = static_cast<float>(c);
   }
-  fa.cfg = qparams_config_from_attrs(ctx.op, ctx.attrs);
-  fa.delayed = ctx.attrs.has("delayed") && ctx.attrs.get_bool("delayed");
+  fa.cfg = args.cfg;
+  fa.delayed = args.delayed;
   fa.scale = out_ptr<float>(ctx.outputs[0]);
   fa.zp = out_ptr<int32_t>(ctx.outputs[1]);
   auto shape = elementwise_launch(nq);

@@ -11,6 +11,7 @@
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/quant_attrs.h"
+#include "ops/observer/observer_args.h"
 #include "ops/observer/observer_math.h"
 
 namespace qg {
@@ -186,18 +187,19 @@ __global__ void finish_kernel(PArgs a, double p, qmath::QParamsConfig cfg, float
 }
 
 void percentile_observer_cuda(KernelContext& ctx) {
+  const ObserverArgs& args = ctx.args<ObserverArgs>();
   const Tensor& x = ctx.inputs[0];
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, x.shape());
+  const ScopeLayout& l = args.layout;
   QG_CHECK(ctx.states.size() == 6, ctx.op, "expected 6 state tensors, got ", ctx.states.size());
-  double p = ctx.attrs.get_real("percentile");
+  double p = args.percentile;
   QG_CHECK(p > 0 && p <= 100, ctx.op, "attribute 'percentile' = ", p, " is outside (0, 100]");
   PArgs a{};
   a.d = scope_dims(l);
   a.per_q = elements_per_qparam(a.d);
   a.splits = reduction_splits(a.d.num_qparams, a.per_q, kThreads);
   a.chunk = a.per_q == 0 ? 1 : (a.per_q + a.splits - 1) / a.splits;
-  a.bins = ctx.attrs.get_int("bins");
-  a.symmetric = ctx.attrs.get_string("qscheme") == "symmetric";
+  a.bins = args.bins;
+  a.symmetric = args.symmetric;
   a.update = ctx.training && x.numel() > 0;
   a.enabled = in_ptr<uint8_t>(ctx.states[5]);
   a.counts = out_ptr<int64_t>(ctx.states[0]);
@@ -229,9 +231,8 @@ void percentile_observer_cuda(KernelContext& ctx) {
   if (nq == 0) return;
   auto shape = elementwise_launch(nq, 128);
   finish_kernel<<<shape.blocks, shape.threads, 0, s>>>(
-      a, p, qparams_config_from_attrs(ctx.op, ctx.attrs), out_ptr<float>(ctx.outputs[0]),
-      out_ptr<int32_t>(ctx.outputs[1]), out_ptr<float>(ctx.outputs[2]),
-      out_ptr<float>(ctx.outputs[3]));
+      a, p, args.cfg, out_ptr<float>(ctx.outputs[0]), out_ptr<int32_t>(ctx.outputs[1]),
+      out_ptr<float>(ctx.outputs[2]), out_ptr<float>(ctx.outputs[3]));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/observer/observer_args.h"
 #include "ops/observer/observer_common.h"
 #include "ops/observer/observer_defs.h"
 #include "ops/observer/percentile_histogram.h"
@@ -43,10 +44,11 @@ std::vector<StateSpec> percentile_states(const InferContext& ctx) {
 }
 
 void percentile_observer_cpu(KernelContext& ctx) {
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, ctx.inputs[0].shape());
-  const int64_t bins = ctx.attrs.get_int("bins");
-  const double p = percentile_attr(ctx.op, ctx.attrs);
-  const bool symmetric = ctx.attrs.get_string("qscheme") == "symmetric";
+  const ObserverArgs& args = ctx.args<ObserverArgs>();
+  const ScopeLayout& l = args.layout;
+  const int64_t bins = args.bins;
+  const double p = args.percentile;
+  const bool symmetric = args.symmetric;
   CommonStates common = common_states(ctx, 4);
   const size_t n = static_cast<size_t>(l.num_qparams);
   auto channel = [&](size_t q) {
@@ -90,6 +92,7 @@ void percentile_observer_cpu(KernelContext& ctx) {
 
 void define_percentile_observer(OpRegistry& r) {
   OpDef& op = r.define("percentile_observer");
+  op.parse_args = parse_observer_args;
   op.doc =
       "Percentile observer: range from the p-th percentile of |x| (symmetric) or the "
       "(100-p, p) percentiles (affine) of a histogram accumulated across batches.";

@@ -9,6 +9,7 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "ops/common/bitmask.h"
+#include "ops/common/quant_args.h"
 #include "ops/common/quant_scope.h"
 #include "ops/quantize/quantize_cpu.h"
 #include "ops/quantize/quantize_math.h"
@@ -123,8 +124,8 @@ void dispatch_storage(DType d, Fn&& fn) {
 }  // namespace
 
 void quantize_cpu(KernelContext& ctx) {
-  QuantRange r = quant_range_from_attrs(ctx.op, ctx.attrs);
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, ctx.inputs[0].shape());
+  const QuantRange& r = ctx.args<QuantScopeArgs>().range;
+  const ScopeLayout& l = ctx.args<QuantScopeArgs>().layout;
   dispatch_float(ctx.inputs[0].dtype(), "quantize", [&](auto t) {
     dispatch_storage(ctx.outputs[0].dtype(),
                      [&](auto q) { quantize_typed<decltype(t), decltype(q)>(ctx, r, l); });
@@ -136,7 +137,7 @@ void quantize_cpu(KernelContext& ctx) {
 void quantize_backward_cpu(KernelContext& ctx) {
   Tensor& dx = ctx.outputs[0];
   Tensor dy = ctx.inputs[0].dtype() == dx.dtype() ? ctx.inputs[0] : ctx.inputs[0].cast(dx.dtype());
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, dy.shape());
+  const ScopeLayout& l = ctx.args<QuantScopeArgs>().layout;
   const uint8_t* mask = ctx.inputs[1].data<uint8_t>();
   dispatch_float(dx.dtype(), "quantize_backward", [&](auto tag) {
     using T = decltype(tag);
@@ -154,7 +155,7 @@ void quantize_backward_cpu(KernelContext& ctx) {
 }
 
 void dequantize_cpu(KernelContext& ctx) {
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, ctx.inputs[0].shape());
+  const ScopeLayout& l = ctx.args<QuantScopeArgs>().layout;
   dispatch_storage(ctx.inputs[0].dtype(), [&](auto q) {
     dispatch_float(ctx.outputs[0].dtype(), "dequantize",
                    [&](auto t) { dequantize_typed<decltype(q), decltype(t)>(ctx, l); });
@@ -166,7 +167,7 @@ void dequantize_cpu(KernelContext& ctx) {
 void dequantize_backward_cpu(KernelContext& ctx) {
   const Tensor& dy = ctx.inputs[0];
   const Tensor& q = ctx.inputs[1];
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, q.shape());
+  const ScopeLayout& l = ctx.args<QuantScopeArgs>().layout;
   std::vector<double> dscale(l.num_qparams, 0.0);
   dispatch_storage(q.dtype(), [&](auto qtag) {
     using Q = decltype(qtag);

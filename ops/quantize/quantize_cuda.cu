@@ -6,6 +6,7 @@
 // recorded in the device error buffer and raised at the end of the run.
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
+#include "ops/common/quant_args.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/quantize/quantize_cpu.h"
 #include "ops/quantize/quantize_math.h"
@@ -122,9 +123,9 @@ __global__ void dscale_finish_kernel(const double* partial, int64_t nq, int64_t 
 }
 
 QArgs make_args(const KernelContext& ctx, const Shape& shape, const QuantRange& r) {
-  ScopeLayout l = scope_layout(ctx.op, ctx.attrs, shape);
+  const ScopeLayout& l = ctx.args<QuantScopeArgs>().layout;
   return {scope_dims(l),      static_cast<double>(r.qmin), static_cast<double>(r.qmax),
-          shape_numel(shape), error_record(ctx.device),    ctx.node.id};
+          shape_numel(shape), error_record(ctx.device),    ctx.site};
 }
 
 template <typename Fn>
@@ -154,7 +155,7 @@ void dispatch_storage(const Tensor& t, Fn&& fn) {
 void quantize_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   if (x.numel() == 0) return;
-  QArgs a = make_args(ctx, x.shape(), quant_range_from_attrs(ctx.op, ctx.attrs));
+  QArgs a = make_args(ctx, x.shape(), ctx.args<QuantScopeArgs>().range);
   auto stream = cuda_stream(ctx.device);
   dispatch_float(x.dtype(), ctx.op, [&](auto t) {
     dispatch_storage(ctx.outputs[0], [&](auto q) {

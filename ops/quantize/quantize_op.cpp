@@ -4,6 +4,7 @@
 // dq = dy * scale back, so quantize -> dequantize is the straight-through estimator.
 #include "core/graph.h"
 #include "ops/common/bitmask.h"
+#include "ops/common/quant_args.h"
 #include "ops/common/quant_scope.h"
 #include "ops/common/schema_helpers.h"
 #include "ops/quantize/quantize_cpu.h"
@@ -150,6 +151,7 @@ void add_quantize_crosscheck(OpRegistry& r);    // quantize_crosscheck.cpp
 
 void define_quantize_ops(OpRegistry& r) {
   OpDef& q = r.define("quantize");
+  q.parse_args = quant_scope_parser(0);
   q.doc = "Quantize to s8/u8 storage with tensor qparams; outputs q and a bit-packed mask.";
   q.inputs = {"x", "scale", "zero_point"};
   q.outputs = {"q", "mask"};
@@ -170,6 +172,7 @@ void define_quantize_ops(OpRegistry& r) {
   q.gradcheck_samples = quantize_samples;
 
   OpDef& qb = r.define("quantize_backward");
+  qb.parse_args = quant_scope_parser(0);
   qb.doc = "Backward of quantize: dx = dy / scale where the bit-packed mask is set, else 0.";
   qb.inputs = {"dy", "mask", "scale"};
   qb.outputs = {"dx"};
@@ -179,6 +182,7 @@ void define_quantize_ops(OpRegistry& r) {
   qb.kernels.push_back({DeviceType::cpu, kFloatTypes, quantize_backward_cpu});
 
   OpDef& dq = r.define("dequantize");
+  dq.parse_args = quant_scope_parser(0);
   dq.doc = "x' = (q - zero_point) * scale from s8/u8 storage, per tensor, channel, token, group.";
   dq.inputs = {"q", "scale", "zero_point"};
   dq.outputs = {"y"};
@@ -208,6 +212,7 @@ void define_quantize_ops(OpRegistry& r) {
   };
 
   OpDef& db = r.define("dequantize_backward");
+  db.parse_args = quant_scope_parser(1);
   db.doc = "Backward of dequantize: dq = dy * scale, dscale = sum over the scope of dy * (q - zp).";
   db.inputs = {"dy", "q", "scale", "zero_point"};
   db.outputs = {"dq", "dscale"};

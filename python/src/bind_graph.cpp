@@ -4,12 +4,17 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <map>
+#include <memory>
+#include <mutex>
+
 #include "autograd/grad.h"
 #include "bindings.h"
 #include "convert.h"
 #include "core/graph.h"
 #include "core/op_registry.h"
 #include "runtime/executor.h"
+#include "runtime/op_call.h"
 
 namespace qgpy {
 namespace {
@@ -46,46 +51,59 @@ nb::dict node_info(const qg::Graph& g, qg::NodeId id) {
   return d;
 }
 
-// Runs one op on the given tensors through a one-node graph: a Python-side kernel call
-// (qatgraph.torch builds its autograd functions on it). `states` (state name -> tensor)
-// seeds the node's persistent state; the states after the run come back with the outputs.
+// The device context run_op calls kernels on: one per device for the process, made on first
+// use (its stream, library handles and error buffer live as long as the module).
+qg::DeviceContext& op_context(const qg::Device& device) {
+  static std::map<std::pair<int, int>, std::unique_ptr<qg::DeviceContext>> contexts;
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = contexts[{static_cast<int>(device.type), device.index}];
+  if (!slot) slot = qg::make_device_context(device);
+  return *slot;
+}
+
+// Runs one op's kernel on the given tensors directly (no graph, no executor): a Python-side
+// kernel call (qatgraph.torch builds its autograd functions on it). `states` (state name ->
+// tensor) seeds the op's persistent state, which otherwise starts as a fresh node's; the
+// states after the run come back with the outputs.
 nb::tuple run_op(const std::string& op, nb::list inputs, nb::handle attrs,
                  const std::string& device, bool training, nb::handle states,
                  nb::handle framework) {
-  qg::Graph g;
-  std::vector<qg::ValueId> ins;
-  qg::Executor::Feeds feeds;
+  const qg::Device dev = parse_device(device);
+  std::vector<qg::Tensor> tensors;
+  std::vector<qg::TensorType> types;
   for (size_t i = 0; i < inputs.size(); ++i) {
     qg::Tensor t = to_tensor(inputs[i]);
-    std::string name = "in" + std::to_string(i);
-    ins.push_back(g.input(name, {t.dtype(), t.shape()}));
-    feeds[name] = std::move(t);
+    types.push_back({t.dtype(), t.shape()});
+    tensors.push_back(t.device() == dev ? t : t.to(dev));
   }
-  std::vector<qg::ValueId> outs = g.apply(op, ins, to_attrs(attrs));
-  qg::NodeId node = g.value(outs[0]).producer;
-  qg::Executor ex(g, parse_device(device));
-  ex.set_training(training);
+  qg::PreparedOp prepared(op, to_attrs(attrs), types, dev.type);
+  std::vector<qg::Tensor> st = prepared.initial_states(dev);
+  const std::vector<qg::StateSpec>& specs = prepared.state_specs();
   if (!states.is_none()) {
     for (auto [key, value] : nb::cast<nb::dict>(states)) {
-      qg::Tensor& s = ex.state(node, nb::cast<std::string>(key));
+      const std::string name = nb::cast<std::string>(key);
+      size_t k = 0;
+      while (k < specs.size() && specs[k].name != name) ++k;
+      QG_CHECK(k < specs.size(), op, "has no state '", name, "'");
       qg::Tensor given = to_tensor(value);
-      QG_CHECK(given.dtype() == s.dtype() && given.shape() == s.shape(), op, "state '",
-               nb::cast<std::string>(key), "' must be ", dtype_name(s.dtype()),
-               qg::shape_str(s.shape()), ", got ", given.str());
-      s = given.to(ex.device());
+      QG_CHECK(given.dtype() == specs[k].type.dtype && given.shape() == specs[k].type.shape, op,
+               "state '", name, "' must be ", specs[k].type.str(), ", got ", given.str());
+      st[k] = given.to(dev);
     }
   }
   std::vector<qg::Tensor> results;
   {
     nb::gil_scoped_release release;
-    results = ex.run(feeds, outs);
+    qg::DeviceContext& context = op_context(dev);
+    results = prepared.run(context, tensors, st, training);
+    context.check_errors(nullptr);  // waits; raises what a GPU kernel recorded
   }
   nb::list py_outs;
   for (const qg::Tensor& t : results) py_outs.append(from_tensor(t, framework));
   nb::dict py_states;
-  const std::vector<qg::Tensor>& st = ex.states(node);
   for (size_t i = 0; i < st.size(); ++i)
-    py_states[g.node(node).states[i].name.c_str()] = from_tensor(st[i].clone(), framework);
+    py_states[specs[i].name.c_str()] = from_tensor(st[i].clone(), framework);
   return nb::make_tuple(py_outs, py_states);
 }
 

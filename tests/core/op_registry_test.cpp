@@ -179,23 +179,19 @@ TEST(CudaDeviceCheck, WrapsEveryCudaKernelOfNonSourceOps) {
   source.kernels.push_back({DeviceType::cuda, {}, [&calls](KernelContext&) { ++calls; }});
   r.add_cuda_device_checks();
 
-  Node node;
-  node.op = &op;
-  node.name = "n";
+  PreparedArgs no_args;
+  Attrs no_attrs;
   std::vector<Tensor> states;
   Tensor host = Tensor::from_doubles({2}, {1, 2}, DType::f32);
   auto cpu = make_device_context(Device::cpu());
-  KernelContext ctx{op.name, node, node.attrs, {host}, {host.clone()}, states, true, *cpu, nullptr};
+  KernelContext ctx(op.name, no_args, no_attrs, {host}, {host.clone()}, states, *cpu);
   // Host tensors given to a CUDA kernel: a named error before the kernel runs.
   expect_error([&] { op.kernels[1].fn(ctx); },
                {"wrapped", "tensor on the wrong device for this CUDA kernel", "input 'x'"});
   EXPECT_EQ(calls, 0);
   // The CPU kernel and the source op's CUDA kernel are not wrapped.
   op.kernels[0].fn(ctx);
-  Node src_node;
-  src_node.op = &source;
-  KernelContext src_ctx{source.name, src_node, src_node.attrs, {},     {host.clone()},
-                        states,      true,     *cpu,           nullptr};
+  KernelContext src_ctx(source.name, no_args, no_attrs, {}, {host.clone()}, states, *cpu);
   source.kernels[0].fn(src_ctx);
   EXPECT_EQ(calls, 1);
 }

@@ -96,16 +96,12 @@ TEST(GpuDeviceContext, DeviceErrorsStayWithTheirExecutor) {
   for (ValueId out : n.outputs)
     outputs.push_back(
         Tensor::empty(g.value(out).type.shape, g.value(out).type.dtype, Device::cuda()));
-  KernelContext ctx{n.op->name,
-                    n,
-                    n.attrs,
+  std::shared_ptr<const PreparedArgs> prepared = g.prepare_args(n);
+  KernelContext ctx(n.op->name, *prepared, n.attrs,
                     {xs.to(Device::cuda()), Tensor::from_doubles({1}, {-0.5}).to(Device::cuda()),
                      zp.to(Device::cuda())},
-                    outputs,
-                    states,
-                    true,
-                    bad.context(),
-                    nullptr};
+                    outputs, states, bad.context());
+  ctx.site = n.id;
   k->fn(ctx);
   EXPECT_NO_THROW(good.context().check_errors(&g));
   expect_error([&] { bad.context().check_errors(&g); }, {"fake_quantize", "scale[0] = -0.5"});

@@ -22,8 +22,10 @@ void call_cuda_kernel(const Graph& g, ValueId v, std::vector<Tensor> inputs,
   const KernelDef* k = n.op->find_kernel(DeviceType::cuda, dtypes_of(inputs));
   ASSERT_NE(k, nullptr);
   auto context = make_device_context(Device::cuda());
-  KernelContext ctx{n.op->name, n,        n.attrs, std::move(inputs), std::move(outputs), states,
-                    true,       *context, nullptr};
+  std::shared_ptr<const PreparedArgs> prepared = g.prepare_args(n);
+  KernelContext ctx(n.op->name, *prepared, n.attrs, std::move(inputs), std::move(outputs), states,
+                    *context);
+  ctx.site = n.id;
   k->fn(ctx);
 }
 

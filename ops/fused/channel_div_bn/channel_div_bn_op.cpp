@@ -49,8 +49,8 @@ void expect_float_nc(const char* op, const std::vector<TensorType>& in, size_t a
 }
 
 void fused_forward_cpu(KernelContext& ctx) {
-  const Node& div = ctx.node.fused_from.at(0);
-  const Node& bn = ctx.node.fused_from.at(1);
+  const KernelPart& div = ctx.part(0);
+  const KernelPart& bn = ctx.part(1);
   const Tensor& x = ctx.inputs.at(0);
   std::vector<Tensor> no_states;
   std::vector<Tensor> q =
@@ -64,9 +64,9 @@ void fused_forward_cpu(KernelContext& ctx) {
 }
 
 void fused_backward_cpu(KernelContext& ctx) {
-  const Node& div = ctx.node.fused_from.at(0);
-  const Node& bn_back = ctx.node.fused_from.at(1);
-  const Node& div_back = ctx.node.fused_from.at(2);
+  const KernelPart& div = ctx.part(0);
+  const KernelPart& bn_back = ctx.part(1);
+  const KernelPart& div_back = ctx.part(2);
   const Tensor& dy = ctx.inputs.at(0);
   const Tensor& x = ctx.inputs.at(1);
   const Tensor& s = ctx.inputs.at(2);

@@ -248,7 +248,7 @@ template <typename T>
 void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange& range,
                    const ScopeLayout& l) {
   const Tensor& x = ctx.inputs[0];
-  const std::string& qop = ctx.node.fused_from.at(1).op->name;
+  const std::string& qop = ctx.part(1).op->name;  // names it in qparam errors
   const int64_t nq = l.num_qparams;
   Pass<T> pass{x.data<T>(),
                ctx.outputs[0].raw_data(),
@@ -340,34 +340,31 @@ void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange
 }
 
 bool try_fast_path(KernelContext& ctx) {
-  const Node& obs = ctx.node.fused_from.at(0);
-  const Node& qn = ctx.node.fused_from.at(1);
+  const ObserveQuantizeArgs& p = ctx.args<ObserveQuantizeArgs>();
   const Tensor& x = ctx.inputs[0];
   const DType dt = x.dtype();
   if (x.numel() == 0 || (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16)) return false;
-  ScopeLayout l = scope_layout(obs.op->name, obs.attrs, x.shape());
+  const ScopeLayout& l = p.layout;
   // Keeps the 32-bit lane counters of fused_cpu_stats exact.
   if (l.kind != ScopeKind::tensor && x.numel() >= (int64_t{1} << 30)) return false;
   size_t s = 0;
   Observer o;
-  o.moving_average = obs.op->name == "moving_average_observer";
-  o.delayed = obs.attrs.has("delayed") && obs.attrs.get_bool("delayed");
+  o.moving_average = p.moving_average;
+  o.delayed = p.delayed;
   o.mn = ctx.states.at(s++).data<float>();
   o.mx = ctx.states.at(s++).data<float>();
   o.init = o.moving_average ? ctx.states.at(s++).data<uint8_t>() : nullptr;
   o.nonfinite = ctx.states.at(s++).data<int64_t>();
   const bool enabled = ctx.states.at(s++).data<uint8_t>()[0] != 0;
   o.update = ctx.training && enabled;
-  o.c = o.moving_average ? static_cast<float>(obs.attrs.get_real("averaging_constant")) : 0.0f;
-  o.cfg = qparams_config_from_attrs(obs.op->name, obs.attrs);
-  QuantRange range = quant_range_from_attrs(qn.op->name, qn.attrs);
+  o.c = p.averaging_constant;
+  o.cfg = p.cfg;
+  const QuantRange& range = p.range;
   Output out = Output::fake;
-  if (qn.op->name == "quantize") {
+  if (p.codes) {
     DType qd = ctx.outputs[0].dtype();
     if (qd != DType::i8 && qd != DType::u8) return false;
     out = qd == DType::i8 ? Output::codes_s8 : Output::codes_u8;
-  } else if (qn.op->name != "fake_quantize") {
-    return false;
   } else if (s < ctx.states.size() && ctx.states[s].data<uint8_t>()[0] == 0) {
     out = Output::passthrough;  // fake_quant_enabled off
   }

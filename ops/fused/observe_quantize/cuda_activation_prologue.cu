@@ -29,7 +29,8 @@ bool launch_with(KernelContext& ctx, const FusedArgs& a) {
 
 }  // namespace
 
-bool launch_fused_tensor_prologue(KernelContext& ctx, const FusedArgs& a, const Node& activation) {
+bool launch_fused_tensor_prologue(KernelContext& ctx, const FusedArgs& a,
+                                  const KernelPart& activation) {
   const std::string& op = activation.op->name;
   if (op == "relu") return launch_with<ReluF>(ctx, a);
   if (op == "silu") return launch_with<SiluF>(ctx, a);

@@ -36,20 +36,17 @@ namespace {
 using namespace cuda;
 using namespace cuda::fused;
 
-// Reads the node's attributes and state tensors into the kernel arguments.
+// The node's parsed arguments and state tensors as the kernels' argument block.
 FusedArgs make_args(KernelContext& ctx) {
-  const Node& obs = ctx.node.fused_from.at(0);
-  const Node& q = ctx.node.fused_from.at(1);
+  const ObserveQuantizeArgs& p = ctx.args<ObserveQuantizeArgs>();
   FusedArgs a{};
-  a.moving_average = obs.op->name == "moving_average_observer";
-  a.averaging_constant =
-      a.moving_average ? static_cast<float>(obs.attrs.get_real("averaging_constant")) : 0.f;
+  a.moving_average = p.moving_average;
+  a.averaging_constant = p.averaging_constant;
   a.training = ctx.training;
-  a.delayed = obs.attrs.has("delayed") && obs.attrs.get_bool("delayed");
-  a.cfg = qparams_config_from_attrs(obs.op->name, obs.attrs);
-  QuantRange r = quant_range_from_attrs(q.op->name, q.attrs);
-  a.qmin = static_cast<float>(r.qmin);
-  a.qmax = static_cast<float>(r.qmax);
+  a.delayed = p.delayed;
+  a.cfg = p.cfg;
+  a.qmin = static_cast<float>(p.range.qmin);
+  a.qmax = static_cast<float>(p.range.qmax);
   size_t s = 0;
   a.st_min = out_ptr<float>(ctx.states.at(s++));
   a.st_max = out_ptr<float>(ctx.states.at(s++));
@@ -60,7 +57,7 @@ FusedArgs make_args(KernelContext& ctx) {
   a.scale_out = out_ptr<float>(ctx.outputs[2]);
   a.zp_out = out_ptr<int32_t>(ctx.outputs[3]);
   a.err = error_record(ctx.device);
-  a.node = ctx.node.id;
+  a.node = ctx.site;
   return a;
 }
 
@@ -89,15 +86,13 @@ bool contiguous_rows(const ScopeLayout& l, int64_t& rows, int64_t& row_len) {
 
 // Picks a single-kernel path when one applies; returns false to fall back.
 bool try_single_kernel(KernelContext& ctx) {
-  const Node& obs = ctx.node.fused_from.at(0);
-  const Node& q = ctx.node.fused_from.at(1);
-  const bool codes = q.op->name == "quantize";
-  if (!codes && q.op->name != "fake_quantize") return false;
+  const ObserveQuantizeArgs& p = ctx.args<ObserveQuantizeArgs>();
+  const bool codes = p.codes;
   const Tensor& x = ctx.inputs[0];
   if (!aligned16(x.raw_data()) || !aligned16(ctx.outputs[0].raw_data()) ||
       (reinterpret_cast<uintptr_t>(ctx.outputs[1].raw_data()) & 3u) != 0)
     return false;
-  const ScopeLayout l = scope_layout(obs.op->name, obs.attrs, x.shape());
+  const ScopeLayout& l = p.layout;
   const FusedArgs a = make_args(ctx);
   if (l.kind == ScopeKind::tensor)
     return a.delayed ? launch_fused_tensor_delayed(ctx, a, codes)
@@ -113,21 +108,19 @@ bool try_single_kernel(KernelContext& ctx) {
 
 // A node with an activation prologue (fuse_activation_prologue): the per-tensor
 // fake-quantize kernel applies it on load; true when that kernel ran.
-bool try_prologue_kernel(KernelContext& ctx, const Node& activation) {
-  const Node& obs = ctx.node.fused_from.at(0);
-  const Node& q = ctx.node.fused_from.at(1);
+bool try_prologue_kernel(KernelContext& ctx, const KernelPart& activation) {
+  const ObserveQuantizeArgs& p = ctx.args<ObserveQuantizeArgs>();
   const Tensor& x = ctx.inputs[0];
-  if (q.op->name != "fake_quantize" || !aligned16(x.raw_data()) ||
-      !aligned16(ctx.outputs[0].raw_data()) ||
+  if (p.codes || !aligned16(x.raw_data()) || !aligned16(ctx.outputs[0].raw_data()) ||
       (reinterpret_cast<uintptr_t>(ctx.outputs[1].raw_data()) & 3u) != 0)
     return false;
-  if (scope_layout(obs.op->name, obs.attrs, x.shape()).kind != ScopeKind::tensor) return false;
+  if (p.layout.kind != ScopeKind::tensor) return false;
   const FusedArgs a = make_args(ctx);
   return !a.delayed && launch_fused_tensor_prologue(ctx, a, activation);
 }
 
 void fused_observe_quantize_cuda(KernelContext& ctx) {
-  if (const Node* act = prologue_activation(ctx.node)) {
+  if (const KernelPart* act = prologue_activation(ctx.prepared)) {
     if (try_prologue_kernel(ctx, *act)) return;
     apply_prologue(ctx, DeviceType::cuda);  // the activation into a temporary x
   }

@@ -325,7 +325,8 @@ bool launch_fused_rows(KernelContext& ctx, const FusedArgs& a, bool codes, int64
 // Per tensor, a cooperative grid with a grid barrier.
 bool launch_fused_tensor(KernelContext& ctx, const FusedArgs& a, bool codes);
 // The same for fake_quantize, with `activation` (relu, gelu or silu) applied to x on load.
-bool launch_fused_tensor_prologue(KernelContext& ctx, const FusedArgs& a, const Node& activation);
+bool launch_fused_tensor_prologue(KernelContext& ctx, const FusedArgs& a,
+                                  const KernelPart& activation);
 // Per channel along the last axis of [rows, columns]: a cooperative grid, two grid barriers.
 bool launch_fused_columns(KernelContext& ctx, const FusedArgs& a, bool codes, int64_t columns);
 // Per channel on a middle axis of [outer, channels, inner]: a cooperative grid, two barriers.

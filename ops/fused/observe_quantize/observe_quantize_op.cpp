@@ -36,8 +36,12 @@ const Node* prologue_activation(const Node& fused) {
   return fused.fused_from.size() > 2 ? &fused.fused_from[2] : nullptr;
 }
 
+const KernelPart* prologue_activation(const PreparedArgs& fused) {
+  return fused.parts.size() > 2 ? &fused.parts[2] : nullptr;
+}
+
 void apply_prologue(KernelContext& ctx, DeviceType device) {
-  const Node* act = prologue_activation(ctx.node);
+  const KernelPart* act = prologue_activation(ctx.prepared);
   if (act == nullptr) return;
   const Tensor x = ctx.inputs.at(0);
   std::vector<Tensor> no_states;
@@ -47,10 +51,10 @@ void apply_prologue(KernelContext& ctx, DeviceType device) {
 }
 
 void run_fused_observe_quantize_composed(KernelContext& ctx, DeviceType device) {
-  const Node& observer = ctx.node.fused_from.at(0);
-  const Node& quantizer = ctx.node.fused_from.at(1);
+  const KernelPart& observer = ctx.part(0);
+  const KernelPart& quantizer = ctx.part(1);
   const Tensor& x = ctx.inputs.at(0);
-  size_t n_obs = observer.states.size();
+  size_t n_obs = observer.num_states;
   std::vector<Tensor> obs_states(ctx.states.begin(), ctx.states.begin() + n_obs);
   std::vector<Tensor> q_states(ctx.states.begin() + n_obs, ctx.states.end());
   const std::string op = "fused_observe_quantize";
@@ -61,6 +65,30 @@ void run_fused_observe_quantize_composed(KernelContext& ctx, DeviceType device) 
   ctx.outputs = {yq[0], yq[1], qp[0], qp[1]};
 }
 
+namespace {
+
+std::shared_ptr<const KernelArgs> parse_observe_quantize(const ArgsSource& s) {
+  QG_CHECK(s.parts.size() >= 2 && s.inputs.size() == 1, s.op,
+           "expects the observer and quantizer it was made of and one input, got ", s.parts.size(),
+           " parts and ", s.inputs.size(), " inputs");
+  const KernelPart& obs = s.parts[0];
+  const KernelPart& q = s.parts[1];
+  QG_CHECK(q.op->name == "fake_quantize" || q.op->name == "quantize", s.op,
+           "the quantizer part is '", q.op->name, "', not fake_quantize or quantize");
+  auto a = std::make_shared<ObserveQuantizeArgs>();
+  a->moving_average = obs.op->name == "moving_average_observer";
+  a->delayed = obs.attrs.has("delayed") && obs.attrs.get_bool("delayed");
+  a->averaging_constant =
+      a->moving_average ? static_cast<float>(obs.attrs.get_real("averaging_constant")) : 0.0f;
+  a->cfg = qparams_config_from_attrs(obs.op->name, obs.attrs);
+  a->range = quant_range_from_attrs(q.op->name, q.attrs);
+  a->codes = q.op->name == "quantize";
+  a->layout = scope_layout(obs.op->name, obs.attrs, s.inputs[0].shape);
+  return a;
+}
+
+}  // namespace
+
 void define_fused_observe_quantize_op(OpRegistry& r) {
   OpDef& op = r.define("fused_observe_quantize");
   op.doc = "An observer and the quantizer it feeds, fused by the fuse_observer_quantize pass.";
@@ -70,6 +98,7 @@ void define_fused_observe_quantize_op(OpRegistry& r) {
     QG_FAIL(ctx.op, "fused nodes are created by the fuse_observer_quantize pass, not by apply()");
   };
   op.is_source = false;
+  op.parse_args = parse_observe_quantize;
   op.kernels.push_back({DeviceType::cpu, {}, fused_observe_quantize_cpu});
   op.fusion_rules = {observe_quantize_fusion_rule(), activation_prologue_fusion_rule()};
 }

@@ -38,7 +38,7 @@ void reject_apply(const InferContext& ctx) {
 
 void check_fused_scaled_softmax_inputs(const KernelContext& ctx) {
   const bool backward = ctx.op == "fused_scaled_softmax_backward";
-  const std::vector<Node>& from = ctx.node.fused_from;
+  const std::vector<KernelPart>& from = ctx.prepared.parts;
   const char* first = backward ? "softmax_backward" : "mul";
   const char* second = backward ? "mul" : "softmax";
   QG_CHECK(from.size() == 2 && from[0].op->name == first && from[1].op->name == second, ctx.op,
@@ -64,10 +64,10 @@ void run_scaled_softmax_composed(KernelContext& ctx, DeviceType device) {
   const std::string op = "fused_scaled_softmax";
   std::vector<Tensor> no_states;
   std::vector<Tensor> scaled = run_original_kernel(
-      op, ctx.node.fused_from.at(0), device, x.dtype(), mul_operands(ctx, x, ctx.inputs.at(1)),
+      op, ctx.part(0), device, x.dtype(), mul_operands(ctx, x, ctx.inputs.at(1)),
       {Tensor::empty(x.shape(), x.dtype(), x.device())}, no_states, ctx);
-  ctx.outputs = run_original_kernel(op, ctx.node.fused_from.at(1), device, x.dtype(), {scaled[0]},
-                                    ctx.outputs, no_states, ctx);
+  ctx.outputs = run_original_kernel(op, ctx.part(1), device, x.dtype(), {scaled[0]}, ctx.outputs,
+                                    no_states, ctx);
 }
 
 void run_scaled_softmax_backward_composed(KernelContext& ctx, DeviceType device) {
@@ -75,10 +75,10 @@ void run_scaled_softmax_backward_composed(KernelContext& ctx, DeviceType device)
   const std::string op = "fused_scaled_softmax_backward";
   std::vector<Tensor> no_states;
   std::vector<Tensor> dsm =
-      run_original_kernel(op, ctx.node.fused_from.at(0), device, dy.dtype(), {dy, ctx.inputs.at(1)},
+      run_original_kernel(op, ctx.part(0), device, dy.dtype(), {dy, ctx.inputs.at(1)},
                           {Tensor::empty(dy.shape(), dy.dtype(), dy.device())}, no_states, ctx);
   ctx.outputs =
-      run_original_kernel(op, ctx.node.fused_from.at(1), device, dy.dtype(),
+      run_original_kernel(op, ctx.part(1), device, dy.dtype(),
                           mul_operands(ctx, dsm[0], ctx.inputs.at(2)), ctx.outputs, no_states, ctx);
 }
 

@@ -63,7 +63,7 @@ void launch(KernelContext& ctx, F f) {
 }
 
 void fused_ste_backward_cuda(KernelContext& ctx) {
-  const Node& act = ctx.node.fused_from.at(1);
+  const KernelPart& act = ctx.part(1);
   const std::string& name = act.op->name;
   if (name == "relu_backward") return launch(ctx, ReluBackwardF{});
   if (name == "silu_backward") return launch(ctx, SiluBackwardF{});

@@ -22,10 +22,10 @@ void fused_ste_backward_cpu(KernelContext& ctx) {
   const Tensor& dy = ctx.inputs.at(0);
   const std::string op = "fused_ste_backward";
   std::vector<Tensor> no_states;
-  std::vector<Tensor> masked = run_original_kernel(
-      op, ctx.node.fused_from.at(0), DeviceType::cpu, dy.dtype(), {dy, ctx.inputs.at(1)},
-      {Tensor::empty(dy.shape(), dy.dtype(), dy.device())}, no_states, ctx);
-  ctx.outputs = run_original_kernel(op, ctx.node.fused_from.at(1), DeviceType::cpu, dy.dtype(),
+  std::vector<Tensor> masked =
+      run_original_kernel(op, ctx.part(0), DeviceType::cpu, dy.dtype(), {dy, ctx.inputs.at(1)},
+                          {Tensor::empty(dy.shape(), dy.dtype(), dy.device())}, no_states, ctx);
+  ctx.outputs = run_original_kernel(op, ctx.part(1), DeviceType::cpu, dy.dtype(),
                                     {masked[0], ctx.inputs.at(2)}, ctx.outputs, no_states, ctx);
 }
 

@@ -19,7 +19,7 @@ struct MaskedGrad {
 
 template <typename T>
 void run(KernelContext& ctx) {
-  const Node& step = ctx.node.fused_from.at(1);
+  const KernelPart& step = ctx.part(1);
   const MaskedGrad<T> grad{ctx.inputs[1].data<T>(), ctx.inputs[2].data<uint8_t>()};
   if (step.op->name == "sgd")
     optim_cuda::launch_sgd<T>(ctx, step.attrs, grad);

@@ -28,7 +28,7 @@
 namespace qg {
 
 void check_fused_ste_optimizer_inputs(const KernelContext& ctx) {
-  const Node& step = ctx.node.fused_from.at(1);
+  const KernelPart& step = ctx.part(1);
   const auto& ok = ste_fusible_optimizers();
   QG_CHECK(std::find(ok.begin(), ok.end(), step.op->name) != ok.end(), ctx.op, "fused step '",
            step.op->name, "' is not one of sgd, adam");
@@ -46,7 +46,7 @@ namespace {
 
 template <typename T>
 void fused_ste_optimizer_typed(KernelContext& ctx) {
-  const Node& step = ctx.node.fused_from.at(1);
+  const KernelPart& step = ctx.part(1);
   const T* dy = ctx.inputs[1].data<T>();
   const uint8_t* mask = ctx.inputs[2].data<uint8_t>();
   // ste_backward's element: dy's value where the bit is set, else +0 (fq_simd::ste_backward

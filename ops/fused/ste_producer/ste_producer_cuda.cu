@@ -116,7 +116,7 @@ bool as_packs_of_8(const PermutePlan& plan, GatherDims& g) {
 
 void launch_permute(KernelContext& ctx) {
   const Tensor& a = ctx.inputs[0];
-  const Node& producer = ctx.node.fused_from.front();
+  const KernelPart& producer = ctx.part(0);
   const int64_t n = ctx.outputs[0].numel();
   const PermutePlan plan =
       make_permute_plan(a.shape(), perm_of(producer.op->name, producer.attrs, a.dim()));
@@ -152,7 +152,7 @@ void launch_permute(KernelContext& ctx) {
 void fused_ste_producer_cuda(KernelContext& ctx) {
   check_fused_ste_producer_inputs(ctx);
   if (ctx.outputs[0].numel() == 0) return;
-  if (ctx.node.fused_from.front().op->name == "add") return launch_add(ctx);
+  if (ctx.part(0).op->name == "add") return launch_add(ctx);
   launch_permute(ctx);
 }
 

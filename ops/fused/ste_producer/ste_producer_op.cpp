@@ -35,7 +35,7 @@ const std::vector<std::string>& ste_fusible_producers() {
 }
 
 void check_fused_ste_producer_inputs(const KernelContext& ctx) {
-  const std::vector<Node>& from = ctx.node.fused_from;
+  const std::vector<KernelPart>& from = ctx.prepared.parts;
   QG_CHECK(from.size() >= 2, ctx.op, "fused_from must hold the producer and the ste_backward, got ",
            from.size(), " nodes");
   const std::string& producer = from.front().op->name;
@@ -74,7 +74,7 @@ void check_fused_ste_producer_inputs(const KernelContext& ctx) {
 namespace {
 
 // The producer's output shape (the fused node never forms that value, only its masked copy).
-Shape producer_shape(const Node& producer, const Tensor& a) {
+Shape producer_shape(const KernelPart& producer, const Tensor& a) {
   if (producer.op->name == "add") return a.shape();
   const std::vector<int64_t> perm = perm_of(producer.op->name, producer.attrs, a.dim());
   Shape out(perm.size());
@@ -85,7 +85,7 @@ Shape producer_shape(const Node& producer, const Tensor& a) {
 void fused_ste_producer_cpu(KernelContext& ctx) {
   check_fused_ste_producer_inputs(ctx);
   const std::string op = "fused_ste_producer";
-  const std::vector<Node>& from = ctx.node.fused_from;
+  const std::vector<KernelPart>& from = ctx.prepared.parts;
   const Tensor& a = ctx.inputs[0];
   std::vector<Tensor> in = {a};
   if (from.front().op->name == "add") in.push_back(ctx.inputs[2]);
