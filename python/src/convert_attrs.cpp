@@ -102,6 +102,13 @@ qg::Attr to_attr(PyObject* value, const std::string& name) {
 
 }  // namespace
 
+int64_t to_int(const nb::handle& obj, const std::string& what) {
+  PyObject* o = obj.ptr();
+  QG_CHECK(!PyBool_Check(o) && (PyLong_Check(o) || (PyIndex_Check(o) && !PyFloat_Check(o))),
+           "python", what, " must be an int, got ", type_name(o));
+  return to_int64(o, what);
+}
+
 qg::Attrs to_attrs(const nb::handle& dict) {
   qg::Attrs attrs;
   if (dict.is_none()) return attrs;
