@@ -82,9 +82,13 @@ void bind_runtime(nb::module_& m) {
           "borrowed without a copy when C-contiguous and aligned). Returns a list of arrays: "
           "NumPy for CPU results and torch for CUDA ones unless framework='numpy', 'torch' or "
           "'dlpack'.")
-      .def_prop_rw("training", &qg::Executor::training, &qg::Executor::set_training)
-      .def("set_training", &qg::Executor::set_training, nb::arg("training"))
-      .def_prop_ro("device", [](const qg::Executor& ex) { return ex.device().str(); })
+      .def_prop_rw("training", &qg::Executor::training, &qg::Executor::set_training,
+                   "training mode: observers record, batch norms use batch statistics")
+      .def("set_training", &qg::Executor::set_training, nb::arg("training"),
+           "Sets the training mode (the `training` property).")
+      .def_prop_ro(
+          "device", [](const qg::Executor& ex) { return ex.device().str(); },
+          "the device it runs on: 'cpu' or 'cuda:N'")
       .def_prop_ro(
           "graph", [](const qg::Executor& ex) -> const qg::Graph& { return ex.graph(); },
           nb::rv_policy::reference_internal, "the graph this executor runs")
