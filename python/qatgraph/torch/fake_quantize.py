@@ -106,8 +106,8 @@ class FakeQuantize(tq.FakeQuantizeBase):
         if low.numel() != channels:
             raise _core.Error(f"{_PREFIX}: the observer holds {low.numel()} channels, the input "
                               f"has {channels} along axis {attrs['axis']}")
-        states = {"min": low.detach().float().contiguous(),
-                  "max": high.detach().float().contiguous()}
+        # Copies: the op updates its states in place, and the buffers are written back below.
+        states = {"min": low.detach().float().clone(), "max": high.detach().float().clone()}
         if op == "moving_average_observer":
             # torch's first-batch test: an untouched (inf, -inf) range.
             fresh = bool((low == float("inf")).all() and (high == float("-inf")).all())
