@@ -120,6 +120,34 @@ def test_bad_attribute_values_raise_qatgraph_error(attrs, match):
                                     np.int32([0])], attrs)
 
 
+def test_bad_attributes_do_not_crash_the_interpreter():
+    # The sequence that killed the GPU image's Python 3.12 (numpy 2.x, torch imported first),
+    # in a child process: a crash there fails this test with the child's faulthandler
+    # backtrace instead of ending the whole pytest run.
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import importlib.util, numpy as np
+        if importlib.util.find_spec("torch"):
+            import torch  # noqa: F401  (as the suite imports it before test_graph runs)
+        import qatgraph as qg
+        g = qg.Graph()
+        x = g.input("x", "f32", [4, 4])
+        s = g.constant(np.array([0.1], np.float32))
+        z = g.constant(np.array([0], np.int32))
+        for bad in [{"bits": 1}, {"bits": object()}, {"bits": 2**70}, {"shape": [object()]}]:
+            try:
+                g.apply("fake_quantize", [x, s, z], bad)
+            except qg.Error:
+                pass
+        print("survived")
+    """)
+    child = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code],
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0 and "survived" in child.stdout, child.stderr[-4000:]
+
+
 def test_numpy_scalar_attributes_are_accepted():
     g = qg.Graph()
     x = g.input("x", "f32", [4, 4])
