@@ -1,7 +1,8 @@
 # `cmake --install <build> --prefix P` installs the library so that another CMake project can
 #   find_package(qatgraph 0.1 REQUIRED)              # or COMPONENTS CUDA when it needs the GPU
 #   target_link_libraries(app PRIVATE qatgraph::qatgraph)
-# and include the headers as this repository does: #include "autograd/grad.h".
+# and include the headers as #include <qatgraph/autograd/grad.h>, or by their path inside the
+# repository, #include "autograd/grad.h" (both directories are on the target's include path).
 #   P/lib/libqg_{core,device,ops,autograd,runtime,nn}.a (.so with BUILD_SHARED_LIBS): one
 #     library per layer; qatgraph::qatgraph links them all
 #   P/include/qatgraph/{core,device,ops,autograd,runtime,nn}/...h

@@ -24,11 +24,14 @@ from ._core import (
     Graph,
     build_info,
     cuda_available,
+    get_num_threads,
     grad,
     grad_with_seed,
     op_info,
     ops,
     run_op,
+    set_num_threads,
+    share_states,
 )
 from . import io, nn
 
@@ -40,6 +43,7 @@ __all__ = [
     "Graph",
     "build_info",
     "cuda_available",
+    "get_num_threads",
     "grad",
     "grad_with_seed",
     "io",
@@ -47,4 +51,6 @@ __all__ = [
     "op_info",
     "ops",
     "run_op",
+    "set_num_threads",
+    "share_states",
 ]

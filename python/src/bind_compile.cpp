@@ -29,10 +29,10 @@ nb::list results_of(const std::vector<qg::Tensor>& got, nb::handle framework) {
 }  // namespace
 
 void bind_compile(nb::module_& nn) {
-  nb::enum_<qg::RunPath>(nn, "RunPath")
-      .value("executor", qg::RunPath::executor)
-      .value("launch", qg::RunPath::launch)
-      .value("replay", qg::RunPath::replay);
+  nb::enum_<qg::RunPath>(nn, "RunPath", "How a run mode of a CompiledStep last ran.")
+      .value("executor", qg::RunPath::executor, "the executor's validated run (the first)")
+      .value("launch", qg::RunPath::launch, "a StaticRun over the memory plan, kernel by kernel")
+      .value("replay", qg::RunPath::replay, "a replay of the captured CUDA graph");
   nb::class_<qg::CompiledStep>(nn, "CompiledStep",
                                "A graph compiled for repeated runs (qatgraph.nn.compile).")
       .def(
@@ -71,7 +71,7 @@ void bind_compile(nb::module_& nn) {
       .def_prop_ro(
           "executor", [](qg::CompiledStep& s) -> qg::Executor& { return s.executor(); },
           nb::rv_policy::reference_internal, "the executor holding the states")
-      .def_prop_ro("updates", &qg::CompiledStep::updates)
+      .def_prop_ro("updates", &qg::CompiledStep::updates, "the optimizer's update node ids")
       .def(
           "passes",
           [](const qg::CompiledStep& s) {
@@ -81,7 +81,8 @@ void bind_compile(nb::module_& nn) {
           },
           "Rewrites per pass (-1: switched off).")
       .def("last_path", &qg::CompiledStep::last_path, nb::arg("fetches"), nb::arg("update"),
-           nb::arg("training"));
+           nb::arg("training"),
+           "RunPath of the last run of the mode that fetches `fetches` with these flags.");
   nn.def(
       "compile",
       [](qg::Graph& g, qg::ValueId loss, const std::vector<qg::ValueId>& params,

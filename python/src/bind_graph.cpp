@@ -151,22 +151,28 @@ void bind_graph(nb::module_& m) {
           "apply() for single-output ops: returns the output value id.")
       .def("value", &value_info, nb::arg("id"), "name, dtype, shape and producer of a value")
       .def("node", &node_info, nb::arg("id"), "op, name, inputs, outputs, attrs, states of a node")
-      .def("set_name", &qg::Graph::set_name, nb::arg("id"), nb::arg("name"))
-      .def("mark_output", &qg::Graph::mark_output, nb::arg("id"))
+      .def("set_name", &qg::Graph::set_name, nb::arg("id"), nb::arg("name"),
+           "Names a value (fetch and find it by that name).")
+      .def("mark_output", &qg::Graph::mark_output, nb::arg("id"),
+           "Marks a value as a graph output: kept (not fused away) and fetchable.")
       .def("find", &qg::Graph::find, nb::arg("name"), "value id by name, -1 when absent")
       .def("at", &qg::Graph::at, nb::arg("name"), "value id by name; raises when absent")
-      .def("inputs", &qg::Graph::inputs)
+      .def("inputs", &qg::Graph::inputs, "the input value ids, in creation order")
       .def("parameters", &qg::Graph::parameters, "the parameter nodes (node ids)")
-      .def("parameter_names",
-           [](const qg::Graph& g) {
-             std::vector<std::string> names;
-             for (qg::NodeId n : g.parameters()) names.push_back(g.node(n).name);
-             return names;
-           })
-      .def_prop_ro("num_nodes", &qg::Graph::num_nodes)
-      .def_prop_ro("num_values", &qg::Graph::num_values)
-      .def("validate", &qg::Graph::validate)
-      .def("dump", &qg::Graph::dump)
+      .def(
+          "parameter_names",
+          [](const qg::Graph& g) {
+            std::vector<std::string> names;
+            for (qg::NodeId n : g.parameters()) names.push_back(g.node(n).name);
+            return names;
+          },
+          "the parameters' names, in creation order")
+      .def_prop_ro("num_nodes", &qg::Graph::num_nodes, "nodes ever appended (dead ones included)")
+      .def_prop_ro("num_values", &qg::Graph::num_values, "values ever created")
+      .def("validate", &qg::Graph::validate,
+           "Checks the structure (no dangling input, no use before definition, no cycle); "
+           "raises qatgraph.Error.")
+      .def("dump", &qg::Graph::dump, "The graph as text, one node per line.")
       .def("__repr__", [](const qg::Graph& g) {
         return "<qatgraph.Graph: " + std::to_string(g.num_live_nodes()) + " nodes, " +
                std::to_string(g.num_values()) + " values>";
@@ -175,7 +181,9 @@ void bind_graph(nb::module_& m) {
   m.def("grad", &qg::grad, nb::arg("graph"), nb::arg("loss"), nb::arg("wrt"),
         "Appends the backward graph of `loss` and returns the gradient value ids of `wrt`.");
   m.def("grad_with_seed", &qg::grad_with_seed, nb::arg("graph"), nb::arg("output"), nb::arg("seed"),
-        nb::arg("wrt"));
+        nb::arg("wrt"),
+        "grad() with an explicit seed: appends the backward graph of `output` with incoming "
+        "gradient `seed` (a value of output's type) and returns the gradient ids of `wrt`.");
 
   m.def(
       "ops",
@@ -207,7 +215,9 @@ void bind_graph(nb::module_& m) {
         d["differentiable"] = op.is_differentiable();
         return d;
       },
-      nb::arg("name"));
+      nb::arg("name"),
+      "An op's schema: name, doc, inputs, outputs, attrs (name, type, default, doc), "
+      "differentiable.");
   m.def("run_op", &run_op, nb::arg("op"), nb::arg("inputs"), nb::arg("attrs") = nb::none(),
         nb::arg("device") = "cpu", nb::arg("training") = true, nb::arg("states") = nb::none(),
         nb::arg("framework") = nb::none(),

@@ -37,7 +37,7 @@ void bind_import(nb::module_& m) {
   nb::class_<ImportReport>(nn, "ImportReport", "What import_weights loaded and left out.")
       .def_ro("loaded", &ImportReport::loaded, "(file name, model name) pairs")
       .def_ro("ignored", &ImportReport::ignored, "(file name, reason) pairs")
-      .def_prop_ro("summary", &ImportReport::summary)
+      .def_prop_ro("summary", &ImportReport::summary, "one line: how many loaded and ignored")
       .def("__repr__", [](const ImportReport& r) { return "<ImportReport " + r.summary() + ">"; });
   nn.def(
       "import_weights",

@@ -22,40 +22,51 @@ namespace {
 using namespace qg::nn;
 
 void bind_qconfig(nb::module_& m) {
-  nb::enum_<WeightQuant>(m, "WeightQuant")
-      .value("none", WeightQuant::none)
-      .value("int8", WeightQuant::int8)
-      .value("int4", WeightQuant::int4)
-      .value("int2", WeightQuant::int2)
-      .value("nf4", WeightQuant::nf4);
-  nb::enum_<ActQuant>(m, "ActQuant")
-      .value("none", ActQuant::none)
-      .value("uint8", ActQuant::uint8)
-      .value("uint4", ActQuant::uint4)
-      .value("int8_dynamic_token", ActQuant::int8_dynamic_token);
-  nb::enum_<ObserverKind>(m, "ObserverKind")
-      .value("minmax", ObserverKind::minmax)
-      .value("moving_average", ObserverKind::moving_average);
+  nb::enum_<WeightQuant>(m, "WeightQuant", "The weight quantizer a QConfig gives every layer.")
+      .value("none", WeightQuant::none, "float weights")
+      .value("int8", WeightQuant::int8, "symmetric signed 8-bit codes, zero point 0")
+      .value("int4", WeightQuant::int4, "symmetric signed 4-bit codes (-8..7)")
+      .value("int2", WeightQuant::int2, "symmetric signed 2-bit codes (-2..1)")
+      .value("nf4", WeightQuant::nf4, "NormalFloat-4 codes per group of nf4_group_size weights");
+  nb::enum_<ActQuant>(m, "ActQuant", "The activation quantizer a QConfig gives every layer.")
+      .value("none", ActQuant::none, "float activations")
+      .value("uint8", ActQuant::uint8,
+             "static per-tensor affine 0..255 after each layer (observer)")
+      .value("uint4", ActQuant::uint4, "static per-tensor affine 0..15 after each layer (observer)")
+      .value("int8_dynamic_token", ActQuant::int8_dynamic_token,
+             "dynamic per-token asymmetric int8 on each GEMM input (torchao 8da4w)");
+  nb::enum_<ObserverKind>(m, "ObserverKind", "The observer of static quantizers.")
+      .value("minmax", ObserverKind::minmax, "running min and max over every batch seen")
+      .value("moving_average", ObserverKind::moving_average,
+             "moving averages of the batch min and max (PyTorch's QAT default)");
   nb::class_<QConfig>(m, "QConfig", "Which fake-quantizers a model gets (nn/qconfig.h).")
       .def(nb::init<>())
-      .def_rw("weight", &QConfig::weight)
-      .def_rw("activation", &QConfig::activation)
-      .def_rw("observer", &QConfig::observer)
-      .def_rw("weight_scope", &QConfig::weight_scope)
-      .def_rw("weight_group_size", &QConfig::weight_group_size)
-      .def_rw("averaging_constant", &QConfig::averaging_constant)
-      .def_rw("weight_averaging_constant", &QConfig::weight_averaging_constant)
-      .def_rw("nf4_group_size", &QConfig::nf4_group_size)
-      .def_static("float32", &QConfig::float32)
-      .def_static("w8a8", &QConfig::w8a8)
-      .def_static("w4a8", &QConfig::w4a8)
-      .def_static("nf4a8", &QConfig::nf4a8)
-      .def_static("w4a4", &QConfig::w4a4)
-      .def_static("w2a8", &QConfig::w2a8)
-      .def_static("w4a8_group", &QConfig::w4a8_group, nb::arg("group_size") = 32)
+      .def_rw("weight", &QConfig::weight, "the weight quantizer (WeightQuant)")
+      .def_rw("activation", &QConfig::activation, "the activation quantizer (ActQuant)")
+      .def_rw("observer", &QConfig::observer, "the observer of static quantizers (ObserverKind)")
+      .def_rw("weight_scope", &QConfig::weight_scope,
+              "weight qparams per \"channel\" (output row), \"tensor\" or \"group\"")
+      .def_rw("weight_group_size", &QConfig::weight_group_size,
+              "scope \"group\": inputs per qparam along each row")
+      .def_rw("averaging_constant", &QConfig::averaging_constant,
+              "moving-average activation observers' weight of a new batch")
+      .def_rw("weight_averaging_constant", &QConfig::weight_averaging_constant,
+              "moving-average weight observers' weight of a new batch (1.0: follow the weights)")
+      .def_rw("nf4_group_size", &QConfig::nf4_group_size, "NF4: weights per absmax block")
+      .def_static("float32", &QConfig::float32, "No quantizer: a float model.")
+      .def_static("w8a8", &QConfig::w8a8,
+                  "int8 per-channel weights, uint8 activations (torch.ao's default QAT qconfig).")
+      .def_static("w4a8", &QConfig::w4a8, "int4 per-channel weights, uint8 activations.")
+      .def_static("nf4a8", &QConfig::nf4a8, "NF4 weights, uint8 activations.")
+      .def_static("w4a4", &QConfig::w4a4, "int4 weights, uint4 activations.")
+      .def_static("w2a8", &QConfig::w2a8, "int2 weights, uint8 activations.")
+      .def_static("w4a8_group", &QConfig::w4a8_group, nb::arg("group_size") = 32,
+                  "Group-wise int4 weights (group_size inputs per scale), uint8 activations.")
       .def_static("int8_dyn_act_int4_weight", &QConfig::int8_dyn_act_int4_weight,
-                  nb::arg("group_size") = 32)
-      .def_prop_ro("quantized", &QConfig::quantized)
+                  nb::arg("group_size") = 32,
+                  "torchao's Int8DynActInt4Weight (8da4w): dynamic per-token int8 GEMM "
+                  "inputs, group-wise int4 weights whose qparams follow the weights.")
+      .def_prop_ro("quantized", &QConfig::quantized, "True when any quantizer is set")
       .def("__repr__", [](const QConfig& q) { return "<QConfig " + q.str() + ">"; });
 }
 
@@ -65,57 +76,85 @@ void bind_builder(nb::module_& m) {
                       "quantizers (nn/builder.h). Keeps the graph alive.")
       .def(nb::init<qg::Graph&, QConfig, uint64_t>(), nb::arg("graph"), nb::arg("qconfig"),
            nb::arg("seed") = 1, nb::keep_alive<1, 2>())
-      .def("quant_input", &Builder::quant_input, nb::arg("x"), nb::arg("name") = "input")
+      .def("quant_input", &Builder::quant_input, nb::arg("x"), nb::arg("name") = "input",
+           "Static activation fake-quant of a graph input (PyTorch's QuantStub under QAT).")
       .def(
           "act", [](Builder& b, qg::ValueId x, const std::string& name) { return b.act(x, name); },
-          nb::arg("x"), nb::arg("name"))
-      .def("gemm_input", &Builder::gemm_input, nb::arg("x"), nb::arg("name"))
-      .def("weight", &Builder::weight, nb::arg("w"), nb::arg("layer"))
+          nb::arg("x"), nb::arg("name"),
+          "The static activation quantizer (observer, fake-quantize) of a layer output; "
+          "identity without static activation quantization.")
+      .def("gemm_input", &Builder::gemm_input, nb::arg("x"), nb::arg("name"),
+           "The dynamic per-token quantizer of a GEMM input; identity without one.")
+      .def("weight", &Builder::weight, nb::arg("w"), nb::arg("layer"),
+           "The QConfig's weight quantizer on w ([out, in, ...]); recorded for conversion.")
       .def("linear", &Builder::linear, nb::arg("x"), nb::arg("out_features"), nb::arg("name"),
-           nb::arg("relu") = false, nb::arg("quantize_output") = true)
+           nb::arg("relu") = false, nb::arg("quantize_output") = true,
+           "y = x W^T + b over the last axis of x, weight quantizer, optional fused ReLU and "
+           "output quantizer; parameters '<name>.weight', '<name>.bias'.")
       .def("conv2d", &Builder::conv2d, nb::arg("x"), nb::arg("in_channels"),
            nb::arg("out_channels"), nb::arg("kernel"), nb::arg("name"), nb::arg("stride") = 1,
-           nb::arg("padding") = 0, nb::arg("relu") = false, nb::arg("quantize_output") = true)
+           nb::arg("padding") = 0, nb::arg("relu") = false, nb::arg("quantize_output") = true,
+           "conv2d with bias over x [N, in_channels, H, W]: weight quantizer, optional fused "
+           "ReLU and output quantizer.")
       .def("conv_bn", &Builder::conv_bn, nb::arg("x"), nb::arg("in_channels"),
            nb::arg("out_channels"), nb::arg("kernel"), nb::arg("name"), nb::arg("stride") = 1,
-           nb::arg("padding") = 0, nb::arg("relu") = true)
-      .def("max_pool2d", &Builder::max_pool2d, nb::arg("x"), nb::arg("kernel"), nb::arg("name"))
-      .def("global_avg_pool", &Builder::global_avg_pool, nb::arg("x"), nb::arg("name"))
-      .def("layer_norm", &Builder::layer_norm, nb::arg("x"), nb::arg("name"), nb::arg("eps") = 1e-5)
-      .def("attention", &Builder::attention, nb::arg("x"), nb::arg("heads"), nb::arg("name"))
+           nb::arg("padding") = 0, nb::arg("relu") = true,
+           "Conv2d + BatchNorm2d (+ ReLU) folded for QAT, as torch.ao.nn.intrinsic.qat."
+           "ConvBnReLU2d.")
+      .def("max_pool2d", &Builder::max_pool2d, nb::arg("x"), nb::arg("kernel"), nb::arg("name"),
+           "Max pooling with a square kernel and stride = kernel over [N, C, H, W].")
+      .def("global_avg_pool", &Builder::global_avg_pool, nb::arg("x"), nb::arg("name"),
+           "Mean over H and W: [N, C, H, W] -> [N, C].")
+      .def("layer_norm", &Builder::layer_norm, nb::arg("x"), nb::arg("name"), nb::arg("eps") = 1e-5,
+           "LayerNorm over the last axis with learned gain and bias.")
+      .def("attention", &Builder::attention, nb::arg("x"), nb::arg("heads"), nb::arg("name"),
+           "Multi-head self-attention over x [N, T, D].")
       .def("transformer_block", &Builder::transformer_block, nb::arg("x"), nb::arg("heads"),
-           nb::arg("mlp_hidden"), nb::arg("name"))
+           nb::arg("mlp_hidden"), nb::arg("name"),
+           "Pre-norm block: x + MHSA(LN(x)), then x + MLP(LN(x)) with GELU.")
       .def("token_embedding", &Builder::token_embedding, nb::arg("x"), nb::arg("d_model"),
-           nb::arg("max_positions"), nb::arg("name"))
-      .def("cross_entropy", &Builder::cross_entropy, nb::arg("logits"), nb::arg("labels"))
+           nb::arg("max_positions"), nb::arg("name"),
+           "Tokens [N, T, F] -> a linear embedding to d_model plus a learned positional "
+           "table of max_positions rows.")
+      .def("cross_entropy", &Builder::cross_entropy, nb::arg("logits"), nb::arg("labels"),
+           "Mean softmax cross-entropy of logits [N, classes] against i64 labels [N].")
       .def("uniform_parameter", &Builder::uniform_parameter, nb::arg("name"), nb::arg("shape"),
-           nb::arg("bound"))
+           nb::arg("bound"),
+           "A trainable parameter drawn from U(-bound, bound) by the builder's seeded stream.")
       .def("filled_parameter", &Builder::filled_parameter, nb::arg("name"), nb::arg("shape"),
-           nb::arg("value"), nb::arg("trainable") = true)
+           nb::arg("value"), nb::arg("trainable") = true,
+           "A parameter filled with `value` (trainable=False: a buffer, not in parameters()).")
       .def("parameters", &Builder::parameters, "trainable parameter value ids, in creation order")
-      .def_prop_ro("qconfig", &Builder::qconfig);
+      .def_prop_ro("qconfig", &Builder::qconfig, "the QConfig the layers get");
 }
 
 void bind_models(nb::module_& m) {
-  nb::class_<MlpSpec>(m, "MlpSpec")
+  nb::class_<MlpSpec>(
+      m, "MlpSpec",
+      "The MLP of build_model; in_features, classes and batch also size the other kinds.")
       .def(nb::init<>())
-      .def_rw("in_features", &MlpSpec::in_features)
-      .def_rw("hidden", &MlpSpec::hidden)
-      .def_rw("classes", &MlpSpec::classes)
-      .def_rw("batch", &MlpSpec::batch);
-  nb::class_<CnnSpec>(m, "CnnSpec")
+      .def_rw("in_features", &MlpSpec::in_features, "features per row (64 for digits)")
+      .def_rw("hidden", &MlpSpec::hidden, "widths of the hidden layers")
+      .def_rw("classes", &MlpSpec::classes, "number of classes (logits per row)")
+      .def_rw("batch", &MlpSpec::batch, "rows per training step");
+  nb::class_<CnnSpec>(m, "CnnSpec",
+                      "The CNN of build_model: conv-bn-relu blocks on square one-channel images.")
       .def(nb::init<>())
-      .def_rw("image", &CnnSpec::image)
-      .def_rw("channels", &CnnSpec::channels);
-  nb::class_<TransformerSpec>(m, "TransformerSpec")
+      .def_rw("image", &CnnSpec::image,
+              "side of the square one-channel images (in_features = image * image)")
+      .def_rw("channels", &CnnSpec::channels, "output channels of the conv blocks");
+  nb::class_<TransformerSpec>(m, "TransformerSpec",
+                              "The transformer of build_model: rows of features read as tokens.")
       .def(nb::init<>())
-      .def_rw("tokens", &TransformerSpec::tokens)
-      .def_rw("d_model", &TransformerSpec::d_model)
-      .def_rw("heads", &TransformerSpec::heads)
-      .def_rw("layers", &TransformerSpec::layers)
-      .def_rw("mlp_hidden", &TransformerSpec::mlp_hidden)
-      .def_rw("max_positions", &TransformerSpec::max_positions);
-  nb::class_<ModelSpec>(m, "ModelSpec")
+      .def_rw("tokens", &TransformerSpec::tokens, "tokens per row (in_features must divide by it)")
+      .def_rw("d_model", &TransformerSpec::d_model, "embedding width")
+      .def_rw("heads", &TransformerSpec::heads, "attention heads")
+      .def_rw("layers", &TransformerSpec::layers, "transformer blocks")
+      .def_rw("mlp_hidden", &TransformerSpec::mlp_hidden, "hidden width of each block's MLP")
+      .def_rw("max_positions", &TransformerSpec::max_positions, "rows of the positional table");
+  nb::class_<ModelSpec>(
+      m, "ModelSpec",
+      "Which model build_model builds: kind ('mlp', 'cnn', 'transformer') and its spec.")
       .def(nb::init<>())
       .def(
           "__init__",
@@ -124,24 +163,25 @@ void bind_models(nb::module_& m) {
             s->kind = kind;
           },
           nb::arg("kind"))
-      .def_rw("kind", &ModelSpec::kind)
-      .def_rw("mlp", &ModelSpec::mlp)
-      .def_rw("cnn", &ModelSpec::cnn)
-      .def_rw("transformer", &ModelSpec::transformer)
+      .def_rw("kind", &ModelSpec::kind, "'mlp', 'cnn' or 'transformer'")
+      .def_rw("mlp", &ModelSpec::mlp, "MlpSpec (in_features, classes, batch for every kind)")
+      .def_rw("cnn", &ModelSpec::cnn, "CnnSpec")
+      .def_rw("transformer", &ModelSpec::transformer, "TransformerSpec")
       .def("__repr__", [](const ModelSpec& s) { return "<ModelSpec " + s.str() + ">"; });
   nb::class_<Model>(m, "Model", "Value ids of a built model: x, labels, logits, loss.")
-      .def_ro("x", &Model::x)
-      .def_ro("labels", &Model::labels)
-      .def_ro("logits", &Model::logits)
-      .def_ro("loss", &Model::loss)
-      .def_ro("batch", &Model::batch)
-      .def_ro("classes", &Model::classes)
-      .def_ro("parameters", &Model::parameters);
+      .def_ro("x", &Model::x, "the input value id")
+      .def_ro("labels", &Model::labels, "the labels value id")
+      .def_ro("logits", &Model::logits, "the logits value id")
+      .def_ro("loss", &Model::loss, "the loss value id")
+      .def_ro("batch", &Model::batch, "rows per step")
+      .def_ro("classes", &Model::classes, "logits per row")
+      .def_ro("parameters", &Model::parameters, "trainable parameter value ids");
   m.def("build_model", &build_model, nb::arg("graph"), nb::arg("spec"), nb::arg("qconfig"),
         nb::arg("seed") = 1, "Builds an mlp, cnn or transformer on `graph` (nn/model.h).");
-  m.def("model_kinds", &model_kinds);
+  m.def("model_kinds", &model_kinds, "The model kinds build_model knows.");
 
-  nb::class_<OptimizerConfig>(m, "OptimizerConfig")
+  nb::class_<OptimizerConfig>(
+      m, "OptimizerConfig", "The optimizer of add_optimizer, nn.compile and Trainer: adam or sgd.")
       .def(nb::init<>())
       .def(
           "__init__",
@@ -151,13 +191,13 @@ void bind_models(nb::module_& m) {
             c->lr = lr;
           },
           nb::arg("kind"), nb::arg("lr") = 1e-3)
-      .def_rw("kind", &OptimizerConfig::kind)
-      .def_rw("lr", &OptimizerConfig::lr)
-      .def_rw("momentum", &OptimizerConfig::momentum)
-      .def_rw("beta1", &OptimizerConfig::beta1)
-      .def_rw("beta2", &OptimizerConfig::beta2)
-      .def_rw("eps", &OptimizerConfig::eps)
-      .def_rw("weight_decay", &OptimizerConfig::weight_decay);
+      .def_rw("kind", &OptimizerConfig::kind, "'adam' or 'sgd'")
+      .def_rw("lr", &OptimizerConfig::lr, "learning rate")
+      .def_rw("momentum", &OptimizerConfig::momentum, "sgd momentum")
+      .def_rw("beta1", &OptimizerConfig::beta1, "adam beta1")
+      .def_rw("beta2", &OptimizerConfig::beta2, "adam beta2")
+      .def_rw("eps", &OptimizerConfig::eps, "adam epsilon")
+      .def_rw("weight_decay", &OptimizerConfig::weight_decay, "L2 weight decay");
   m.def("add_optimizer", &add_optimizer, nb::arg("graph"), nb::arg("loss"), nb::arg("params"),
         nb::arg("config"),
         "Differentiates `loss` and appends one optimizer node per parameter; returns the "
@@ -180,17 +220,22 @@ void bind_training(nb::module_& m) {
             d->labels.assign(ty.data<int64_t>(), ty.data<int64_t>() + ty.numel());
           },
           nb::arg("x"), nb::arg("labels"))
-      .def_ro("features", &Dataset::features)
+      .def_ro("features", &Dataset::features, "features per row")
       .def("__len__", &Dataset::size)
-      .def_prop_ro("x",
-                   [](const Dataset& d) {
-                     qg::Tensor t = qg::Tensor::empty({d.size(), d.features}, qg::DType::f32);
-                     std::memcpy(t.raw_data(), d.x.data(), t.nbytes());
-                     return from_tensor(t, Framework::numpy);
-                   })
-      .def_prop_ro("labels", [](const Dataset& d) {
-        return from_tensor(qg::Tensor::from_vector({d.size()}, d.labels), Framework::numpy);
-      });
+      .def_prop_ro(
+          "x",
+          [](const Dataset& d) {
+            qg::Tensor t = qg::Tensor::empty({d.size(), d.features}, qg::DType::f32);
+            std::memcpy(t.raw_data(), d.x.data(), t.nbytes());
+            return from_tensor(t, Framework::numpy);
+          },
+          "a copy of the features as a float32 array [n, features]")
+      .def_prop_ro(
+          "labels",
+          [](const Dataset& d) {
+            return from_tensor(qg::Tensor::from_vector({d.size()}, d.labels), Framework::numpy);
+          },
+          "a copy of the labels as an int64 array [n]");
   m.def("load_digits", &load_digits, nb::arg("path") = "",
         "The UCI digits data (python3-sklearn's copy, or $QG_DIGITS_CSV, or `path`).");
   m.def(
@@ -203,37 +248,45 @@ void bind_training(nb::module_& m) {
       nb::arg("data"), nb::arg("test_fraction"), nb::arg("seed") = 0,
       "A seeded shuffle split: returns (train, test).");
 
-  nb::class_<TrainConfig>(m, "TrainConfig")
+  nb::class_<TrainConfig>(
+      m, "TrainConfig",
+      "What Trainer trains: the model, QConfig, optimizer, seed, device, drop_last.")
       .def(nb::init<>())
-      .def_rw("model", &TrainConfig::model)
-      .def_rw("mlp", &TrainConfig::mlp)
-      .def_rw("cnn", &TrainConfig::cnn)
-      .def_rw("transformer", &TrainConfig::transformer)
-      .def_rw("freeze_bn_after", &TrainConfig::freeze_bn_after)
-      .def_rw("drop_last", &TrainConfig::drop_last)
-      .def_rw("qconfig", &TrainConfig::qconfig)
-      .def_rw("optimizer", &TrainConfig::optimizer)
-      .def_rw("seed", &TrainConfig::seed)
+      .def_rw("model", &TrainConfig::model, "'mlp', 'cnn' or 'transformer'")
+      .def_rw("mlp", &TrainConfig::mlp, "MlpSpec (in_features, classes and batch for every kind)")
+      .def_rw("cnn", &TrainConfig::cnn, "CnnSpec")
+      .def_rw("transformer", &TrainConfig::transformer, "TransformerSpec")
+      .def_rw("freeze_bn_after", &TrainConfig::freeze_bn_after,
+              "freeze batch-norm statistics after this many steps; < 0 never")
+      .def_rw("drop_last", &TrainConfig::drop_last,
+              "skip each epoch's last partial batch (True, as DataLoader(drop_last=True)); False "
+              "trains on it through a step compiled at its size")
+      .def_rw("qconfig", &TrainConfig::qconfig, "the QConfig")
+      .def_rw("optimizer", &TrainConfig::optimizer, "the OptimizerConfig")
+      .def_rw("seed", &TrainConfig::seed, "seed of initialisation and batch order")
       .def_prop_rw(
           "device", [](const TrainConfig& c) { return c.device.str(); },
-          [](TrainConfig& c, const std::string& d) { c.device = parse_device(d); });
-  nb::class_<EpochMetrics>(m, "EpochMetrics")
-      .def_ro("epoch", &EpochMetrics::epoch)
-      .def_ro("step", &EpochMetrics::step)
-      .def_ro("train_loss", &EpochMetrics::train_loss)
-      .def_ro("train_accuracy", &EpochMetrics::train_accuracy)
-      .def_ro("test_accuracy", &EpochMetrics::test_accuracy)
-      .def_ro("seconds", &EpochMetrics::seconds)
+          [](TrainConfig& c, const std::string& d) { c.device = parse_device(d); },
+          "'cpu' or 'cuda[:N]'");
+  nb::class_<EpochMetrics>(m, "EpochMetrics", "What one epoch of Trainer.train_epoch measured.")
+      .def_ro("epoch", &EpochMetrics::epoch, "epoch number, from 1")
+      .def_ro("step", &EpochMetrics::step, "optimizer steps taken so far")
+      .def_ro("train_loss", &EpochMetrics::train_loss, "mean training loss of the epoch")
+      .def_ro("train_accuracy", &EpochMetrics::train_accuracy, "training accuracy of the epoch")
+      .def_ro("test_accuracy", &EpochMetrics::test_accuracy, "test accuracy after the epoch")
+      .def_ro("seconds", &EpochMetrics::seconds, "wall time of the epoch")
       .def("__repr__", [](const EpochMetrics& e) {
         return "<EpochMetrics epoch " + std::to_string(e.epoch) + " loss " +
                std::to_string(e.train_loss) + " test " + std::to_string(e.test_accuracy) + ">";
       });
-  nb::class_<StepInfo>(m, "StepInfo")
-      .def_ro("epoch", &StepInfo::epoch)
-      .def_ro("step_in_epoch", &StepInfo::step_in_epoch)
-      .def_ro("steps_per_epoch", &StepInfo::steps_per_epoch)
-      .def_ro("loss", &StepInfo::loss)
-      .def_ro("accuracy", &StepInfo::accuracy);
+  nb::class_<StepInfo>(m, "StepInfo",
+                       "Progress passed to Trainer.train_epoch's on_step after each step.")
+      .def_ro("epoch", &StepInfo::epoch, "epoch number, from 1")
+      .def_ro("step_in_epoch", &StepInfo::step_in_epoch,
+              "steps taken in this epoch, this one included")
+      .def_ro("steps_per_epoch", &StepInfo::steps_per_epoch, "steps this epoch takes")
+      .def_ro("loss", &StepInfo::loss, "running mean loss of the epoch")
+      .def_ro("accuracy", &StepInfo::accuracy, "running accuracy of the epoch");
 
   nb::class_<Trainer>(m, "Trainer",
                       "Trains a build_model model on datasets (nn/trainer.h). Keeps both "
@@ -245,8 +298,12 @@ void bind_training(nb::module_& m) {
           [](Trainer& t, std::function<void(const StepInfo&)> on_step) {
             return t.train_epoch(on_step ? on_step : std::function<void(const StepInfo&)>{});
           },
-          nb::arg("on_step") = nb::none())
-      .def("evaluate", &Trainer::evaluate, nb::arg("data"))
+          nb::arg("on_step") = nb::none(),
+          "One pass over the training data in a fresh seeded order (the last partial batch "
+          "dropped unless config.drop_last is False); on_step(StepInfo) after each step. "
+          "Returns the EpochMetrics, test accuracy measured after the pass.")
+      .def("evaluate", &Trainer::evaluate, nb::arg("data"),
+           "Accuracy on `data` in eval mode (observers frozen); every row counts once.")
       .def(
           "predict",
           [](Trainer& t, const Dataset& d) {
@@ -257,10 +314,14 @@ void bind_training(nb::module_& m) {
             return from_tensor(out, Framework::numpy);
           },
           nb::arg("data"), "Logits [n, classes] in eval mode.")
-      .def("calibrate", &Trainer::calibrate, nb::arg("data"), nb::arg("batches"))
-      .def("copy_parameters_from", &Trainer::copy_parameters_from, nb::arg("other"))
-      .def("save_checkpoint", &Trainer::save_checkpoint, nb::arg("path"))
-      .def("load_checkpoint", &Trainer::load_checkpoint, nb::arg("path"))
+      .def("calibrate", &Trainer::calibrate, nb::arg("data"), nb::arg("batches"),
+           "Forward passes in training mode without updates, so observers record ranges.")
+      .def("copy_parameters_from", &Trainer::copy_parameters_from, nb::arg("other"),
+           "Copies every parameter and buffer from a trainer of the same architecture.")
+      .def("save_checkpoint", &Trainer::save_checkpoint, nb::arg("path"),
+           "Writes the config and every state to a checkpoint file.")
+      .def("load_checkpoint", &Trainer::load_checkpoint, nb::arg("path"),
+           "Loads a checkpoint of the same architecture; a failed load changes nothing.")
       .def(
           "integer_accuracy",
           [](Trainer& t, const Dataset& d) {
@@ -269,19 +330,20 @@ void bind_training(nb::module_& m) {
             return std::make_pair(acc, bytes);
           },
           nb::arg("data"), "(accuracy, model bytes) after conversion to integer weights.")
-      .def("freeze_batch_norms", &Trainer::freeze_batch_norms)
+      .def("freeze_batch_norms", &Trainer::freeze_batch_norms,
+           "Stops every batch norm's running statistics from updating.")
       .def_prop_ro(
           "graph", [](Trainer& t) -> qg::Graph& { return t.graph(); },
-          nb::rv_policy::reference_internal)
+          nb::rv_policy::reference_internal, "the compiled graph at the configured batch")
       .def_prop_ro(
           "executor", [](Trainer& t) -> qg::Executor& { return t.executor(); },
-          nb::rv_policy::reference_internal)
+          nb::rv_policy::reference_internal, "the executor holding every state")
       .def_prop_ro(
           "model", [](const Trainer& t) -> const Model& { return t.model(); },
-          nb::rv_policy::reference_internal)
-      .def_prop_ro("history", &Trainer::history)
-      .def_prop_ro("epoch", &Trainer::epoch)
-      .def_prop_ro("step", &Trainer::step);
+          nb::rv_policy::reference_internal, "the Model's value ids")
+      .def_prop_ro("history", &Trainer::history, "EpochMetrics of every epoch so far")
+      .def_prop_ro("epoch", &Trainer::epoch, "epochs trained so far")
+      .def_prop_ro("step", &Trainer::step, "optimizer steps taken so far");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "bindings.h"
 #include "convert.h"
 
+#include "core/thread_pool.h"
 #include "runtime/backend.h"
 #include "runtime/compile.h"
 #include "runtime/executor.h"
@@ -81,9 +82,13 @@ void bind_runtime(nb::module_& m) {
           "borrowed without a copy when C-contiguous and aligned). Returns a list of arrays: "
           "NumPy for CPU results and torch for CUDA ones unless framework='numpy', 'torch' or "
           "'dlpack'.")
-      .def_prop_rw("training", &qg::Executor::training, &qg::Executor::set_training)
-      .def("set_training", &qg::Executor::set_training, nb::arg("training"))
-      .def_prop_ro("device", [](const qg::Executor& ex) { return ex.device().str(); })
+      .def_prop_rw("training", &qg::Executor::training, &qg::Executor::set_training,
+                   "training mode: observers record, batch norms use batch statistics")
+      .def("set_training", &qg::Executor::set_training, nb::arg("training"),
+           "Sets the training mode (the `training` property).")
+      .def_prop_ro(
+          "device", [](const qg::Executor& ex) { return ex.device().str(); },
+          "the device it runs on: 'cpu' or 'cuda:N'")
       .def_prop_ro(
           "graph", [](const qg::Executor& ex) -> const qg::Graph& { return ex.graph(); },
           nb::rv_policy::reference_internal, "the graph this executor runs")
@@ -172,6 +177,26 @@ void bind_runtime(nb::module_& m) {
           "Copies values into the executor's states (keys as state_dict() names them). "
           "strict: every key must exist and every parameter be given. Returns unknown keys.");
 
+  m.def("share_states", &qg::share_states, nb::arg("source"), nb::arg("target"),
+        "Makes every persistent state of executor `target` (parameters, optimizer moments, "
+        "observer statistics) the very tensor `source` holds under the same key: graphs built "
+        "alike at two batch sizes then train one model. Call it before `target` runs; raises "
+        "naming the key when one is missing or differs in dtype or shape.");
+  m.def(
+      "set_num_threads",
+      [](nb::handle n) {
+        int64_t threads = to_int(n, "set_num_threads: the thread count");
+        QG_CHECK(threads >= 1, "threads", "the thread count must be >= 1, got ", threads);
+        QG_CHECK(threads <= 4096, "threads", "the thread count must be <= 4096, got ", threads);
+        qg::set_num_threads(static_cast<int>(threads));
+      },
+      nb::arg("n"),
+      "Sets the number of CPU threads the CPU backend's kernels use (the caller included), as "
+      "torch.set_num_threads. Results do not depend on it. QG_NUM_THREADS sets the starting "
+      "value; raises while a parallel loop runs.");
+  m.def(
+      "get_num_threads", [] { return qg::num_threads(); },
+      "The number of CPU threads the CPU backend's kernels use.");
   m.def(
       "cuda_available", [] { return qg::cuda_available(); },
       "True when the CUDA backend was built and a GPU is present.");

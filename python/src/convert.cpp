@@ -199,56 +199,6 @@ qg::Device parse_device(const std::string& s) {
   QG_FAIL("python", "device '", s, "' is not cpu, cuda or cuda:N");
 }
 
-qg::Attrs to_attrs(const nb::handle& dict) {
-  qg::Attrs attrs;
-  if (dict.is_none()) return attrs;
-  for (auto [key, value] : nb::cast<nb::dict>(dict)) {
-    std::string name = nb::cast<std::string>(key);
-    if (nb::isinstance<nb::bool_>(value)) {  // before int: bool is an int in Python
-      attrs.set(name, qg::Attr(nb::cast<bool>(value)));
-    } else if (nb::isinstance<nb::int_>(value)) {
-      attrs.set(name, qg::Attr(nb::cast<int64_t>(value)));
-    } else if (nb::isinstance<nb::float_>(value)) {
-      attrs.set(name, qg::Attr(nb::cast<double>(value)));
-    } else if (nb::isinstance<nb::str>(value)) {
-      attrs.set(name, qg::Attr(nb::cast<std::string>(value)));
-    } else if (nb::isinstance<nb::list>(value) || nb::isinstance<nb::tuple>(value)) {
-      std::vector<int64_t> ints;
-      for (nb::handle item : value) {
-        QG_CHECK(nb::isinstance<nb::int_>(item) && !nb::isinstance<nb::bool_>(item), "python",
-                 "attribute '", name, "': list attributes hold integers, got ",
-                 nb::cast<std::string>(nb::repr(value)));
-        ints.push_back(nb::cast<int64_t>(item));
-      }
-      attrs.set(name, qg::Attr(ints));
-    } else {
-      QG_FAIL("python", "attribute '", name, "' has unsupported type ",
-              nb::cast<std::string>(nb::str(value.type())),
-              " (int, float, bool, str or a list of ints)");
-    }
-  }
-  return attrs;
-}
-
-nb::object attr_to_python(const qg::Attr& a) {
-  switch (a.type()) {
-    case qg::AttrType::integer:
-      return nb::int_(a.as_int());
-    case qg::AttrType::real:
-      return nb::float_(a.as_real());
-    case qg::AttrType::boolean:
-      return nb::bool_(a.as_bool());
-    case qg::AttrType::string:
-      return nb::str(a.as_string().c_str());
-    case qg::AttrType::int_list: {
-      nb::list l;
-      for (int64_t v : a.as_ints()) l.append(v);
-      return l;
-    }
-  }
-  return nb::none();
-}
-
 std::map<std::string, qg::Tensor> to_cpu_tensors(const nb::dict& tensors) {
   std::map<std::string, qg::Tensor> out;
   for (auto [name, value] : tensors) {

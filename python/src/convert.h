@@ -41,4 +41,8 @@ qg::Device parse_device(const std::string& s);  // "cpu", "cuda", "cuda:N"
 qg::Attrs to_attrs(const nb::handle& dict);
 nb::object attr_to_python(const qg::Attr& a);
 
+// An int (or an object with __index__, not a float or bool) as int64; a qg::Error naming
+// `what` otherwise, or when it does not fit.
+int64_t to_int(const nb::handle& obj, const std::string& what);
+
 }  // namespace qgpy

@@ -7,7 +7,8 @@ namespace nb = nanobind;
 NB_MODULE(_core, m) {
   m.doc() = "qatgraph C++ core: graphs, autodiff, executors, the nn layer library";
   // qg::Error (bad input, named op and values) -> qatgraph.Error, a ValueError.
-  nb::exception<qg::Error>(m, "Error", PyExc_ValueError);
+  nb::exception<qg::Error>(m, "Error", PyExc_ValueError).attr("__doc__") =
+      "Bad input to qatgraph: names the op, what is wrong and the values.";
 
   nb::dict info;
   info["version"] = QG_VERSION;

@@ -89,6 +89,75 @@ def test_bad_input_raises_qatgraph_error():
     assert issubclass(qg.Error, ValueError)
 
 
+class _BadIndex:
+    def __index__(self):
+        raise OverflowError("no index")
+
+
+@pytest.mark.parametrize("attrs,match", [
+    ({"bits": object()}, r"'bits' has unsupported type object"),
+    ({"bits": 2**70}, r"'bits' = 1180591620717411303424 does not fit in 64 bits"),
+    ({"bits": -2**64}, r"'bits' = -18446744073709551616 does not fit"),
+    ({"bits": _BadIndex()}, r"'bits' .*_BadIndex"),
+    ({"shape": [1, object()]}, r"'shape': item 1 has type object"),
+    ({"shape": [1, 2**70]}, r"'shape': item 1 = 1180591620717411303424 does not fit"),
+    ({"shape": [True]}, r"'shape': item 0 has type bool"),
+    ({"qscheme": "\ud800"}, r"'qscheme' is not valid UTF-8"),
+    ({1: 2}, r"attribute names are strings, got int"),
+    ([("bits", 4)], r"attributes are a dict, got list"),
+])
+def test_bad_attribute_values_raise_qatgraph_error(attrs, match):
+    # Every attribute value a user can write: an error naming the attribute, never a crash
+    # (the GPU image's Python 3.12 died here) or a bare std::bad_cast.
+    g = qg.Graph()
+    x = g.input("x", "f32", [4, 4])
+    s = g.constant(np.array([0.1], np.float32))
+    z = g.constant(np.array([0], np.int32))
+    with pytest.raises(qg.Error, match=match):
+        g.apply("fake_quantize", [x, s, z], attrs)
+    with pytest.raises(qg.Error, match=match):
+        qg.run_op("fake_quantize", [np.ones((4, 4), np.float32), np.float32([0.1]),
+                                    np.int32([0])], attrs)
+
+
+def test_bad_attributes_do_not_crash_the_interpreter():
+    # The sequence that killed the GPU image's Python 3.12 (numpy 2.x, torch imported first),
+    # in a child process: a crash there fails this test with the child's faulthandler
+    # backtrace instead of ending the whole pytest run.
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import importlib.util, numpy as np
+        if importlib.util.find_spec("torch"):
+            import torch  # noqa: F401  (as the suite imports it before test_graph runs)
+        import qatgraph as qg
+        g = qg.Graph()
+        x = g.input("x", "f32", [4, 4])
+        s = g.constant(np.array([0.1], np.float32))
+        z = g.constant(np.array([0], np.int32))
+        for bad in [{"bits": 1}, {"bits": object()}, {"bits": 2**70}, {"shape": [object()]}]:
+            try:
+                g.apply("fake_quantize", [x, s, z], bad)
+            except qg.Error:
+                pass
+        print("survived")
+    """)
+    child = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code],
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0 and "survived" in child.stdout, child.stderr[-4000:]
+
+
+def test_numpy_scalar_attributes_are_accepted():
+    g = qg.Graph()
+    x = g.input("x", "f32", [4, 4])
+    s = g.constant(np.array([0.1], np.float32))
+    z = g.constant(np.array([0], np.int32))
+    g.apply("fake_quantize", [x, s, z], {"bits": np.int64(4), "signed": np.bool_(True)})
+    node = g.node(g.num_nodes - 1)
+    assert node["attrs"]["bits"] == 4 and node["attrs"]["signed"] is True
+
+
 def test_feed_type_mismatch_names_the_input():
     g, x, w, y, loss = linear_graph()
     ex = qg.Executor(g)

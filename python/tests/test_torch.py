@@ -102,14 +102,13 @@ def test_fake_quantize_module_matches_torch_ao(per_channel):
     from torch.ao.quantization import FakeQuantize, MovingAverageMinMaxObserver
     from torch.ao.quantization import MovingAveragePerChannelMinMaxObserver
     if per_channel:
-        ref = FakeQuantize(observer=MovingAveragePerChannelMinMaxObserver, quant_min=-128,
-                           quant_max=127, dtype=torch.qint8, qscheme=torch.per_channel_symmetric,
-                           ch_axis=1, averaging_constant=0.1)
-        mine = qgt.FakeQuantize(-128, 127, qscheme="symmetric", ch_axis=1, averaging_constant=0.1)
+        kwargs = dict(observer=MovingAveragePerChannelMinMaxObserver, quant_min=-128,
+                      quant_max=127, dtype=torch.qint8, qscheme=torch.per_channel_symmetric,
+                      ch_axis=1, averaging_constant=0.1)
     else:
-        ref = FakeQuantize(observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255,
-                           averaging_constant=0.1)
-        mine = qgt.FakeQuantize(0, 255, averaging_constant=0.1)
+        kwargs = dict(observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255,
+                      averaging_constant=0.1)
+    ref, mine = FakeQuantize(**kwargs), qgt.FakeQuantize(**kwargs)
     for step in range(4):
         x = torch.randn(16, 8, generator=torch.Generator().manual_seed(step)) * (step + 1)
         want_y, want_dx = forward_backward(ref, x.clone().requires_grad_(True), step)
@@ -150,3 +149,47 @@ def test_torch_half_types_round_trip():
         c = g.constant(value if dtype != torch.bool else value.numpy())
         (out,) = qg.Executor(g).run({}, [c], framework="torch")
         assert out.dtype == dtype and torch.equal(out, value)
+
+
+def test_ste_gradient_zero_signs_match_torch_bit_for_bit():
+    # Clamped elements get dy * 0: -0.0 where dy < 0, NaN where dy is infinite, as torch's.
+    x = torch.tensor([-100.0, -100.0, 0.3, 100.0, 100.0, 0.0, -100.0, 7.0])
+    dy = torch.tensor([-1.0, 2.0, -3.0, -4.0, float("inf"), -0.0, float("nan"), 1.0])
+    grads = []
+    for fn in (torch.fake_quantize_per_tensor_affine, qgt.fake_quantize_per_tensor_affine):
+        xr = x.clone().requires_grad_(True)
+        fn(xr, 0.1, 0, -128, 127).backward(dy)
+        grads.append(xr.grad)
+    want, got = grads
+    assert torch.signbit(want[3]) and torch.isnan(want[4])
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32)), (got, want)
+
+
+def test_scale_with_requires_grad_raises_like_torch():
+    x = torch.randn(4, 4, requires_grad=True)
+    s = torch.tensor([0.1], requires_grad=True)
+    z = torch.tensor([0], dtype=torch.int32)
+    with pytest.raises(RuntimeError):
+        torch.fake_quantize_per_tensor_affine(x, s, z, 0, 255)
+    with pytest.raises(qg.Error, match=r"not differentiable with respect to .scale"):
+        qgt.fake_quantize_per_tensor_affine(x, s, z, 0, 255)
+    with pytest.raises(qg.Error, match=r"not differentiable with respect to .scale"):
+        qgt.fake_quantize_per_channel_affine(x, torch.ones(4, requires_grad=True), torch.zeros(4),
+                                             0, 0, 255)
+    with torch.no_grad():  # no graph is recorded: nothing to refuse
+        qgt.fake_quantize_per_tensor_affine(x, s, z, 0, 255)
+
+
+def test_create_graph_gives_torchs_second_derivative():
+    x0 = inputs((5, 7), 0.1, 3)
+    results = []
+    for fn in (torch.fake_quantize_per_tensor_affine, qgt.fake_quantize_per_tensor_affine):
+        x = x0.detach().clone().requires_grad_(True)
+        y = fn(x, 0.1, 0, -128, 127)
+        (g,) = torch.autograd.grad((y * y).sum(), x, create_graph=True)
+        assert g.requires_grad
+        (gg,) = torch.autograd.grad((g * g).sum(), x)
+        results.append((g.detach(), gg))
+    (g1, gg1), (g2, gg2) = results
+    assert torch.equal(g2.view(torch.int32), g1.view(torch.int32))
+    assert torch.equal(gg2.view(torch.int32), gg1.view(torch.int32))

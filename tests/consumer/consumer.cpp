@@ -9,14 +9,18 @@
 #include <string>
 #include <vector>
 
-#include "autograd/grad.h"
-#include "core/op_registry.h"
-#include "core/safetensors.h"
-#include "nn/digits.h"
-#include "nn/model.h"
-#include "nn/optimizer.h"
-#include "nn/quantized.h"
-#include "runtime/executor.h"
+// Headers by the package's name, as another library's are included; legacy_names.cpp checks
+// the root-relative names ("runtime/executor.h") still resolve.
+#include <qatgraph/autograd/grad.h>
+#include <qatgraph/core/op_registry.h>
+#include <qatgraph/core/safetensors.h>
+#include <qatgraph/nn/digits.h>
+#include <qatgraph/nn/model.h>
+#include <qatgraph/nn/optimizer.h>
+#include <qatgraph/nn/quantized.h>
+#include <qatgraph/runtime/executor.h>
+
+bool legacy_header_names_resolve();
 
 using namespace qg;
 
@@ -76,6 +80,8 @@ void check_registry() {
 
 int main() try {
   check_registry();
+  expect(legacy_header_names_resolve(),
+         "headers by their root-relative names (\"runtime/executor.h\")");
 
   nn::Dataset all = nn::load_digits(), train, test;
   nn::split_dataset(all, 0.2, /*seed=*/0, &train, &test);

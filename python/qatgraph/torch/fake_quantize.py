@@ -1,0 +1,173 @@
+"""FakeQuantize: torch.ao.quantization.FakeQuantize's module (constructor, buffers, state_dict
+names, switches, calculate_qparams, with_args) running qatgraph's observer and fake-quantize
+kernels."""
+import torch
+from torch.ao import quantization as tq
+
+from .. import _core
+from .functional import cpu_contiguous, fake_quantize, run
+
+_PREFIX = "[qatgraph.torch] FakeQuantize"
+_PER_TENSOR = (torch.per_tensor_affine, torch.per_tensor_symmetric)
+_PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_symmetric)
+_SYMMETRIC = (torch.per_tensor_symmetric, torch.per_channel_symmetric)
+
+# torch observers whose statistics a qatgraph op computes: (op, per-channel). Exact types
+# only: a subclass may change the statistics, so it runs its own forward.
+_OBSERVER_OPS = {
+    tq.MinMaxObserver: ("minmax_observer", False),
+    tq.MovingAverageMinMaxObserver: ("moving_average_observer", False),
+    tq.PerChannelMinMaxObserver: ("minmax_observer", True),
+    tq.MovingAveragePerChannelMinMaxObserver: ("moving_average_observer", True),
+}
+
+
+def _observer_dtype(observer, kwargs):
+    # torch.ao reads the dtype from the kwargs, or from a with_args wrapper's keywords.
+    keywords = getattr(getattr(observer, "p", None), "keywords", {})
+    return keywords.get("dtype", kwargs.get("dtype", torch.quint8))
+
+
+class FakeQuantize(tq.FakeQuantizeBase):
+    """torch.ao.quantization.FakeQuantize on qatgraph's kernels.
+
+    FakeQuantize(observer=MovingAverageMinMaxObserver, quant_min=None, quant_max=None,
+    **observer_kwargs), as torch.ao's: the observer module is built the same way and kept as
+    `activation_post_process`, so the state_dict (scale, zero_point, fake_quant_enabled,
+    observer_enabled, activation_post_process.min_val / max_val / eps) loads both ways between
+    this module and torch.ao's. With torch's MinMaxObserver, MovingAverageMinMaxObserver or
+    their per-channel variants, the observer statistics and qparams are computed by qatgraph's
+    observer op (which, unlike torch's, ignores non-finite values); any other observer runs
+    its own forward. Fake quantization always uses this module's `scale` and `zero_point`
+    buffers, so values set by hand or loaded are honoured while the observer is off.
+    torch.ao.quantization's disable_observer / enable_fake_quant ... work through
+    `model.apply` (this is a FakeQuantizeBase), and `with_args` puts it in a QConfig.
+    """
+
+    scale: torch.Tensor
+    zero_point: torch.Tensor
+
+    def __init__(self, observer=tq.MovingAverageMinMaxObserver, quant_min=None, quant_max=None,
+                 **observer_kwargs):
+        super().__init__()
+        if quant_min is not None and quant_max is not None:
+            if quant_min > quant_max:
+                raise _core.Error(f"{_PREFIX}: quant_min = {quant_min} must be <= quant_max = "
+                                  f"{quant_max}")
+            dtype = _observer_dtype(observer, observer_kwargs)
+            info = torch.iinfo(dtype)
+            if quant_min < info.min or quant_max > info.max:
+                raise _core.Error(f"{_PREFIX}: [{quant_min}, {quant_max}] is outside {dtype}'s "
+                                  f"range [{info.min}, {info.max}]")
+            observer_kwargs.update({"quant_min": quant_min, "quant_max": quant_max})
+        self.activation_post_process = observer(**observer_kwargs)
+        obs = self.activation_post_process
+        self.quant_min, self.quant_max = obs.quant_min, obs.quant_max
+        self.dtype, self.qscheme = obs.dtype, obs.qscheme
+        if self.qscheme not in _PER_TENSOR + _PER_CHANNEL:
+            raise _core.Error(f"{_PREFIX}: qscheme {self.qscheme} is not supported (per-tensor "
+                              "or per-channel, affine or symmetric, integer zero points)")
+        self.ch_axis = getattr(obs, "ch_axis", -1)
+        self.is_per_channel = self.qscheme in _PER_CHANNEL
+        self.register_buffer("scale", torch.tensor([1.0], dtype=torch.float))
+        self.register_buffer("zero_point", torch.tensor([0], dtype=torch.int))
+
+    @torch.jit.export
+    def calculate_qparams(self):
+        """(scale, zero_point) from the observer's statistics, as torch.ao computes them."""
+        return self.activation_post_process.calculate_qparams()
+
+    def forward(self, X):
+        if self.observer_enabled[0] == 1:
+            scale, zero_point = self._observe(X.detach())
+            if self.scale.shape != scale.shape:
+                self.scale.resize_(scale.shape)
+                self.zero_point.resize_(zero_point.shape)
+            self.scale.copy_(scale)
+            self.zero_point.copy_(zero_point)
+        if self.fake_quant_enabled[0] == 1:
+            axis = self.ch_axis if self.is_per_channel else None
+            X = fake_quantize(X, self.scale, self.zero_point, self.quant_min, self.quant_max, axis)
+        return X
+
+    def _observe(self, x):
+        obs = self.activation_post_process
+        kind = _OBSERVER_OPS.get(type(obs))
+        attrs = None if kind is None else self._observer_attrs(kind[1], x.dim())
+        if attrs is None or torch.jit.is_tracing():
+            obs(x)
+            return self.calculate_qparams()
+        op, per_channel = kind
+        channels = x.shape[attrs["axis"]] if per_channel else 1
+        if obs.min_val.numel() == 0:  # a per-channel observer before its first batch
+            low, high = torch.full([channels], float("inf")), torch.full([channels], float("-inf"))
+        else:
+            low, high = obs.min_val.reshape(-1), obs.max_val.reshape(-1)
+        if low.numel() != channels:
+            raise _core.Error(f"{_PREFIX}: the observer holds {low.numel()} channels, the input "
+                              f"has {channels} along axis {attrs['axis']}")
+        # Copies: the op updates its states in place, and the buffers are written back below.
+        states = {"min": low.detach().float().clone(), "max": high.detach().float().clone()}
+        if op == "moving_average_observer":
+            # torch's first-batch test: an untouched (inf, -inf) range.
+            fresh = bool((low == float("inf")).all() and (high == float("-inf")).all())
+            states["initialized"] = torch.full([channels], 0 if fresh else 1, dtype=torch.uint8)
+        (scale, zero_point), after = run(op, [cpu_contiguous(x, "x")], attrs, states)
+        shape = [channels] if per_channel else []
+        with torch.no_grad():
+            for name, key in (("min_val", "min"), ("max_val", "max")):
+                buffer = getattr(obs, name)
+                buffer.resize_(shape)
+                buffer.copy_(after[key].reshape(shape))
+        return scale, zero_point
+
+    def _observer_attrs(self, per_channel, ndim):
+        """The qatgraph observer attributes of torch's observer, or None where qatgraph's
+        qparams would differ from torch's (then torch's observer runs)."""
+        obs = self.activation_post_process
+        attrs = {"qscheme": "symmetric" if obs.qscheme in _SYMMETRIC else "affine",
+                 "eps": float(obs.eps)}
+        customized = getattr(obs, "has_customized_qrange", True)
+        if obs.dtype in (torch.quint8, torch.qint8) and not customized:
+            signed = obs.dtype == torch.qint8
+            attrs.update({"bits": 8, "signed": signed, "reduce_range": bool(obs.reduce_range)})
+            qg_zero_point = 0 if signed else 128
+        else:
+            attrs.update({"quant_min": int(obs.quant_min), "quant_max": int(obs.quant_max)})
+            qg_zero_point = 0 if obs.quant_min < 0 else (obs.quant_min + obs.quant_max) // 2
+        if obs.qscheme in _SYMMETRIC and qg_zero_point != self._torch_symmetric_zero_point():
+            return None
+        if hasattr(obs, "averaging_constant"):
+            attrs["averaging_constant"] = float(obs.averaging_constant)
+        if per_channel:
+            attrs.update({"scope": "channel", "axis": obs.ch_axis % ndim})
+        return attrs
+
+    def _torch_symmetric_zero_point(self):
+        # torch.ao's _calculate_qparams: unsigned 8-bit types take 128 (the midpoint of a
+        # customized range), uint16 2^15, every other type 0.
+        obs = self.activation_post_process
+        if obs.dtype in (torch.quint8, getattr(torch, "uint8", None)):
+            customized = getattr(obs, "has_customized_qrange", True)
+            return (obs.quant_min + obs.quant_max) // 2 if customized else 128
+        if obs.dtype == getattr(torch, "uint16", object()):
+            return 2 ** 15
+        return 0
+
+    @torch.jit.export
+    def extra_repr(self):
+        return (f"fake_quant_enabled={self.fake_quant_enabled}, "
+                f"observer_enabled={self.observer_enabled}, quant_min={self.quant_min}, "
+                f"quant_max={self.quant_max}, dtype={self.dtype}, qscheme={self.qscheme}, "
+                f"ch_axis={self.ch_axis}, scale={self.scale}, zero_point={self.zero_point}")
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        # scale and zero_point take the checkpoint's shape (per-channel qparams load into the
+        # [1]-shaped buffers of a module that has not run yet), as torch.ao's module does.
+        for name in ("scale", "zero_point"):
+            key = prefix + name
+            if key in state_dict:
+                getattr(self, name).resize_(state_dict[key].shape)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)

@@ -1,0 +1,53 @@
+"""Every public name of qatgraph.nn, and every public method, property and enum value of its
+classes, says what it is; so does every public name of the package itself."""
+import enum
+
+import qatgraph as qg
+
+
+def has_doc(obj):
+    doc = (getattr(obj, "__doc__", None) or "").strip()
+    if not doc:
+        return False
+    # nanobind gives every function and property a first line with its signature ("f(x: int)
+    # -> int", "(self) -> int"): a docstring is a line more.
+    lines = doc.splitlines()
+    generated = not isinstance(obj, type) and "(" in lines[0] and "->" in lines[0]
+    return len(lines) > 1 if generated else True
+
+
+def member_docs(cls):
+    """(qualified name, documented) of the public members a class defines itself."""
+    out = []
+    for name, value in vars(cls).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, enum.Enum) or isinstance(value, cls):  # an enum value
+            out.append((f"{cls.__name__}.{name}", _enum_value_documented(cls, name)))
+        else:
+            out.append((f"{cls.__name__}.{name}", has_doc(value)))
+    return out
+
+
+def _enum_value_documented(cls, name):
+    # nanobind enums keep each value's docstring in the value's own __doc__.
+    value = getattr(cls, name)
+    return bool((value.__doc__ or "").strip()) and value.__doc__ != cls.__doc__
+
+
+def undocumented(module):
+    missing = [n for n in module.__all__ if not has_doc(getattr(module, n))]
+    for n in module.__all__:
+        obj = getattr(module, n)
+        if isinstance(obj, type) and not issubclass(obj, BaseException):
+            missing += [name for name, ok in member_docs(obj) if not ok]
+    return sorted(missing)
+
+
+def test_every_public_name_of_nn_has_a_docstring():
+    assert len(qg.nn.__all__) > 30
+    assert undocumented(qg.nn) == []
+
+
+def test_every_public_name_of_the_package_has_a_docstring():
+    assert undocumented(qg) == []
