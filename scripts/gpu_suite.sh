@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On a GPU machine, one call: build everything (programs, every test binary, the Python module
+# against this machine's Python), run the whole ctest suite (CPU and GPU tests, the pytest
+# suite on this Python and torch), `qat crosscheck`, compute-sanitizer memcheck over the GPU
+# op-call tests, and the kernel benchmark table against PyTorch. Logs go to $OUT (or ./out);
+# a summary is printed last. Missing build dependencies (.gpudeps/root) are copied under /.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-out}
+mkdir -p "$out"
+build=${BUILD_DIR:-build-gpu}
+summary=()
+note() { summary+=("$1"); }
+if [ -d .gpudeps/root ] && [ ! -f /usr/include/eigen3/Eigen/Core ]; then
+  cp -rn .gpudeps/root/. / && note "deps: copied .gpudeps/root under /"
+fi
+note "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); python $(python3 -c 'import sys,torch,numpy; print(sys.version.split()[0], "torch", torch.__version__, "numpy", numpy.__version__)' 2>&1)"
+t0=$(date +%s)
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_BENCH=OFF \
+  -DPython_EXECUTABLE="$(command -v python3)" >"$out/configure.log" 2>&1 ||
+  { tail -30 "$out/configure.log"; exit 1; }
+cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 ||
+  { grep -E "error" -A4 "$out/build.log" | head -60; echo "SUMMARY: build failed"; exit 1; }
+note "build: $(($(date +%s) - t0)) s; $(grep -E 'qatgraph: (CUDA|Python)' "$out/configure.log" | tr '\n' ' ')"
+(cd "$build" && timeout "${T_CTEST:-420}" ctest -j "$(nproc)" --timeout 300 -E "${CTEST_EXCLUDE:-fuzz}" \
+  >"../$out/ctest.log" 2>&1)
+note "ctest: rc=$?; $(grep -E 'tests passed|tests failed' "$out/ctest.log")"
+grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)' "$out/ctest.log" | head -30
+timeout "${T_CROSS:-180}" "$build"/apps/qat crosscheck >"$out/crosscheck.log" 2>&1
+note "qat crosscheck: rc=$?; $(grep -E '^crosscheck summary' "$out/crosscheck.log")"
+if command -v compute-sanitizer >/dev/null; then
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$build"/tests/test_gpu \
+    --gtest_filter='GpuOpCall.*:GpuDeviceErrors.*' >"$out/memcheck.log" 2>&1
+  note "memcheck (GpuOpCall, GpuDeviceErrors): rc=$?; $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
+fi
+if [ -z "${SKIP_BENCH:-}" ]; then
+  OUT=$out QUICK=${QUICK:-} scripts/gpu_bench.sh >"$out/bench.log" 2>&1
+  note "bench: rc=$? (table in table.md)"
+fi
+printf '%s\n' "${summary[@]}" | sed 's/^/SUMMARY: /'
