@@ -76,8 +76,9 @@ Allocator& allocator_for(Device device) {
   if (Allocator* a = tls_override[override_slot(device.type)]) return *a;
   if (device.is_cpu()) return cpu_allocator();
   QG_CHECK(cuda_slot().allocator != nullptr, "allocator",
-           "no CUDA backend is available for device ", device.str(),
-           " (built without CUDA, or no GPU present)");
+           "no CUDA allocator is installed for device ", device.str(),
+           ": built without CUDA, or no GPU is present (with one, cuda_available(), a "
+           "DeviceContext or an Executor on the device installs it)");
   return cuda_slot().allocator(device.index);
 }
 

@@ -112,7 +112,8 @@ struct ContextOptions {
 std::unique_ptr<DeviceContext> make_device_context(Device device,
                                                    const ContextOptions& options = {});
 
-// Whether a CUDA device is present (false when built without CUDA).
+// Whether a CUDA device is present (false when built without CUDA). When one is, the CUDA
+// allocator is installed too, so CUDA tensors can be made before any context exists.
 bool cuda_available();
 
 }  // namespace qg

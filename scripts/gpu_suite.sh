@@ -15,6 +15,10 @@ if [ -d .gpudeps/root ] && [ ! -f /usr/include/eigen3/Eigen/Core ]; then
   cp -rn .gpudeps/root/. / && note "deps: copied .gpudeps/root under /"
 fi
 note "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); python $(python3 -c 'import sys,torch,numpy; print(sys.version.split()[0], "torch", torch.__version__, "numpy", numpy.__version__)' 2>&1)"
+# The digits data: Debian's sklearn here, else the sklearn of this Python.
+if [ -z "${QG_DIGITS_CSV:-}" ] && [ ! -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ]; then
+  QG_DIGITS_CSV=$(python3 -c "import os, sklearn; print(os.path.join(os.path.dirname(sklearn.__file__), 'datasets', 'data', 'digits.csv.gz'))" 2>/dev/null) && export QG_DIGITS_CSV
+fi
 t0=$(date +%s)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_BENCH=OFF \
   -DPython_EXECUTABLE="$(command -v python3)" >"$out/configure.log" 2>&1 ||
@@ -23,11 +27,15 @@ cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 ||
   { grep -E "error" -A4 "$out/build.log" | head -60; echo "SUMMARY: build failed"; exit 1; }
 note "build: $(($(date +%s) - t0)) s; $(grep -E 'qatgraph: (CUDA|Python)' "$out/configure.log" | tr '\n' ' ')"
 out=$(cd "$out" && pwd)
-(cd "$build" && timeout "${T_CTEST:-420}" ctest -j "$(nproc)" --timeout 300 -E "${CTEST_EXCLUDE:-fuzz}" \
+(cd "$build" && timeout "${T_CTEST:-420}" ctest -j "$(nproc)" --timeout 300 -E "${CTEST_EXCLUDE:-fuzz|conformance|package_consumer}" \
   >"$out/ctest.log" 2>&1)
 note "ctest: rc=$?; $(grep -E 'tests passed|tests failed' "$out/ctest.log")"
 grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)' "$out/ctest.log" | head -30
-timeout "${T_CROSS:-180}" "$build"/apps/qat crosscheck >"$out/crosscheck.log" 2>&1
+# The pytest suite again on its own, with faulthandler's backtrace if it crashes.
+PYTHONPATH="$build/python" PYTHONFAULTHANDLER=1 timeout 300 python3 -m pytest -q -x python/tests \
+  >"$out/pytest.log" 2>&1
+note "pytest ($(python3 --version 2>&1)): rc=$?; $(tail -1 "$out/pytest.log")"
+[ -n "${SKIP_CROSS:-}" ] || timeout "${T_CROSS:-180}" "$build"/apps/qat crosscheck >"$out/crosscheck.log" 2>&1
 note "qat crosscheck: rc=$?; $(grep -E '^crosscheck summary' "$out/crosscheck.log")"
 if command -v compute-sanitizer >/dev/null; then
   # API errors are left out: the out-of-memory test provokes one on purpose.

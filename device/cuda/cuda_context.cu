@@ -8,6 +8,8 @@
 
 namespace qg {
 
+void install_cuda_allocator_once();  // below, after the allocator it installs
+
 bool cuda_device_present() {
   static bool present = [] {
     int n = 0;
@@ -16,6 +18,8 @@ bool cuda_device_present() {
       (void)cudaGetLastError();
       return false;
     }
+    // Tensors may be created on a present device before any context exists.
+    if (n > 0) install_cuda_allocator_once();
     return n > 0;
   }();
   return present;
@@ -104,6 +108,13 @@ class CudaContext final : public DeviceContext {
 }  // namespace
 }  // namespace cuda
 
+void install_cuda_allocator_once() {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    install_device_allocator(DeviceType::cuda, cuda::device_allocator, cuda::copy_without_context);
+  });
+}
+
 std::unique_ptr<DeviceContext> make_cuda_context(int index, const ContextOptions& options) {
   QG_CHECK(cuda_device_present(), "device_context", "device cuda:", index,
            " requested but no CUDA device is present");
@@ -111,10 +122,6 @@ std::unique_ptr<DeviceContext> make_cuda_context(int index, const ContextOptions
   QG_CUDA_CHECK("device_context", cudaGetDeviceCount(&n));
   QG_CHECK(index >= 0 && index < n && index < cuda::kMaxDevices, "device_context",
            "device cuda:", index, " does not exist (", n, " devices)");
-  static std::once_flag installed;
-  std::call_once(installed, [] {
-    install_device_allocator(DeviceType::cuda, cuda::device_allocator, cuda::copy_without_context);
-  });
   // The context's device becomes current, as a backend made for it expects.
   QG_CUDA_CHECK("device_context", cudaSetDevice(index));
   auto stream = static_cast<cudaStream_t>(options.stream);

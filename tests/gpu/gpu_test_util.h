@@ -7,31 +7,22 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/graph.h"
-#include "device/device_context.h"
 #include "runtime/backend.h"
 #include "runtime/executor.h"
 #include "tests/core/test_util.h"
 
-// Skips without a device; with one, makes sure a CUDA context has installed the device
-// allocator, so a test may create CUDA tensors first whichever test ran before it.
 #define QG_REQUIRE_GPU()                                                                  \
   do {                                                                                    \
     if (!::qg::cuda_available())                                                          \
       GTEST_SKIP() << "no CUDA device present (or built without CUDA): GPU test skipped"; \
-    ::qg::testing::install_cuda_allocator();                                              \
   } while (0)
 
 namespace qg::testing {
-
-inline void install_cuda_allocator() {
-  static std::unique_ptr<DeviceContext> context = make_device_context(Device::cuda());
-}
 
 // Runs `op` on inputs named in0.. and returns every output (on the host). `options` set up
 // the executor's DeviceContext (precision flags, stream).
