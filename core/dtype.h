@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace qg {
 
@@ -15,6 +16,12 @@ const char* dtype_name(DType t);
 DType dtype_from_name(const std::string& name);  // throws qg::Error on an unknown name
 bool is_floating(DType t);
 bool is_integral(DType t);  // i8, u8, i32, i64 (not bool)
+
+// The floating dtypes (is_floating's set) in enum order: the dtype list of every kernel
+// that takes any of them.
+inline const std::vector<DType> kFloatDTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
+// f32 and f64 only: kernels without a 16-bit path.
+inline const std::vector<DType> kF32F64DTypes = {DType::f32, DType::f64};
 
 enum class DeviceType : uint8_t { cpu, cuda };
 

@@ -110,7 +110,7 @@ ObserverKind parse_observer(const std::string& s) {
 
 namespace {
 
-bool is_one_of(DType d, std::initializer_list<DType> set) {
+bool is_one_of(DType d, const std::vector<DType>& set) {
   for (DType e : set)
     if (d == e) return true;
   return false;
@@ -138,9 +138,9 @@ const std::vector<PrecisionPreset>& precision_presets() {
 void PrecisionPolicy::validate() const {
   for (auto [field, d] : {std::pair<const char*, DType>{"parameter", parameter},
                           std::pair<const char*, DType>{"compute", compute}})
-    QG_CHECK(is_one_of(d, {DType::f32, DType::f64, DType::f16, DType::bf16}), "precision", field,
-             " dtype ", dtype_name(d), " is not one of f32, f64, f16, bf16");
-  QG_CHECK(is_one_of(accumulate, {DType::f32, DType::f64}), "precision", "accumulate dtype ",
+    QG_CHECK(is_one_of(d, kFloatDTypes), "precision", field, " dtype ", dtype_name(d),
+             " is not one of f32, f64, f16, bf16");
+  QG_CHECK(is_one_of(accumulate, kF32F64DTypes), "precision", "accumulate dtype ",
            dtype_name(accumulate), " is not one of f32, f64");
   QG_CHECK(!(compute == DType::f64 && accumulate != DType::f64), "precision", "accumulate dtype ",
            dtype_name(accumulate), " is narrower than compute dtype f64");

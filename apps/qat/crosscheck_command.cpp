@@ -17,8 +17,6 @@
 namespace qg::cli {
 namespace {
 
-const DType kDtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 Tensor draw(const GradcheckInput& spec, DType dtype, std::mt19937_64& rng) {
   if (!spec.values.empty()) return Tensor::from_doubles(spec.shape, spec.values, dtype);
   std::uniform_real_distribution<double> dist(spec.low, spec.high);
@@ -150,7 +148,7 @@ void add_crosscheck_command(CLI::App& app) {
     std::set<std::string> missing;
     for (const OpCase& oc : all_cases(*filter)) {
       const CrosscheckCase& c = oc.c;
-      for (DType dtype : kDtypes) {
+      for (DType dtype : kFloatDTypes) {
         if (c.float_only && dtype != DType::f32) continue;
         Built b;
         std::string why;

@@ -22,36 +22,34 @@ void map_cuda(KernelContext& ctx, const Tensor& a, const Tensor& b, F f) {
   });
 }
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 }  // namespace
 
 void add_activation_cuda_kernels(OpRegistry& r) {
-  r.get_mutable("relu").kernels.push_back({DeviceType::cuda, kFloatTypes, [](KernelContext& c) {
+  r.get_mutable("relu").kernels.push_back({DeviceType::cuda, kFloatDTypes, [](KernelContext& c) {
                                              map_cuda(c, c.inputs[0], c.inputs[0], ReluF{});
                                            }});
   r.get_mutable("relu_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, [](KernelContext& c) {
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, [](KernelContext& c) {
                             map_cuda(c, c.inputs[0], c.inputs[1], ReluBackwardF{});
                           }});
-  r.get_mutable("gelu").kernels.push_back({DeviceType::cuda, kFloatTypes, [](KernelContext& c) {
+  r.get_mutable("gelu").kernels.push_back({DeviceType::cuda, kFloatDTypes, [](KernelContext& c) {
                                              if (c.attrs.get_string("approximate") == "tanh")
                                                map_cuda(c, c.inputs[0], c.inputs[0], GeluTanhF{});
                                              else
                                                map_cuda(c, c.inputs[0], c.inputs[0], GeluErfF{});
                                            }});
   r.get_mutable("gelu_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, [](KernelContext& c) {
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, [](KernelContext& c) {
                             if (c.attrs.get_string("approximate") == "tanh")
                               map_cuda(c, c.inputs[0], c.inputs[1], GeluTanhBackwardF{});
                             else
                               map_cuda(c, c.inputs[0], c.inputs[1], GeluErfBackwardF{});
                           }});
-  r.get_mutable("silu").kernels.push_back({DeviceType::cuda, kFloatTypes, [](KernelContext& c) {
+  r.get_mutable("silu").kernels.push_back({DeviceType::cuda, kFloatDTypes, [](KernelContext& c) {
                                              map_cuda(c, c.inputs[0], c.inputs[0], SiluF{});
                                            }});
   r.get_mutable("silu_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, [](KernelContext& c) {
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, [](KernelContext& c) {
                             map_cuda(c, c.inputs[0], c.inputs[1], SiluBackwardF{});
                           }});
 }

@@ -9,8 +9,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 AttrSpec approximate_attr() {
   return string_attr("approximate", std::string("none"), {"none", "tanh"},
                      "none: 0.5 x (1 + erf(x / sqrt 2)); tanh: the tanh approximation");
@@ -61,7 +59,7 @@ void define_gelu_ops(OpRegistry& r) {
     expect_float(ctx, 0);
     return same_as_input(ctx);
   };
-  gelu.kernels.push_back({DeviceType::cpu, kFloatTypes, gelu_cpu});
+  gelu.kernels.push_back({DeviceType::cpu, kFloatDTypes, gelu_cpu});
   gelu.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     Attrs a;
     a.set("approximate", c.node.attrs.get_string("approximate"));
@@ -83,7 +81,7 @@ void define_gelu_ops(OpRegistry& r) {
   back.outputs = {"dx"};
   back.attrs = {approximate_attr()};
   back.infer = infer_dy_x;
-  back.kernels.push_back({DeviceType::cpu, kFloatTypes, gelu_backward_cpu});
+  back.kernels.push_back({DeviceType::cpu, kFloatDTypes, gelu_backward_cpu});
 }
 
 }  // namespace qg

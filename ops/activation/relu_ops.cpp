@@ -9,10 +9,6 @@ namespace qg {
 void define_gelu_ops(OpRegistry& r);  // gelu_ops.cpp
 void define_silu_ops(OpRegistry& r);  // silu_ops.cpp
 
-namespace {
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-}
-
 void add_activation_cuda_kernels(OpRegistry& r);  // activation_cuda.cu
 void add_activation_crosscheck(OpRegistry& r);    // activation_crosscheck.cpp
 
@@ -26,7 +22,7 @@ void define_activation_ops(OpRegistry& r) {
     expect_float(ctx, 0);
     return same_as_input(ctx);
   };
-  relu.kernels.push_back({DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+  relu.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                             cpu::unary_float("relu", ctx.inputs[0], ctx.outputs[0], [](auto v) {
                               return v > 0 ? v : (v != v ? v : decltype(v)(0));
                             });
@@ -53,7 +49,7 @@ void define_activation_ops(OpRegistry& r) {
              " and x ", ctx.inputs[1].str(), " must have the same shape");
     return same_as_input(ctx);
   };
-  back.kernels.push_back({DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+  back.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                             cpu::binary_float(
                                 "relu_backward", ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
                                 [](auto dy, auto x) { return x > 0 ? dy : decltype(dy)(0); });

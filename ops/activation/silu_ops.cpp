@@ -6,10 +6,6 @@
 #include "ops/common/schema_helpers.h"
 
 namespace qg {
-namespace {
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-}
-
 void define_silu_ops(OpRegistry& r) {
   OpDef& silu = r.define("silu");
   silu.doc = "y = x * sigmoid(x) = x / (1 + exp(-x)).";
@@ -20,7 +16,7 @@ void define_silu_ops(OpRegistry& r) {
     expect_float(ctx, 0);
     return same_as_input(ctx);
   };
-  silu.kernels.push_back({DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+  silu.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                             cpu::unary_float("silu", ctx.inputs[0], ctx.outputs[0],
                                              [](auto x) { return act::silu(x); });
                           }});
@@ -43,7 +39,7 @@ void define_silu_ops(OpRegistry& r) {
              " and x ", ctx.inputs[1].str(), " must have the same shape");
     return same_as_input(ctx);
   };
-  back.kernels.push_back({DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+  back.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                             cpu::binary_float(
                                 "silu_backward", ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
                                 [](auto dy, auto x) { return dy * act::silu_grad(x); });

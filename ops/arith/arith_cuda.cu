@@ -184,13 +184,11 @@ void sum_to_cuda(KernelContext& ctx) {
   });
 }
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 }  // namespace
 
 void add_arith_cuda_kernels(OpRegistry& r) {
   auto add = [&](const char* op, KernelFn fn) {
-    r.get_mutable(op).kernels.push_back({DeviceType::cuda, kFloatTypes, std::move(fn)});
+    r.get_mutable(op).kernels.push_back({DeviceType::cuda, kFloatDTypes, std::move(fn)});
   };
   add("add", [](KernelContext& c) { binary_cuda(c, c.inputs[0], c.inputs[1], AddF{}); });
   add("sub", [](KernelContext& c) { binary_cuda(c, c.inputs[0], c.inputs[1], SubF{}); });

@@ -12,8 +12,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 std::vector<TensorType> infer_binary(const InferContext& ctx) {
   expect_float(ctx, 0);
   expect_float(ctx, 1);
@@ -37,7 +35,7 @@ void define_binary(OpRegistry& r, const char* name, const char* doc, F f, Backwa
   op.outputs = {"y"};
   op.differentiable_inputs = {true, true};
   op.infer = infer_binary;
-  op.kernels.push_back({DeviceType::cpu, kFloatTypes, [name, f](KernelContext& ctx) {
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [name, f](KernelContext& ctx) {
                           cpu::binary_float(name, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0], f);
                         }});
   op.backward = std::move(backward);
@@ -110,7 +108,7 @@ void define_sqrt(OpRegistry& r) {
     expect_float(ctx, 0);
     return same_as_input(ctx);
   };
-  op.kernels.push_back({DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                           cpu::unary_float("sqrt", ctx.inputs[0], ctx.outputs[0],
                                            [](auto v) { return std::sqrt(v); });
                         }});
@@ -136,7 +134,7 @@ void define_neg(OpRegistry& r) {
     expect_float(ctx, 0);
     return same_as_input(ctx);
   };
-  op.kernels.push_back({DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                           cpu::unary_float("neg", ctx.inputs[0], ctx.outputs[0],
                                            [](auto v) { return -v; });
                         }});
@@ -162,7 +160,7 @@ void define_sum_to(OpRegistry& r) {
              " does not broadcast to the input shape ", shape_str(ctx.inputs[0].shape));
     return std::vector<TensorType>{{ctx.inputs[0].dtype, target}};
   };
-  op.kernels.push_back({DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                           const Tensor& x = ctx.inputs[0];
                           Tensor& y = ctx.outputs[0];
                           dispatch_float(x.dtype(), "sum_to", [&](auto tag) {
@@ -202,7 +200,7 @@ void define_broadcast_to(OpRegistry& r) {
              " does not broadcast to ", shape_str(target));
     return std::vector<TensorType>{{ctx.inputs[0].dtype, target}};
   };
-  op.kernels.push_back({DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                           const Tensor& x = ctx.inputs[0];
                           Tensor& y = ctx.outputs[0];
                           dispatch_float(x.dtype(), "broadcast_to", [&](auto tag) {

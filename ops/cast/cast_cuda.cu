@@ -62,9 +62,7 @@ void cast_cuda(KernelContext& ctx) {
 }  // namespace
 
 void add_cast_cuda_kernels(OpRegistry& r) {
-  r.get_mutable("cast").kernels.push_back({DeviceType::cuda,
-                                           {DType::f32, DType::f64, DType::f16, DType::bf16},
-                                           cast_cuda,
+  r.get_mutable("cast").kernels.push_back({DeviceType::cuda, kFloatDTypes, cast_cuda,
                                            /*strided=*/true});
 }
 

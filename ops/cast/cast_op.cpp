@@ -11,8 +11,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kCastTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 void cast_cpu(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   Tensor& y = ctx.outputs[0];
@@ -53,7 +51,7 @@ void define_cast_ops(OpRegistry& r) {
     return std::vector<TensorType>{{to, ctx.inputs[0].shape}};
   };
   // Reads x through its strides: casting a transposed or sliced view makes it contiguous.
-  op.kernels.push_back({DeviceType::cpu, kCastTypes, cast_cpu, /*strided=*/true});
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, cast_cpu, /*strided=*/true});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     const DType from = c.graph.value(c.node.inputs[0]).type.dtype;
     return {c.graph.apply1("cast", {c.grad_or_zeros(0)}, {{"dtype", dtype_name(from)}})};

@@ -345,14 +345,13 @@ void conv2d_backward_bias_cuda(KernelContext& ctx) {
 }  // namespace
 
 void add_conv_cuda_kernels(OpRegistry& r) {
-  const std::vector<DType> dtypes = {DType::f32, DType::f64};
-  r.get_mutable("conv2d").kernels.push_back({DeviceType::cuda, dtypes, conv2d_forward_cuda});
+  r.get_mutable("conv2d").kernels.push_back({DeviceType::cuda, kF32F64DTypes, conv2d_forward_cuda});
   r.get_mutable("conv2d_backward_input")
-      .kernels.push_back({DeviceType::cuda, dtypes, conv2d_backward_input_cuda});
+      .kernels.push_back({DeviceType::cuda, kF32F64DTypes, conv2d_backward_input_cuda});
   r.get_mutable("conv2d_backward_weight")
-      .kernels.push_back({DeviceType::cuda, dtypes, conv2d_backward_weight_cuda});
+      .kernels.push_back({DeviceType::cuda, kF32F64DTypes, conv2d_backward_weight_cuda});
   r.get_mutable("conv2d_backward_bias")
-      .kernels.push_back({DeviceType::cuda, dtypes, conv2d_backward_bias_cuda});
+      .kernels.push_back({DeviceType::cuda, kF32F64DTypes, conv2d_backward_bias_cuda});
 }
 
 }  // namespace qg

@@ -159,7 +159,7 @@ void define_conv_ops(OpRegistry& r) {
       return std::vector<TensorType>{{ctx.inputs[0].dtype, g.y_shape()}};
     };
     op.kernels.push_back(
-        {DeviceType::cpu, {DType::f32, DType::f64}, [](KernelContext& ctx) {
+        {DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
            ConvGeometry g =
                conv_geometry(ctx.op, ctx.inputs[0].shape(), ctx.inputs[1].shape(), ctx.attrs);
            conv2d_forward_cpu(g, ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[0]);
@@ -199,7 +199,7 @@ void define_conv_ops(OpRegistry& r) {
       return std::vector<TensorType>{{ctx.inputs[0].dtype, g.x_shape()}};
     };
     op.kernels.push_back(
-        {DeviceType::cpu, {DType::f32, DType::f64}, [](KernelContext& ctx) {
+        {DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
            ConvGeometry g = conv_geometry(ctx.op, ctx.attrs.get_ints("input_shape"),
                                           ctx.inputs[1].shape(), ctx.attrs);
            conv2d_backward_input_cpu(g, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]);
@@ -220,7 +220,7 @@ void define_conv_ops(OpRegistry& r) {
       return std::vector<TensorType>{{ctx.inputs[0].dtype, g.w_shape()}};
     };
     op.kernels.push_back(
-        {DeviceType::cpu, {DType::f32, DType::f64}, [](KernelContext& ctx) {
+        {DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
            ConvGeometry g = conv_geometry(ctx.op, ctx.inputs[1].shape(),
                                           ctx.attrs.get_ints("weight_shape"), ctx.attrs);
            conv2d_backward_weight_cpu(g, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]);
@@ -240,7 +240,7 @@ void define_conv_ops(OpRegistry& r) {
                shape_str(dy));
       return std::vector<TensorType>{{ctx.inputs[0].dtype, {dy[1]}}};
     };
-    op.kernels.push_back({DeviceType::cpu, {DType::f32, DType::f64}, [](KernelContext& ctx) {
+    op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
                             conv2d_backward_bias_cpu(ctx.inputs[0], ctx.outputs[0]);
                           }});
   }

@@ -79,14 +79,12 @@ void dropout_backward_cuda(KernelContext& ctx) {
   });
 }
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 }  // namespace
 
 void add_dropout_cuda_kernels(OpRegistry& r) {
-  r.get_mutable("dropout").kernels.push_back({DeviceType::cuda, kFloatTypes, dropout_cuda});
+  r.get_mutable("dropout").kernels.push_back({DeviceType::cuda, kFloatDTypes, dropout_cuda});
   r.get_mutable("dropout_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, dropout_backward_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, dropout_backward_cuda});
 }
 
 }  // namespace qg

@@ -20,8 +20,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 AttrSpec p_attr() {
   AttrSpec p = real_attr("p", 0.5, "drop probability in [0, 1)");
   p.validate = [](const std::string& op, const Attr& v) {
@@ -109,7 +107,7 @@ void define_dropout_ops(OpRegistry& r) {
   op.states = [](const InferContext&) {
     return std::vector<StateSpec>{{"step", {DType::i64, {1}}, 0.0}};
   };
-  op.kernels.push_back({DeviceType::cpu, kFloatTypes, dropout_cpu});
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, dropout_cpu});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     Attrs a;
     a.set("p", c.node.attrs.get_real("p"));
@@ -149,7 +147,7 @@ void define_dropout_ops(OpRegistry& r) {
              "mask ", ctx.inputs[1].str(), " must be u8 shaped like dy ", ctx.inputs[0].str());
     return same_as_input(ctx);
   };
-  back.kernels.push_back({DeviceType::cpu, kFloatTypes, dropout_backward_cpu});
+  back.kernels.push_back({DeviceType::cpu, kFloatDTypes, dropout_backward_cpu});
 #ifdef QG_WITH_CUDA
   add_dropout_cuda_kernels(r);
 #endif

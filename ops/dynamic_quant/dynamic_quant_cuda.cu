@@ -417,9 +417,7 @@ void dynamic_range_quantize_cuda(KernelContext& ctx) {
 
 void add_dynamic_quant_cuda_kernels(OpRegistry& r) {
   r.get_mutable("dynamic_range_quantize")
-      .kernels.push_back({DeviceType::cuda,
-                          {DType::f32, DType::f64, DType::f16, DType::bf16},
-                          dynamic_range_quantize_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, dynamic_range_quantize_cuda});
 }
 
 }  // namespace qg

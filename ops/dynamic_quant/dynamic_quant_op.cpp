@@ -152,9 +152,7 @@ void define_dynamic_quant_ops(OpRegistry& r) {
   op.outputs = {"q", "scale", "zero_point"};
   op.attrs = dynamic_attrs();
   op.infer = infer_dynamic;
-  op.kernels.push_back({DeviceType::cpu,
-                        {DType::f32, DType::f64, DType::f16, DType::bf16},
-                        dynamic_range_quantize_cpu});
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, dynamic_range_quantize_cpu});
 #ifdef QG_WITH_CUDA
   add_dynamic_quant_cuda_kernels(r);
 #endif

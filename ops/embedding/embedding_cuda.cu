@@ -150,14 +150,12 @@ void embedding_backward_cuda(KernelContext& ctx) {
   });
 }
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 }  // namespace
 
 void add_embedding_cuda_kernels(OpRegistry& r) {
-  r.get_mutable("embedding").kernels.push_back({DeviceType::cuda, kFloatTypes, embedding_cuda});
+  r.get_mutable("embedding").kernels.push_back({DeviceType::cuda, kFloatDTypes, embedding_cuda});
   r.get_mutable("embedding_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, embedding_backward_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, embedding_backward_cuda});
 }
 
 }  // namespace qg

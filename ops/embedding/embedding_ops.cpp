@@ -14,8 +14,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 void expect_index_dtype(const InferContext& ctx, int input) {
   DType d = ctx.inputs[input].dtype;
   QG_CHECK(d == DType::i64 || d == DType::i32, ctx.op, "input '", "indices",
@@ -94,7 +92,7 @@ void define_embedding_ops(OpRegistry& r) {
     out.push_back(w.shape[1]);
     return std::vector<TensorType>{{w.dtype, out}};
   };
-  op.kernels.push_back({DeviceType::cpu, kFloatTypes, embedding_cpu});
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, embedding_cpu});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     Shape w = shape_of(c.graph, c.node.inputs[0]);
     return {c.graph.apply1("embedding_backward", {c.grad_or_zeros(0), c.node.inputs[1]},
@@ -126,7 +124,7 @@ void define_embedding_ops(OpRegistry& r) {
     return std::vector<TensorType>{
         {ctx.inputs[0].dtype, {ctx.attrs.get_int("num_embeddings"), dy.back()}}};
   };
-  back.kernels.push_back({DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+  back.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                             Tensor& dw = ctx.outputs[0];
                             std::vector<int64_t> idx =
                                 checked_indices(ctx.op, ctx.inputs[1], dw.size(0));

@@ -245,15 +245,13 @@ void ste_backward_cuda(KernelContext& ctx) {
   });
 }
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 }  // namespace
 
 void add_fake_quantize_cuda_kernels(OpRegistry& r) {
   r.get_mutable("fake_quantize")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, fake_quantize_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, fake_quantize_cuda});
   r.get_mutable("ste_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, ste_backward_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, ste_backward_cuda});
 }
 
 }  // namespace qg

@@ -88,8 +88,7 @@ void define_fake_quantize_ops(OpRegistry& r) {
   op.states = [](const InferContext&) {
     return std::vector<StateSpec>{{"fake_quant_enabled", {DType::u8, {1}}, 1}};
   };
-  op.kernels.push_back(
-      {DeviceType::cpu, {DType::f32, DType::f64, DType::f16, DType::bf16}, fake_quantize_cpu});
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, fake_quantize_cpu});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     ValueId dx = c.graph.apply1("ste_backward", {c.grad_or_zeros(0), c.node.outputs[1]});
     return {dx, kNoValue, kNoValue};
@@ -121,8 +120,7 @@ void define_fake_quantize_ops(OpRegistry& r) {
              " bytes but dy ", ctx.inputs[0].str(), " needs ", want);
     return same_as_input(ctx);
   };
-  ste.kernels.push_back(
-      {DeviceType::cpu, {DType::f32, DType::f64, DType::f16, DType::bf16}, ste_backward_cpu});
+  ste.kernels.push_back({DeviceType::cpu, kFloatDTypes, ste_backward_cpu});
 #ifdef QG_WITH_CUDA
   add_fake_quantize_cuda_kernels(r);
 #endif

@@ -116,14 +116,13 @@ void backward_cuda(KernelContext& ctx) {
 }  // namespace
 
 void add_fold_cuda_kernels(OpRegistry& r) {
-  const std::vector<DType> types = {DType::f32, DType::f64};
   r.get_mutable("conv_bn_fold_weight")
-      .kernels.push_back({DeviceType::cuda, types, [](KernelContext& ctx) {
+      .kernels.push_back({DeviceType::cuda, kF32F64DTypes, [](KernelContext& ctx) {
                             dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op,
                                              [&](auto tag) { forward_cuda<decltype(tag)>(ctx); });
                           }});
   r.get_mutable("conv_bn_fold_weight_backward")
-      .kernels.push_back({DeviceType::cuda, types, [](KernelContext& ctx) {
+      .kernels.push_back({DeviceType::cuda, kF32F64DTypes, [](KernelContext& ctx) {
                             dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op,
                                              [&](auto tag) { backward_cuda<decltype(tag)>(ctx); });
                           }});

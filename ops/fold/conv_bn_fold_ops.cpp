@@ -36,8 +36,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kTypes = {DType::f32, DType::f64};
-
 // eps must stay positive once rounded to T (the chain's f32 constant held float(eps)).
 void check_eps(const InferContext& ctx, DType dtype) {
   const double eps = ctx.attrs.get_real("eps");
@@ -129,7 +127,7 @@ void define_fold_ops(OpRegistry& r) {
     const TensorType vec{ctx.inputs[0].dtype, {ctx.inputs[0].shape[0]}};
     return std::vector<TensorType>{ctx.inputs[0], vec, vec};
   };
-  op.kernels.push_back({DeviceType::cpu, kTypes, [](KernelContext& ctx) {
+  op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
                           dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
                             fold_forward_typed<decltype(tag)>(ctx);
                           });
@@ -170,7 +168,7 @@ void define_fold_ops(OpRegistry& r) {
     expect_channel_vectors(ctx, 0, 1, 1, {"d_scale_factor"});
     return std::vector<TensorType>{ctx.inputs[0], ctx.inputs[1]};
   };
-  back.kernels.push_back({DeviceType::cpu, kTypes, [](KernelContext& ctx) {
+  back.kernels.push_back({DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
                             dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
                               fold_backward_typed<decltype(tag)>(ctx);
                             });

@@ -297,9 +297,7 @@ void unpack_dequantize_cuda(KernelContext& ctx) {
 
 void add_int4_cuda_kernels(OpRegistry& r) {
   r.get_mutable("int4_quantize_pack")
-      .kernels.push_back({DeviceType::cuda,
-                          {DType::f32, DType::f64, DType::f16, DType::bf16},
-                          quantize_pack_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, quantize_pack_cuda});
   r.get_mutable("int4_unpack_dequantize")
       .kernels.push_back({DeviceType::cuda, {DType::u8}, unpack_dequantize_cuda});
 }

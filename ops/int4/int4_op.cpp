@@ -12,8 +12,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kFloatDtypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 std::vector<AttrSpec> layout_attrs() {
   AttrSpec group_size =
       int_attr("group_size", 128, "elements per group along the axis (the last may be shorter)");
@@ -81,7 +79,7 @@ void define_int4_ops(OpRegistry& r) {
   q.attrs.push_back(string_attr("mode", "symmetric", {"symmetric", "asymmetric"},
                                 "symmetric (absmax / 7, zp 8) or asymmetric (min/max, zp)"));
   q.infer = infer_quantize_pack;
-  q.kernels.push_back({DeviceType::cpu, kFloatDtypes, int4_quantize_pack_cpu});
+  q.kernels.push_back({DeviceType::cpu, kFloatDTypes, int4_quantize_pack_cpu});
 
   OpDef& d = r.define("int4_unpack_dequantize");
   d.doc =

@@ -94,7 +94,7 @@ void define_batched_matmul_op(OpRegistry& r) {
     return std::vector<TensorType>{{ctx.inputs[0].dtype, out}};
   };
   op.kernels.push_back(
-      {DeviceType::cpu, {DType::f32, DType::f64, DType::f16, DType::bf16}, [](KernelContext& ctx) {
+      {DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
          bool ta = ctx.attrs.get_bool("transpose_a"), tb = ctx.attrs.get_bool("transpose_b");
          dispatch_float(ctx.inputs[0].dtype(), "batched_matmul", [&](auto tag) {
            batched_matmul_cpu<decltype(tag)>(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0], ta, tb);

@@ -148,12 +148,9 @@ void batched_matmul_cuda(KernelContext& ctx) {
 }  // namespace
 
 void add_linalg_cuda_kernels(OpRegistry& r) {
-  r.get_mutable("matmul").kernels.push_back(
-      {DeviceType::cuda, {DType::f32, DType::f64, DType::f16, DType::bf16}, matmul_cuda});
+  r.get_mutable("matmul").kernels.push_back({DeviceType::cuda, kFloatDTypes, matmul_cuda});
   r.get_mutable("batched_matmul")
-      .kernels.push_back({DeviceType::cuda,
-                          {DType::f32, DType::f64, DType::f16, DType::bf16},
-                          batched_matmul_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, batched_matmul_cuda});
 }
 
 }  // namespace qg

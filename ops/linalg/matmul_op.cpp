@@ -80,7 +80,7 @@ void define_linalg_ops(OpRegistry& r) {
     return std::vector<TensorType>{{ctx.inputs[0].dtype, {m, n}}};
   };
   op.kernels.push_back(
-      {DeviceType::cpu, {DType::f32, DType::f64, DType::f16, DType::bf16}, [](KernelContext& ctx) {
+      {DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
          bool ta = ctx.attrs.get_bool("transpose_a"), tb = ctx.attrs.get_bool("transpose_b");
          dispatch_float(ctx.inputs[0].dtype(), "matmul", [&](auto tag) {
            matmul_cpu<decltype(tag)>(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0], ta, tb);

@@ -133,15 +133,13 @@ void ce_backward_cuda(KernelContext& ctx) {
   });
 }
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 }  // namespace
 
 void add_loss_cuda_kernels(OpRegistry& r) {
   r.get_mutable("softmax_cross_entropy")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, ce_forward_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, ce_forward_cuda});
   r.get_mutable("softmax_cross_entropy_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, ce_backward_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, ce_backward_cuda});
 }
 
 }  // namespace qg

@@ -11,8 +11,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 void check_inputs(const InferContext& ctx) {
   expect_float(ctx, 0);
   expect_rank(ctx, 0, 2);
@@ -58,7 +56,7 @@ void define_loss_ops(OpRegistry& r) {
     check_inputs(ctx);
     return std::vector<TensorType>{{ctx.inputs[0].dtype, {}}};
   };
-  op.kernels.push_back({DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                           const Tensor& logits = ctx.inputs[0];
                           bool mean = ctx.attrs.get_string("reduction") == "mean";
                           dispatch_float(logits.dtype(), "softmax_cross_entropy", [&](auto tag) {
@@ -99,7 +97,7 @@ void define_loss_ops(OpRegistry& r) {
     return std::vector<TensorType>{ctx.inputs[0]};
   };
   back.kernels.push_back(
-      {DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+      {DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
          const Tensor& logits = ctx.inputs[0];
          bool mean = ctx.attrs.get_string("reduction") == "mean";
          dispatch_float(logits.dtype(), "softmax_cross_entropy_backward", [&](auto tag) {

@@ -341,15 +341,13 @@ void lsq_backward_cuda(KernelContext& ctx) {
   });
 }
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 }  // namespace
 
 void add_lsq_cuda_kernels(OpRegistry& r) {
   r.get_mutable("lsq_fake_quantize")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, lsq_forward_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, lsq_forward_cuda});
   r.get_mutable("lsq_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, lsq_backward_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, lsq_backward_cuda});
 }
 
 }  // namespace qg

@@ -15,8 +15,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 std::vector<AttrSpec> lsq_attrs() {
   AttrSpec g = real_attr("grad_factor", std::nullopt,
                          "scales dscale and dzero_point; unset: 1 / sqrt(numel * quant_max)");
@@ -123,7 +121,7 @@ void define_lsq_ops(OpRegistry& r) {
   op.attrs = lsq_attrs();
   op.differentiable_inputs = {true, true, true};
   op.infer = infer_lsq;
-  op.kernels.push_back({DeviceType::cpu, kFloatTypes, lsq_fake_quantize_cpu});
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, lsq_fake_quantize_cpu});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     const Node& n = c.node;
     std::vector<ValueId> g = c.graph.apply(
@@ -154,7 +152,7 @@ void define_lsq_ops(OpRegistry& r) {
   back.outputs = {"dx", "dscale", "dzero_point"};
   back.attrs = lsq_attrs();
   back.infer = infer_lsq_backward;
-  back.kernels.push_back({DeviceType::cpu, kFloatTypes, lsq_backward_cpu});
+  back.kernels.push_back({DeviceType::cpu, kFloatDTypes, lsq_backward_cpu});
 #ifdef QG_WITH_CUDA
   add_lsq_cuda_kernels(r);
 #endif

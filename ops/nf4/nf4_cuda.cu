@@ -265,13 +265,11 @@ void double_dequantize_cuda(KernelContext& ctx) {
 
 void add_nf4_cuda_kernels(OpRegistry& r) {
   r.get_mutable("nf4_quantize_pack")
-      .kernels.push_back({DeviceType::cuda,
-                          {DType::f32, DType::f64, DType::f16, DType::bf16},
-                          quantize_pack_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, quantize_pack_cuda});
   r.get_mutable("nf4_unpack_dequantize")
       .kernels.push_back({DeviceType::cuda, {DType::u8}, unpack_dequantize_cuda});
   r.get_mutable("nf4_double_quantize")
-      .kernels.push_back({DeviceType::cuda, {DType::f32, DType::f64}, double_quantize_cuda});
+      .kernels.push_back({DeviceType::cuda, kF32F64DTypes, double_quantize_cuda});
   r.get_mutable("nf4_double_dequantize")
       .kernels.push_back({DeviceType::cuda, {DType::u8}, double_dequantize_cuda});
 }

@@ -17,8 +17,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kFloatDtypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 AttrSpec positive_int_attr(const std::string& name, int64_t def, const std::string& doc) {
   AttrSpec s = int_attr(name, def, doc);
   s.validate = [name](const std::string& op, const Attr& v) {
@@ -109,7 +107,7 @@ void define_nf4_ops(OpRegistry& r) {
   q.outputs = {"packed", "absmax"};
   q.attrs = layout_attrs();
   q.infer = infer_quantize_pack;
-  q.kernels.push_back({DeviceType::cpu, kFloatDtypes, nf4_quantize_pack_cpu});
+  q.kernels.push_back({DeviceType::cpu, kFloatDTypes, nf4_quantize_pack_cpu});
 
   OpDef& d = r.define("nf4_unpack_dequantize");
   d.doc =
@@ -136,7 +134,7 @@ void define_nf4_ops(OpRegistry& r) {
   dq.outputs = {"code", "block_scale", "block_min"};
   dq.attrs = {positive_int_attr("block_size", 256, "absmax values per 8-bit block")};
   dq.infer = infer_double_quantize;
-  dq.kernels.push_back({DeviceType::cpu, {DType::f32, DType::f64}, nf4_double_quantize_cpu});
+  dq.kernels.push_back({DeviceType::cpu, kF32F64DTypes, nf4_double_quantize_cpu});
 
   OpDef& dd = r.define("nf4_double_dequantize");
   dd.doc = "Inverse of nf4_double_quantize: absmax' = code * block_scale + block_min.";

@@ -169,14 +169,13 @@ void backward_cuda(KernelContext& ctx) {
 }  // namespace
 
 void add_channel_div_bn_cuda_kernels(OpRegistry& r) {
-  const std::vector<DType> types = {DType::f32, DType::f64};
   r.get_mutable("fused_channel_div_batch_norm")
-      .kernels.push_back({DeviceType::cuda, types, [](KernelContext& ctx) {
+      .kernels.push_back({DeviceType::cuda, kF32F64DTypes, [](KernelContext& ctx) {
                             dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op,
                                              [&](auto tag) { forward_cuda<decltype(tag)>(ctx); });
                           }});
   r.get_mutable("fused_channel_div_batch_norm_backward")
-      .kernels.push_back({DeviceType::cuda, types, [](KernelContext& ctx) {
+      .kernels.push_back({DeviceType::cuda, kF32F64DTypes, [](KernelContext& ctx) {
                             dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op,
                                              [&](auto tag) { backward_cuda<decltype(tag)>(ctx); });
                           }});

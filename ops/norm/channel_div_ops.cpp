@@ -18,8 +18,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kTypes = {DType::f32, DType::f64};
-
 // x [N, C, ...] (rank >= 2) and s [C] of x's dtype.
 void expect_channel_vector(const InferContext& ctx, int x_input, int s_input) {
   const TensorType& x = ctx.inputs[x_input];
@@ -79,7 +77,7 @@ void define_channel_div_ops(OpRegistry& r) {
     expect_channel_vector(ctx, 0, 1);
     return std::vector<TensorType>{ctx.inputs[0]};
   };
-  op.kernels.push_back({DeviceType::cpu, kTypes, [](KernelContext& ctx) {
+  op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
                           dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
                             channel_div_typed<decltype(tag)>(ctx);
                           });
@@ -107,7 +105,7 @@ void define_channel_div_ops(OpRegistry& r) {
     expect_channel_vector(ctx, 1, 2);
     return std::vector<TensorType>{ctx.inputs[0], ctx.inputs[2]};
   };
-  back.kernels.push_back({DeviceType::cpu, kTypes, [](KernelContext& ctx) {
+  back.kernels.push_back({DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
                             dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
                               channel_div_backward_typed<decltype(tag)>(ctx);
                             });

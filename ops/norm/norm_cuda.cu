@@ -302,9 +302,8 @@ KernelFn f32_f64(Fn fn) {
 }  // namespace
 
 void add_norm_cuda_kernels(OpRegistry& r) {
-  const std::vector<DType> types = {DType::f32, DType::f64};
   auto add = [&](const char* op, KernelFn fn) {
-    r.get_mutable(op).kernels.push_back({DeviceType::cuda, types, std::move(fn)});
+    r.get_mutable(op).kernels.push_back({DeviceType::cuda, kF32F64DTypes, std::move(fn)});
   };
   add("batch_norm", f32_f64([](auto tag, KernelContext& c) { batch_norm_cuda<decltype(tag)>(c); }));
   add("batch_norm_backward",

@@ -23,8 +23,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kNormTypes = {DType::f32, DType::f64};
-
 AttrSpec bounded_real(const std::string& name, double def, double lo, double hi, bool lo_open,
                       const std::string& doc) {
   AttrSpec s = real_attr(name, def, doc);
@@ -67,7 +65,7 @@ void define_batch_norm(OpRegistry& r) {
   op.states = [](const InferContext&) {
     return std::vector<StateSpec>{{"frozen", {DType::f32, {1}}, 0.0}};
   };
-  op.kernels.push_back({DeviceType::cpu, kNormTypes, norm::batch_norm_cpu});
+  op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, norm::batch_norm_cpu});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     const Node& n = c.node;
     auto g = c.graph.apply("batch_norm_backward", {c.grad_or_zeros(0), n.inputs[0], n.inputs[1],
@@ -104,7 +102,7 @@ void define_batch_norm(OpRegistry& r) {
     TensorType stats{x.dtype, {x.shape[1]}};
     return std::vector<TensorType>{x, stats, stats};
   };
-  back.kernels.push_back({DeviceType::cpu, kNormTypes, norm::batch_norm_backward_cpu});
+  back.kernels.push_back({DeviceType::cpu, kF32F64DTypes, norm::batch_norm_backward_cpu});
 }
 
 void define_layer_norm(OpRegistry& r) {
@@ -123,7 +121,7 @@ void define_layer_norm(OpRegistry& r) {
     TensorType rows{x.dtype, Shape(x.shape.begin(), x.shape.end() - 1)};
     return std::vector<TensorType>{x, rows, rows};
   };
-  op.kernels.push_back({DeviceType::cpu, kNormTypes, norm::layer_norm_cpu});
+  op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, norm::layer_norm_cpu});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     const Node& n = c.node;
     auto g = c.graph.apply("layer_norm_backward", {c.grad_or_zeros(0), n.inputs[0], n.inputs[1],
@@ -159,7 +157,7 @@ void define_layer_norm(OpRegistry& r) {
     TensorType vec{x.dtype, {x.shape.back()}};
     return std::vector<TensorType>{x, vec, vec};
   };
-  back.kernels.push_back({DeviceType::cpu, kNormTypes, norm::layer_norm_backward_cpu});
+  back.kernels.push_back({DeviceType::cpu, kF32F64DTypes, norm::layer_norm_backward_cpu});
 }
 
 }  // namespace

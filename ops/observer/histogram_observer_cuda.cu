@@ -292,9 +292,7 @@ void histogram_observer_cuda(KernelContext& ctx) {
 
 void add_histogram_observer_cuda_kernels(OpRegistry& r) {
   r.get_mutable("histogram_observer")
-      .kernels.push_back({DeviceType::cuda,
-                          {DType::f32, DType::f64, DType::f16, DType::bf16},
-                          histogram_observer_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, histogram_observer_cuda});
 }
 
 }  // namespace qg

@@ -81,7 +81,7 @@ void define_histogram_observer(OpRegistry& r) {
                                int64_t{1} << 12)});
   op.infer = infer_histogram;
   op.states = histogram_states;
-  op.kernels.push_back({DeviceType::cpu, kObserverDtypes, histogram_observer_cpu});
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, histogram_observer_cpu});
 }
 
 }  // namespace qg

@@ -57,7 +57,7 @@ void define_minmax_observer(OpRegistry& r) {
   op.attrs = observer_attrs({delayed_attr()}, kAllObserverScopes);
   op.infer = infer_observer_outputs;
   op.states = minmax_states;
-  op.kernels.push_back({DeviceType::cpu, kObserverDtypes, minmax_observer_cpu});
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, minmax_observer_cpu});
 }
 
 }  // namespace qg

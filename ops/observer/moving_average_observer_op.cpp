@@ -86,7 +86,7 @@ void define_moving_average_observer(OpRegistry& r) {
                             kAllObserverScopes);
   op.infer = infer_moving_average;
   op.states = moving_average_states;
-  op.kernels.push_back({DeviceType::cpu, kObserverDtypes, moving_average_observer_cpu});
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, moving_average_observer_cpu});
 }
 
 }  // namespace qg

@@ -105,15 +105,13 @@ void observer_cuda(KernelContext& ctx) {
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 }  // namespace
 
 void add_observer_cuda_kernels(OpRegistry& r) {
   r.get_mutable("minmax_observer")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, observer_cuda<false>});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, observer_cuda<false>});
   r.get_mutable("moving_average_observer")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, observer_cuda<true>});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, observer_cuda<true>});
 }
 
 }  // namespace qg

@@ -2,13 +2,9 @@
 // the family entry point listed in ops/op_table.cpp.
 #pragma once
 
-#include <vector>
-
 #include "core/op_registry.h"
 
 namespace qg {
-
-inline const std::vector<DType> kObserverDtypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
 void define_minmax_observer(OpRegistry& r);
 void define_moving_average_observer(OpRegistry& r);

@@ -240,9 +240,7 @@ void percentile_observer_cuda(KernelContext& ctx) {
 
 void add_percentile_observer_cuda_kernels(OpRegistry& r) {
   r.get_mutable("percentile_observer")
-      .kernels.push_back({DeviceType::cuda,
-                          {DType::f32, DType::f64, DType::f16, DType::bf16},
-                          percentile_observer_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, percentile_observer_cuda});
 }
 
 }  // namespace qg

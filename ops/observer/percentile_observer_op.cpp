@@ -103,7 +103,7 @@ void define_percentile_observer(OpRegistry& r) {
        int_attr("bins", 2048, "histogram bins per channel (2..2^20)", 2, int64_t{1} << 20)});
   op.infer = infer_percentile;
   op.states = percentile_states;
-  op.kernels.push_back({DeviceType::cpu, kObserverDtypes, percentile_observer_cpu});
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, percentile_observer_cpu});
 }
 
 }  // namespace qg

@@ -28,20 +28,18 @@ void adam_cuda(KernelContext& ctx) {
 }  // namespace
 
 void add_optim_cuda_kernels(OpRegistry& r) {
-  r.get_mutable("sgd").kernels.push_back(
-      {DeviceType::cuda, {DType::f32, DType::f64}, [](KernelContext& c) {
-         if (c.inputs[0].dtype() == DType::f64)
-           sgd_cuda<double>(c);
-         else
-           sgd_cuda<float>(c);
-       }});
-  r.get_mutable("adam").kernels.push_back(
-      {DeviceType::cuda, {DType::f32, DType::f64}, [](KernelContext& c) {
-         if (c.inputs[0].dtype() == DType::f64)
-           adam_cuda<double>(c);
-         else
-           adam_cuda<float>(c);
-       }});
+  r.get_mutable("sgd").kernels.push_back({DeviceType::cuda, kF32F64DTypes, [](KernelContext& c) {
+                                            if (c.inputs[0].dtype() == DType::f64)
+                                              sgd_cuda<double>(c);
+                                            else
+                                              sgd_cuda<float>(c);
+                                          }});
+  r.get_mutable("adam").kernels.push_back({DeviceType::cuda, kF32F64DTypes, [](KernelContext& c) {
+                                             if (c.inputs[0].dtype() == DType::f64)
+                                               adam_cuda<double>(c);
+                                             else
+                                               adam_cuda<float>(c);
+                                           }});
 }
 
 }  // namespace qg

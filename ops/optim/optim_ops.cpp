@@ -104,7 +104,7 @@ void define_sgd(OpRegistry& r) {
                                   {"step", {DType::i64, {1}}, 0.0}};
   };
   op.side_effects = true;
-  op.kernels.push_back({DeviceType::cpu, {DType::f32, DType::f64}, by_dtype<SgdKernel>()});
+  op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, by_dtype<SgdKernel>()});
 }
 
 void define_adam(OpRegistry& r) {
@@ -123,7 +123,7 @@ void define_adam(OpRegistry& r) {
                                   {"step", {DType::i64, {1}}, 0.0}};
   };
   op.side_effects = true;
-  op.kernels.push_back({DeviceType::cpu, {DType::f32, DType::f64}, by_dtype<AdamKernel>()});
+  op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, by_dtype<AdamKernel>()});
 }
 
 }  // namespace

@@ -185,8 +185,6 @@ void global_avg_backward_cuda(KernelContext& ctx) {
   });
 }
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 }  // namespace
 
 void add_pool_cuda_kernels(OpRegistry& r) {
@@ -199,7 +197,7 @@ void add_pool_cuda_kernels(OpRegistry& r) {
       {"global_avg_pool2d_backward", global_avg_backward_cuda},
   };
   for (const auto& [name, fn] : kernels)
-    r.get_mutable(name).kernels.push_back({DeviceType::cuda, kFloatTypes, fn});
+    r.get_mutable(name).kernels.push_back({DeviceType::cuda, kFloatDTypes, fn});
 }
 
 }  // namespace qg

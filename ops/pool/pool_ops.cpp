@@ -10,8 +10,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 std::vector<AttrSpec> window_attrs(bool max_pool) {
   AttrSpec stride = ints_attr("stride", std::nullopt, "window step [sH, sW] (default: kernel)");
   stride.optional = true;
@@ -79,7 +77,7 @@ void define_max_pool(OpRegistry& r) {
     const Shape out = {x[0], x[1], g.OH, g.OW};
     return std::vector<TensorType>{{ctx.inputs[0].dtype, out}, {DType::i64, out}};
   };
-  op.kernels.push_back({DeviceType::cpu, kFloatTypes, cpu::max_pool2d});
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, cpu::max_pool2d});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     return {c.graph.apply1("max_pool2d_backward", {c.grad_or_zeros(0), c.node.outputs[1]},
                            backward_attrs(c))};
@@ -106,7 +104,7 @@ void define_max_pool(OpRegistry& r) {
   back.attrs = window_attrs(true);
   back.attrs.push_back(ints_attr("input_shape", std::nullopt, "the forward input's NCHW shape"));
   back.infer = infer_pool_backward;
-  back.kernels.push_back({DeviceType::cpu, kFloatTypes, cpu::max_pool2d_backward});
+  back.kernels.push_back({DeviceType::cpu, kFloatDTypes, cpu::max_pool2d_backward});
 }
 
 void define_avg_pool(OpRegistry& r) {
@@ -122,7 +120,7 @@ void define_avg_pool(OpRegistry& r) {
     const pool::PoolGeom g = pool_geometry(ctx.op, x, ctx.attrs);
     return std::vector<TensorType>{{ctx.inputs[0].dtype, {x[0], x[1], g.OH, g.OW}}};
   };
-  op.kernels.push_back({DeviceType::cpu, kFloatTypes, cpu::avg_pool2d});
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, cpu::avg_pool2d});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     return {c.graph.apply1("avg_pool2d_backward", {c.grad_or_zeros(0)}, backward_attrs(c))};
   };
@@ -150,7 +148,7 @@ void define_avg_pool(OpRegistry& r) {
   back.attrs = window_attrs(false);
   back.attrs.push_back(ints_attr("input_shape", std::nullopt, "the forward input's NCHW shape"));
   back.infer = infer_pool_backward;
-  back.kernels.push_back({DeviceType::cpu, kFloatTypes, cpu::avg_pool2d_backward});
+  back.kernels.push_back({DeviceType::cpu, kFloatDTypes, cpu::avg_pool2d_backward});
 }
 
 void define_global_avg_pool(OpRegistry& r) {
@@ -169,7 +167,7 @@ void define_global_avg_pool(OpRegistry& r) {
     QG_CHECK(x[2] > 0 && x[3] > 0, ctx.op, "input x must have H, W > 0, got shape ", shape_str(x));
     return std::vector<TensorType>{{ctx.inputs[0].dtype, {x[0], x[1]}}};
   };
-  op.kernels.push_back({DeviceType::cpu, kFloatTypes, cpu::global_avg_pool2d});
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, cpu::global_avg_pool2d});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     Attrs a;
     a.set("input_shape", c.graph.value(c.node.inputs[0]).type.shape);
@@ -194,7 +192,7 @@ void define_global_avg_pool(OpRegistry& r) {
              " must be [N, C] of input_shape ", shape_str(in));
     return std::vector<TensorType>{{ctx.inputs[0].dtype, in}};
   };
-  back.kernels.push_back({DeviceType::cpu, kFloatTypes, cpu::global_avg_pool2d_backward});
+  back.kernels.push_back({DeviceType::cpu, kFloatDTypes, cpu::global_avg_pool2d_backward});
 }
 
 }  // namespace

@@ -255,18 +255,16 @@ void dequantize_backward_cuda(KernelContext& ctx) {
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 }  // namespace
 
 void add_quantize_cuda_kernels(OpRegistry& r) {
-  r.get_mutable("quantize").kernels.push_back({DeviceType::cuda, kFloatTypes, quantize_cuda});
+  r.get_mutable("quantize").kernels.push_back({DeviceType::cuda, kFloatDTypes, quantize_cuda});
   r.get_mutable("quantize_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, quantize_backward_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, quantize_backward_cuda});
   r.get_mutable("dequantize")
       .kernels.push_back({DeviceType::cuda, {DType::i8, DType::u8}, dequantize_cuda});
   r.get_mutable("dequantize_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, dequantize_backward_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, dequantize_backward_cuda});
 }
 
 }  // namespace qg

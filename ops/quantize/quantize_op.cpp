@@ -12,7 +12,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
 const std::vector<std::string> kFloatNames = {"f32", "f64", "f16", "bf16"};
 
 void expect_scale(const InferContext& ctx, int i, const ScopeLayout& l) {
@@ -160,7 +159,7 @@ void define_quantize_ops(OpRegistry& r) {
                                 "storage dtype; auto: i8 when quant_min < 0, else u8"));
   q.differentiable_inputs = {true, false, false};
   q.infer = infer_quantize;
-  q.kernels.push_back({DeviceType::cpu, kFloatTypes, quantize_cpu});
+  q.kernels.push_back({DeviceType::cpu, kFloatDTypes, quantize_cpu});
   q.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     if (c.output_grads[0] == kNoValue) return {kNoValue, kNoValue, kNoValue};
     Attrs a = scope_subset(c.node.attrs);
@@ -179,7 +178,7 @@ void define_quantize_ops(OpRegistry& r) {
   qb.attrs = scope_attrs();
   qb.attrs.push_back(string_attr("dx_dtype", "f32", kFloatNames, "dtype of dx (that of x)"));
   qb.infer = infer_quantize_backward;
-  qb.kernels.push_back({DeviceType::cpu, kFloatTypes, quantize_backward_cpu});
+  qb.kernels.push_back({DeviceType::cpu, kFloatDTypes, quantize_backward_cpu});
 
   OpDef& dq = r.define("dequantize");
   dq.parse_args = quant_scope_parser(0);
@@ -218,7 +217,7 @@ void define_quantize_ops(OpRegistry& r) {
   db.outputs = {"dq", "dscale"};
   db.attrs = scope_attrs();
   db.infer = infer_dequantize_backward;
-  db.kernels.push_back({DeviceType::cpu, kFloatTypes, dequantize_backward_cpu});
+  db.kernels.push_back({DeviceType::cpu, kFloatDTypes, dequantize_backward_cpu});
 #ifdef QG_WITH_CUDA
   add_quantize_cuda_kernels(r);
 #endif

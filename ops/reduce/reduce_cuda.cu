@@ -26,15 +26,13 @@ void reduce_cuda(KernelContext& ctx, bool mean) {
   });
 }
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 }  // namespace
 
 void add_reduce_cuda_kernels(OpRegistry& r) {
   r.get_mutable("sum").kernels.push_back(
-      {DeviceType::cuda, kFloatTypes, [](KernelContext& c) { reduce_cuda(c, false); }});
+      {DeviceType::cuda, kFloatDTypes, [](KernelContext& c) { reduce_cuda(c, false); }});
   r.get_mutable("mean").kernels.push_back(
-      {DeviceType::cuda, kFloatTypes, [](KernelContext& c) { reduce_cuda(c, true); }});
+      {DeviceType::cuda, kFloatDTypes, [](KernelContext& c) { reduce_cuda(c, true); }});
 }
 
 }  // namespace qg

@@ -9,8 +9,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 // The input shape with reduced axes set to 1.
 Shape keepdim_shape(const std::string& op, const Shape& in, const std::vector<int64_t>& axes) {
   Shape k = in;
@@ -72,7 +70,7 @@ void define_reduce(OpRegistry& r, const char* name, bool mean) {
     return std::vector<TensorType>{{ctx.inputs[0].dtype, s}};
   };
   op.kernels.push_back(
-      {DeviceType::cpu, kFloatTypes, [mean](KernelContext& ctx) { reduce_cpu(ctx, mean); }});
+      {DeviceType::cpu, kFloatDTypes, [mean](KernelContext& ctx) { reduce_cpu(ctx, mean); }});
   op.backward = [mean](BackwardContext& c) -> std::vector<ValueId> {
     Graph& g = c.graph;
     const Value x = g.value(c.node.inputs[0]);  // a copy: the value table grows below

@@ -363,22 +363,20 @@ void fused_scaled_softmax_backward_cuda(KernelContext& ctx) {
   });
 }
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 }  // namespace
 
 void add_softmax_cuda_kernels(OpRegistry& r) {
-  r.get_mutable("softmax").kernels.push_back({DeviceType::cuda, kFloatTypes, softmax_cuda});
+  r.get_mutable("softmax").kernels.push_back({DeviceType::cuda, kFloatDTypes, softmax_cuda});
   r.get_mutable("softmax_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, softmax_backward_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, softmax_backward_cuda});
 }
 
 // Registered by the fused family, which defines these ops.
 void add_fused_scaled_softmax_cuda_kernels(OpRegistry& r) {
   r.get_mutable("fused_scaled_softmax")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, fused_scaled_softmax_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, fused_scaled_softmax_cuda});
   r.get_mutable("fused_scaled_softmax_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatTypes, fused_scaled_softmax_backward_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, fused_scaled_softmax_backward_cuda});
 }
 
 }  // namespace qg

@@ -17,8 +17,6 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kFloatTypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
 // Each outer index is a slab [axis_len, inner] whose `inner` columns are reduced together,
 // walking the slab in memory order (rows of `inner` contiguous elements) with one
 // accumulator per column; every column still sees its elements in axis order.
@@ -105,7 +103,7 @@ void define_softmax_ops(OpRegistry& r) {
     softmax_axis(ctx.op, ctx.attrs, static_cast<int>(ctx.inputs[0].shape.size()));
     return same_as_input(ctx);
   };
-  op.kernels.push_back({DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                           SoftmaxColumns c = softmax_columns(ctx.op, ctx.attrs, ctx.inputs[0]);
                           dispatch_float(ctx.inputs[0].dtype(), "softmax", [&](auto tag) {
                             softmax_cpu<decltype(tag)>(ctx.inputs[0], ctx.outputs[0], c);
@@ -137,7 +135,7 @@ void define_softmax_ops(OpRegistry& r) {
     softmax_axis(ctx.op, ctx.attrs, static_cast<int>(ctx.inputs[0].shape.size()));
     return same_as_input(ctx);
   };
-  back.kernels.push_back({DeviceType::cpu, kFloatTypes, [](KernelContext& ctx) {
+  back.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                             SoftmaxColumns c = softmax_columns(ctx.op, ctx.attrs, ctx.inputs[0]);
                             dispatch_float(ctx.inputs[0].dtype(), "softmax_backward", [&](auto t) {
                               softmax_backward_cpu<decltype(t)>(ctx.inputs[0], ctx.inputs[1],

@@ -92,7 +92,7 @@ OpRegistry counting_registry(int& parses) {
   OpDef& op = r.define("scale_by");
   op.inputs = {"x"};
   op.outputs = {"y"};
-  op.attrs = {AttrSpec{"factor", AttrType::real, Attr(2.0), "multiplier"}};
+  op.attrs = {AttrSpec{"factor", AttrType::real, Attr(2.0), "multiplier", false, nullptr}};
   op.infer = [](const InferContext& c) { return std::vector<TensorType>{c.inputs[0]}; };
   op.parse_args = [&parses](const ArgsSource& s) -> std::shared_ptr<const KernelArgs> {
     ++parses;
