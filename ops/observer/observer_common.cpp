@@ -152,6 +152,24 @@ void write_qparams(KernelContext& ctx, const std::vector<float>& mn, const std::
   }
 }
 
+Communicator* observer_sync(const KernelContext& ctx, const ScopeLayout& l) {
+  Communicator* comm = ctx.device.statistics_sync();
+  if (comm == nullptr || comm->world_size() == 1) return nullptr;
+  // Statistics indexed by rows of axis 0 (the batch axis) belong to this rank's rows.
+  if (l.kind == ScopeKind::token || l.kind == ScopeKind::group ||
+      (l.kind == ScopeKind::channel && l.axis == 0))
+    return nullptr;
+  return comm;
+}
+
+void sync_nonfinite(Communicator& comm, int64_t* nonfinite, int64_t before) {
+  *nonfinite = before + all_reduce_count(comm, *nonfinite - before);
+}
+
+void sync_values(Communicator& comm, std::vector<std::vector<float>>& values) {
+  values = all_gather_lists(comm, values);
+}
+
 void check_real_in(const std::string& op, const std::string& attr, double value, double lo,
                    double hi) {
   QG_CHECK(value > lo && value <= hi, op, "attribute '", attr, "' = ", value, " is outside (", lo,
