@@ -15,6 +15,10 @@ build=${BUILD_DIR:-build-dist}
 summary=()
 note() { summary+=("$1"); echo "$1"; }
 [ -d .glooroot ] && cp -rn .glooroot/. / 2>/dev/null
+# The digits data: the GPU image's sklearn ships the same CSV.
+if [ -z "${QG_DIGITS_CSV:-}" ] && [ ! -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ]; then
+  QG_DIGITS_CSV=$(python3 -c "import os, sklearn; print(os.path.join(os.path.dirname(sklearn.__file__), 'datasets', 'data', 'digits.csv.gz'))" 2>/dev/null) && export QG_DIGITS_CSV
+fi
 note "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader | tr '\n' ' ')"
 python=$(command -v python3)
 t0=$(date +%s)
@@ -51,6 +55,13 @@ for spec in "cnn 256" "transformer 256"; do
     --time-steps "$steps" --nproc 2 --no-sync-observers --no-sync-bn >"$out/step_${model}_2gpu.log" 2>&1
   t2=$(grep -oE '[0-9.]+ us' "$out/step_${model}_2gpu.log" | tr '\n' ' ')
   note "$model W8A8 QAT step, batch $batch per GPU: 1 GPU $t1; 2 GPUs (global batch $((2 * batch))) $t2"
+  if [ -z "${SKIP_TORCH:-}" ]; then
+    timeout 120 python3 scripts/torch_ddp_qat_bench.py --model "$model" --batch "$batch" --world 1 \
+      --steps "$steps" >"$out/torch_${model}_1gpu.log" 2>&1
+    timeout 180 python3 scripts/torch_ddp_qat_bench.py --model "$model" --batch "$batch" --world 2 \
+      --steps "$steps" >"$out/torch_${model}_2gpu.log" 2>&1
+    note "  torch prepare_qat: 1 GPU $(grep -oE '[0-9.]+ us' "$out/torch_${model}_1gpu.log" | head -1); DDP 2 GPUs $(grep -oE '[0-9.]+ us' "$out/torch_${model}_2gpu.log" | tr '\n' ' ') $(grep -m1 -E 'Error' "$out/torch_${model}_2gpu.log")"
+  fi
 done
 
 if grep -q "qatgraph: Gloo ON" "$out/configure.log"; then

@@ -87,12 +87,10 @@ class NcclCommunicator final : public Communicator {
                bytes.size(), "-byte NCCL id, expected ", sizeof id.internal);
       std::copy(bytes.begin(), bytes.end(), id.internal);
     }
-    // 2. Non-blocking init, polled against the timeout, so a rank that never joins cannot
-    //    hang the others.
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    QG_NCCL_CHECK("nccl", ncclCommInitRankConfig(&comm_, size, id, rank, &config));
-    poll("nccl init");
+    // 2. A blocking communicator: its collectives are enqueued when the call returns, which
+    //    a CUDA-graph capture needs. Every rank has the id by now (a rank that never came
+    //    made the store wait above time out); one that dies later is caught by the launcher.
+    QG_NCCL_CHECK("nccl", ncclCommInitRank(&comm_, size, id, rank));
     QG_CUDA_OK("nccl", cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     QG_CUDA_OK("nccl", cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   }
