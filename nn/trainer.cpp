@@ -109,14 +109,12 @@ Trainer::Trainer(const TrainConfig& config, const Dataset& train, const Dataset&
            config.world_size(), " ranks)");
   QG_CHECK(config.world_size() == 1 || config.drop_last, "trainer",
            "data-parallel training drops each epoch's last partial global batch (drop_last)");
-  // The CUDA observer and batch-norm kernels do not all-reduce their statistics yet: rather
-  // than train with per-rank statistics silently, ask for them explicitly.
-  QG_CHECK(config.world_size() == 1 || config.device.is_cpu() ||
-               (!config.sync_observers && !config.sync_batch_norm),
-           "trainer", "data-parallel training on ", config.device.str(),
-           ": observer and batch-norm statistics sync runs on CPU ranks only so far; pass "
-           "--no-sync-observers --no-sync-bn (sync_observers / sync_batch_norm false) to train "
-           "with per-rank statistics");
+  // The CUDA batch-norm kernels do not all-reduce their statistics yet: rather than train
+  // with per-rank statistics silently, ask for them explicitly.
+  QG_CHECK(config.world_size() == 1 || config.device.is_cpu() || !config.sync_batch_norm, "trainer",
+           "data-parallel training on ", config.device.str(),
+           ": SyncBatchNorm runs on CPU ranks only so far; pass --no-sync-bn (sync_batch_norm "
+           "false) to train with per-rank batch-norm statistics");
   QG_CHECK(!config.comm || config.comm->memory() == config.device.type, "trainer", "the ",
            config.comm ? config.comm->backend() : "", " communicator takes ",
            config.comm ? device_type_name(config.comm->memory()) : "", " buffers, the model is on ",
@@ -142,6 +140,13 @@ Trainer::Program& Trainer::program(int64_t rows) {
     options.context.communicator = config_.comm;
     options.context.sync_statistics = config_.sync_observers;
     options.context.sync_batch_norm = config_.sync_batch_norm;
+    // The fused CUDA observer + quantizer kernels read x once and quantize in the same pass,
+    // with no point between the statistics and the qparams where the ranks could combine
+    // theirs: with sync on, CUDA ranks run the observer and the quantizer unfused.
+    if (config_.device.is_cuda() && config_.sync_observers) {
+      options.passes.disabled.insert("fuse_observer_quantize");
+      options.passes.disabled.insert("fuse_activation_prologue");
+    }
   }
   options.outputs = {p.model.loss, p.model.logits};
   p.step = std::make_unique<CompiledStep>(*p.graph, training, options);

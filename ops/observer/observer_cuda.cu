@@ -2,9 +2,16 @@
 // deterministic two-pass reduction (observer_reduce.cuh); one thread per channel then folds
 // the partials into the device-resident state and writes (scale, zero_point) with the shared
 // qmath::qparams_from_range. The observer_enabled flag is read on the device.
+//
+// Data parallelism (observer_common.h): between the two, the partials of every rank are
+// combined. The partials are collapsed to one range per channel as ordered integer keys
+// (max negated) and a non-finite count, all-reduced (MIN, SUM) on the communicator's stream,
+// and expanded back into the partials the finish kernel reads, so it folds the global batch's
+// range. Integer MIN is exact and order-free: every rank gets one process's bits.
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/quant_attrs.h"
+#include "ops/observer/observer_common.h"
 #include "ops/observer/observer_math.h"
 #include "ops/observer/observer_reduce.cuh"
 
@@ -65,6 +72,57 @@ __global__ void observe_finish_kernel(const Part* partial, FinishArgs a) {
   }
 }
 
+// The order of ordered_min / ordered_max as integers (-0 below +0; infinities included).
+__device__ __forceinline__ int32_t order_key(float v) {
+  int32_t b = __float_as_int(v);
+  return b ^ ((b >> 31) & 0x7fffffff);
+}
+__device__ __forceinline__ float key_float(int32_t k) {
+  return __int_as_float(k ^ ((k >> 31) & 0x7fffffff));
+}
+
+// keys[q] = min of channel q's partials, keys[nq + q] = -max; *count += their non-finites.
+__global__ void collapse_partials_kernel(const Part* partial, int64_t nq, int64_t splits,
+                                         int32_t* keys, unsigned long long* count) {
+  for (int64_t q = global_thread(); q < nq; q += global_stride()) {
+    Part p = identity_part();
+    for (int64_t s = 0; s < splits; ++s) p = CombineParts{}(p, partial[q * splits + s]);
+    keys[q] = order_key(p.mn);
+    keys[nq + q] = -order_key(p.mx);
+    if (p.nonfinite) atomicAdd(count, p.nonfinite);
+  }
+}
+
+// The all-reduced ranges back into the partials: split 0 holds them (channel 0 the count).
+__global__ void expand_partials_kernel(Part* partial, int64_t nq, int64_t splits,
+                                       const int32_t* keys, const unsigned long long* count) {
+  for (int64_t q = global_thread(); q < nq; q += global_stride()) {
+    partial[q * splits] =
+        Part{key_float(keys[q]), key_float(-keys[nq + q]), q == 0 ? *count : 0ull};
+    for (int64_t s = 1; s < splits; ++s) partial[q * splits + s] = identity_part();
+  }
+}
+
+void sync_partials(Communicator& comm, Tensor& partial, int64_t nq, int64_t splits,
+                   const Device& device, cudaStream_t s, const std::string& op) {
+  Tensor keys = Tensor::empty({2 * nq}, DType::i32, device);
+  Tensor count = Tensor::empty({1}, DType::i64, device);
+  QG_CUDA_CHECK(op, cudaMemsetAsync(count.raw_data(), 0, sizeof(int64_t), s));
+  auto shape = elementwise_launch(nq);
+  collapse_partials_kernel<<<shape.blocks, shape.threads, 0, s>>>(
+      in_ptr<Part>(partial), nq, splits, out_ptr<int32_t>(keys),
+      static_cast<unsigned long long*>(count.raw_data()));
+  QG_CUDA_CHECK_LAUNCH(op);
+  comm.all_reduce(keys.raw_data(), 2 * nq, DType::i32, ReduceOp::min, s);
+  comm.all_reduce(count.raw_data(), 1, DType::i64, ReduceOp::sum, s);
+  comm.wait_for(keys.raw_data(), s);
+  comm.wait_for(count.raw_data(), s);
+  expand_partials_kernel<<<shape.blocks, shape.threads, 0, s>>>(
+      out_ptr<Part>(partial), nq, splits, in_ptr<int32_t>(keys),
+      static_cast<const unsigned long long*>(count.raw_data()));
+  QG_CUDA_CHECK_LAUNCH(op);
+}
+
 template <bool kMovingAverage>
 void observer_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
@@ -78,7 +136,11 @@ void observer_cuda(KernelContext& ctx) {
   bool update = ctx.training && x.numel() > 0;
   ObserveArgs oa = observe_args(l, in_ptr<uint8_t>(ctx.states[own + 1]), threads);
   Tensor partial;
-  if (update) partial = launch_observe_partials(ctx.op, x, oa, threads, s);
+  if (update) {
+    partial = launch_observe_partials(ctx.op, x, oa, threads, s);
+    if (Communicator* comm = observer_sync(ctx, l))
+      sync_partials(*comm, partial, nq, oa.splits, x.device(), s, ctx.op);
+  }
   FinishArgs fa{};
   fa.nq = nq;
   fa.splits = oa.splits;

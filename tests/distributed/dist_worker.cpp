@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/graph.h"
+#include "device/device_context.h"
 #include "nn/digits.h"
 #include "nn/trainer.h"
 #include "runtime/compile.h"
@@ -100,8 +101,9 @@ float value(int step, int64_t row, int64_t col) {
          0.01f * static_cast<float>(step);
 }
 
-void observers(Communicator* c, bool fused, std::ostream& out) {
+void observers(Communicator* c, bool fused, std::ostream& out, Device device = Device::cpu()) {
   const int world = c ? c->world_size() : 1, rank = c ? c->rank() : 0;
+  const bool cuda = device.is_cuda();
   const int64_t rows = kRows / world;
   struct Case {
     std::string op, scope;
@@ -109,8 +111,9 @@ void observers(Communicator* c, bool fused, std::ostream& out) {
   std::vector<Case> cases;
   for (const char* op : {"minmax_observer", "moving_average_observer"})
     for (const char* scope : {"tensor", "channel"}) cases.push_back({op, scope});
-  for (const char* op : {"histogram_observer", "percentile_observer"})
-    for (const char* scope : {"tensor", "channel"}) cases.push_back({op, scope});
+  if (!cuda)  // their sync runs on CPU ranks only
+    for (const char* op : {"histogram_observer", "percentile_observer"})
+      for (const char* scope : {"tensor", "channel"}) cases.push_back({op, scope});
   for (const Case& cs : cases) {
     for (int delayed = 0; delayed < 2; ++delayed) {
       if (delayed && cs.op.find("histogram") != std::string::npos) continue;
@@ -131,6 +134,7 @@ void observers(Communicator* c, bool fused, std::ostream& out) {
       options.outputs = {y[0]};
       if (!fused) options.passes.disabled = {"all"};
       options.context.communicator = c;
+      options.device = device;
       CompiledStep step(g, TrainingSpec{}, options);
       int fused_nodes = 0;  // the fused mode must run the fused kernels
       for (NodeId id = 0; id < g.num_nodes(); ++id)
@@ -143,12 +147,15 @@ void observers(Communicator* c, bool fused, std::ostream& out) {
           for (int64_t j = 0; j < kCols; ++j) v.push_back(value(s, rank * rows + i, j));
         const auto& got = step.forward({{"x", Tensor::from_vector<float>({rows, kCols}, v)}},
                                        {y[0]}, /*training=*/true);
+        step.synchronize();
         // The global batch's y: every rank's shard, in rank order.
-        Tensor whole = Tensor::empty({kRows, kCols}, DType::f32);
+        Tensor whole = Tensor::empty({kRows, kCols}, DType::f32, device);
         if (c)
-          c->all_gather(got[0].raw_data(), whole.raw_data(), static_cast<int64_t>(got[0].nbytes()));
+          c->all_gather(got[0].raw_data(), whole.raw_data(), static_cast<int64_t>(got[0].nbytes()),
+                        cuda ? step.executor().context().stream() : nullptr);
         else
           whole = got[0];
+        step.synchronize();
         out << cs.op << '/' << cs.scope << (delayed ? "/delayed" : "") << '/' << s << " y "
             << hex_of(whole);
         for (const auto& [key, t] : state_index(step.executor()))
@@ -230,11 +237,12 @@ void fault(Communicator* c, const std::string& mode, const std::string& dir, std
   out << "epoch 2 done\n";
 }
 
-// ---- NCCL (2-GPU machine): collectives on device buffers, and float training of a model
-// without batch norms on N GPUs against one GPU (gradients through NCCL).
+// ---- NCCL (2-GPU machine): collectives on device buffers, and W8A8 QAT of a model without
+// batch norms on N GPUs against one GPU (gradients and observer statistics through NCCL).
 void collectives_cuda(Communicator& c, std::ostream& out) {
   const int r = c.rank(), n = c.world_size();
   const Device dev = Device::cuda(c.rank());
+  auto context = make_device_context(dev);  // installs the CUDA allocator
   Tensor f = Tensor::from_vector<float>({3}, {static_cast<float>(r + 1), 2.0f * r, 1.0f}).to(dev);
   c.all_reduce(f.raw_data(), 3, DType::f32, ReduceOp::sum);
   Tensor h = f.to(Device::cpu());
@@ -252,9 +260,8 @@ void train_cuda(Communicator* c, const std::string& kind, int local_rank, std::o
   nn::Dataset all = nn::load_digits();
   nn::Dataset data = head(all, 240), test = head(all, 48);
   nn::TrainConfig cfg = small_config(kind, c, 48);
-  cfg.qconfig = nn::QConfig::float32();
   cfg.device = Device::cuda(local_rank);
-  cfg.sync_observers = cfg.sync_batch_norm = false;
+  cfg.sync_batch_norm = false;  // CPU ranks only so far; these models have no batch norm
   nn::Trainer t(cfg, data, test);
   int64_t k = 0;
   double prev = 0;
@@ -300,6 +307,9 @@ int main(int argc, char** argv) {
     else if (scenario == "train_cuda")
       train_cuda(group && world > 1 ? &group->communicator(Device::cuda(rank)) : nullptr, arg, rank,
                  out);
+    else if (scenario == "observers_cuda")
+      observers(group && world > 1 ? &group->communicator(Device::cuda(rank)) : nullptr, false, out,
+                Device::cuda(rank));
     else if (scenario == "fault")
       fault(c, arg, dir, out);
     else

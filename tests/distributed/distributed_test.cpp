@@ -333,9 +333,24 @@ TEST(Nccl, CollectivesOnTwoGpus) {
     EXPECT_EQ(read_file(result_file(dir, "collectives_cuda", 2, k)), "ok\n");
 }
 
-// Float models without batch norms (the CUDA statistics kernels do not sync yet): the
-// gradients alone go through NCCL, so two GPUs match one on the global batch.
-TEST(Nccl, FloatTrainingOnTwoGpusMatchesOne) {
+// The CUDA min/max and moving-average observers synced through NCCL leave, bit for bit, the
+// states and fake-quantized output of one GPU observing the concatenated batch.
+TEST(Nccl, ObserversOnTwoGpusMatchOne) {
+  if (!two_gpus()) GTEST_SKIP() << "needs NCCL and QG_TEST_GPUS >= 2";
+  const std::string dir = scratch("nccl_obs");
+  dist::LaunchResult one = run_workers(1, {"observers_cuda", dir});
+  ASSERT_EQ(one.failed_rank, -1) << one.what << read_file(dir + "/err_r0.txt");
+  dist::LaunchResult two = run_workers(2, {"observers_cuda", dir});
+  ASSERT_EQ(two.failed_rank, -1) << two.what << read_file(dir + "/err_r0.txt");
+  const auto want = lines_of(result_file(dir, "observers_cuda", 1, 0));
+  ASSERT_EQ(want.size(), 32u);  // 8 cases x (the node count, 3 steps)
+  for (int k = 0; k < 2; ++k) EXPECT_EQ(lines_of(result_file(dir, "observers_cuda", 2, k)), want);
+}
+
+// W8A8 QAT of models without batch norms (SyncBatchNorm runs on CPU ranks only so far): the
+// gradients and the observer statistics go through NCCL, so two GPUs match one on the global
+// batch.
+TEST(Nccl, QatTrainingOnTwoGpusMatchesOne) {
   if (!two_gpus()) GTEST_SKIP() << "needs NCCL and QG_TEST_GPUS >= 2";
   for (const std::string model : {"mlp", "transformer"}) {
     const std::string dir = scratch("nccl_train_" + model);
