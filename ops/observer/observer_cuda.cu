@@ -5,9 +5,9 @@
 //
 // Data parallelism (observer_common.h): between the two, the partials of every rank are
 // combined. The partials are collapsed to one range per channel as ordered integer keys
-// (max negated) and a non-finite count, all-reduced (MIN, SUM) on the communicator's stream,
-// and expanded back into the partials the finish kernel reads, so it folds the global batch's
-// range. Integer MIN is exact and order-free: every rank gets one process's bits.
+// (max negated) and a non-finite count, gathered from every rank, and combined (MIN, SUM)
+// back into the partials the finish kernel reads, so it folds the global batch's range.
+// Integer MIN is exact and order-free: every rank gets one process's bits.
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/quant_attrs.h"
@@ -81,45 +81,55 @@ __device__ __forceinline__ float key_float(int32_t k) {
   return __int_as_float(k ^ ((k >> 31) & 0x7fffffff));
 }
 
-// keys[q] = min of channel q's partials, keys[nq + q] = -max; *count += their non-finites.
+// One rank's contribution, as int64 [2 nq + 1]: the ordered key of channel q's minimum at q,
+// the negated key of its maximum at nq + q, the batch's non-finite count last.
 __global__ void collapse_partials_kernel(const Part* partial, int64_t nq, int64_t splits,
-                                         int32_t* keys, unsigned long long* count) {
+                                         long long* mine) {
   for (int64_t q = global_thread(); q < nq; q += global_stride()) {
     Part p = identity_part();
     for (int64_t s = 0; s < splits; ++s) p = CombineParts{}(p, partial[q * splits + s]);
-    keys[q] = order_key(p.mn);
-    keys[nq + q] = -order_key(p.mx);
-    if (p.nonfinite) atomicAdd(count, p.nonfinite);
+    mine[q] = order_key(p.mn);
+    mine[nq + q] = -static_cast<long long>(order_key(p.mx));
+    if (p.nonfinite) atomicAdd(reinterpret_cast<unsigned long long*>(mine + 2 * nq), p.nonfinite);
   }
 }
 
-// The all-reduced ranges back into the partials: split 0 holds them (channel 0 the count).
+// Every rank's contribution ([ranks][2 nq + 1], gathered) combined (MIN of keys, sum of
+// counts) back into the partials: split 0 holds the global range (channel 0 the count).
 __global__ void expand_partials_kernel(Part* partial, int64_t nq, int64_t splits,
-                                       const int32_t* keys, const unsigned long long* count) {
+                                       const long long* all, int ranks) {
+  const int64_t row = 2 * nq + 1;
   for (int64_t q = global_thread(); q < nq; q += global_stride()) {
+    long long lo = all[q], nhi = all[nq + q], count = all[2 * nq];
+    for (int r = 1; r < ranks; ++r) {
+      lo = min(lo, all[r * row + q]);
+      nhi = min(nhi, all[r * row + nq + q]);
+      count += all[r * row + 2 * nq];
+    }
     partial[q * splits] =
-        Part{key_float(keys[q]), key_float(-keys[nq + q]), q == 0 ? *count : 0ull};
+        Part{key_float(static_cast<int32_t>(lo)), key_float(static_cast<int32_t>(-nhi)),
+             q == 0 ? static_cast<unsigned long long>(count) : 0ull};
     for (int64_t s = 1; s < splits; ++s) partial[q * splits + s] = identity_part();
   }
 }
 
+// One all-gather per observer and step (rather than a MIN and a SUM all-reduce): the
+// collective sits between the statistics and the qparams, on the critical path, so its
+// latency is paid once.
 void sync_partials(Communicator& comm, Tensor& partial, int64_t nq, int64_t splits,
                    const Device& device, cudaStream_t s, const std::string& op) {
-  Tensor keys = Tensor::empty({2 * nq}, DType::i32, device);
-  Tensor count = Tensor::empty({1}, DType::i64, device);
-  QG_CUDA_CHECK(op, cudaMemsetAsync(count.raw_data(), 0, sizeof(int64_t), s));
+  const int ranks = comm.world_size();
+  Tensor mine = Tensor::empty({2 * nq + 1}, DType::i64, device);
+  Tensor all = Tensor::empty({ranks * (2 * nq + 1)}, DType::i64, device);
+  QG_CUDA_CHECK(op, cudaMemsetAsync(out_ptr<int64_t>(mine) + 2 * nq, 0, sizeof(int64_t), s));
   auto shape = elementwise_launch(nq);
   collapse_partials_kernel<<<shape.blocks, shape.threads, 0, s>>>(
-      in_ptr<Part>(partial), nq, splits, out_ptr<int32_t>(keys),
-      static_cast<unsigned long long*>(count.raw_data()));
+      in_ptr<Part>(partial), nq, splits, reinterpret_cast<long long*>(mine.raw_data()));
   QG_CUDA_CHECK_LAUNCH(op);
-  comm.all_reduce(keys.raw_data(), 2 * nq, DType::i32, ReduceOp::min, s);
-  comm.all_reduce(count.raw_data(), 1, DType::i64, ReduceOp::sum, s);
-  comm.wait_for(keys.raw_data(), s);
-  comm.wait_for(count.raw_data(), s);
+  comm.all_gather(mine.raw_data(), all.raw_data(), static_cast<int64_t>(mine.nbytes()), s);
   expand_partials_kernel<<<shape.blocks, shape.threads, 0, s>>>(
-      out_ptr<Part>(partial), nq, splits, in_ptr<int32_t>(keys),
-      static_cast<const unsigned long long*>(count.raw_data()));
+      out_ptr<Part>(partial), nq, splits, reinterpret_cast<const long long*>(all.raw_data()),
+      ranks);
   QG_CUDA_CHECK_LAUNCH(op);
 }
 

@@ -300,7 +300,7 @@ void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange
   // the statistics and the fold. Pieces with their own qparams then cannot be quantized
   // while still in cache (their range needs the other ranks'), so they take the schedule
   // of shared qparams: all statistics, one all-reduce, all quantization.
-  Communicator* comm = o.update ? observer_sync(ctx, l) : nullptr;
+  Communicator* comm = o.update ? observer_sync(ctx, l, ctx.node.fused_from.at(0).attrs) : nullptr;
   auto sync = [&] {
     if (comm == nullptr) return;
     all_reduce_range_keys(*comm, ranges.lo.data(), ranges.hi.data(), nq);
