@@ -37,7 +37,7 @@ note "$(grep -E 'qatgraph: (CUDA|NCCL|Gloo)' "$out/configure.log" | tr '\n' ' ')
 note "build: $(($(date +%s) - t0)) s"
 qat=$build/apps/qat
 
-QG_TEST_GPUS=2 timeout 240 "$build"/tests/test_distributed >"$out/test_distributed.log" 2>&1
+QG_TEST_GPUS=2 timeout 240 "$build"/tests/test_distributed --gtest_filter="${TEST_FILTER:-*}" >"$out/test_distributed.log" 2>&1
 rc=$?
 # The failures in full, and the ranks' own errors.
 grep -B2 -A12 -E '^\[  FAILED  \] Nccl' "$out/test_distributed.log" | head -60
@@ -49,7 +49,7 @@ grep -E '^\[  FAILED  \] [A-Za-z]' "$out/test_distributed.log" | head
 # Step times: each rank prints its own mean step time.
 q=(--act-bits 8 --weight-bits 8)
 steps=${STEPS:-200}
-for spec in "cnn 256" "transformer 256"; do
+for spec in ${MODELS:-"cnn 256" "transformer 256"}; do
   set -- $spec
   model=$1
   batch=$2
@@ -57,12 +57,12 @@ for spec in "cnn 256" "transformer 256"; do
     --time-steps "$steps" >"$out/step_${model}_1gpu.log" 2>&1
   t1=$(grep -oE '[0-9.]+ us' "$out/step_${model}_1gpu.log" | head -1)
   timeout 180 "$qat" train --model "$model" "${q[@]}" --device cuda --batch "$batch" \
-    --time-steps "$steps" --nproc 2 --no-sync-bn >"$out/step_${model}_2gpu.log" 2>&1
+    --time-steps "$steps" --nproc 2 >"$out/step_${model}_2gpu.log" 2>&1
   t2=$(grep -oE '[0-9.]+ us' "$out/step_${model}_2gpu.log" | tr '\n' ' ')
   timeout 180 "$qat" train --model "$model" "${q[@]}" --device cuda --batch "$batch" \
     --time-steps "$steps" --nproc 2 --no-sync-observers --no-sync-bn >"$out/step_${model}_2gpu_nosync.log" 2>&1
   t3=$(grep -oE '[0-9.]+ us' "$out/step_${model}_2gpu_nosync.log" | tr '\n' ' ')
-  note "$model W8A8 QAT step, batch $batch per GPU: 1 GPU $t1; 2 GPUs (global batch $((2 * batch))) observer sync on $t2; off $t3"
+  note "$model W8A8 QAT step, batch $batch per GPU: 1 GPU $t1; 2 GPUs (global batch $((2 * batch))) statistics sync on $t2; off $t3"
   grep -m1 -i "error" "$out/step_${model}_2gpu.log"
   if [ -z "${SKIP_TORCH:-}" ]; then
     timeout 120 python3 scripts/torch_ddp_qat_bench.py --model "$model" --batch "$batch" --world 1 \
