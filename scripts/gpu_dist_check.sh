@@ -49,7 +49,8 @@ grep -E '^\[  FAILED  \] [A-Za-z]' "$out/test_distributed.log" | head
 # Step times: each rank prints its own mean step time.
 q=(--act-bits 8 --weight-bits 8)
 steps=${STEPS:-200}
-for spec in ${MODELS:-"cnn 256" "transformer 256"}; do
+IFS=, read -ra specs <<<"${MODELS:-cnn 256,transformer 256}"  # MODELS="cnn 256" times one
+for spec in "${specs[@]}"; do
   set -- $spec
   model=$1
   batch=$2
