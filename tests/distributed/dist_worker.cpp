@@ -237,8 +237,8 @@ void fault(Communicator* c, const std::string& mode, const std::string& dir, std
   out << "epoch 2 done\n";
 }
 
-// ---- NCCL (2-GPU machine): collectives on device buffers, and W8A8 QAT on N GPUs against
-// one GPU (gradients, observer and batch-norm statistics through NCCL).
+// ---- NCCL (2-GPU machine): collectives on device buffers, and W8A8 QAT of a model without
+// batch norms on N GPUs against one GPU (gradients and observer statistics through NCCL).
 void collectives_cuda(Communicator& c, std::ostream& out) {
   const int r = c.rank(), n = c.world_size();
   const Device dev = Device::cuda(c.rank());
@@ -261,6 +261,7 @@ void train_cuda(Communicator* c, const std::string& kind, int local_rank, std::o
   nn::Dataset data = head(all, 240), test = head(all, 48);
   nn::TrainConfig cfg = small_config(kind, c, 48);
   cfg.device = Device::cuda(local_rank);
+  cfg.sync_batch_norm = false;  // CPU ranks only so far; these models have no batch norm
   nn::Trainer t(cfg, data, test);
   int64_t k = 0;
   double prev = 0;

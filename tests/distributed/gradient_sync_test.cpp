@@ -144,6 +144,9 @@ TEST(DataParallelTrainer, RefusesWhatItCannotDoRight) {
   c.drop_last = true;
   c.mlp.batch = 40;  // a global batch of 80 rows > 64
   expect_error([&] { nn::Trainer t(c, data, data); }, {"64 rows", "40 x 2 ranks"});
+  c.mlp.batch = 16;
+  c.device = Device::cuda();  // SyncBatchNorm on CUDA ranks is not there yet
+  expect_error([&] { nn::Trainer t(c, data, data); }, {"SyncBatchNorm", "--no-sync-bn"});
 }
 
 }  // namespace
