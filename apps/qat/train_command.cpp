@@ -53,6 +53,9 @@ void run_single(const TrainOptions& o) {
               static_cast<unsigned long long>(o.seed), t->executor().device().str().c_str());
   std::printf("data: %lld train / %lld test rows\n", static_cast<long long>(train.size()),
               static_cast<long long>(test.size()));
+  if (o.comm != nullptr)
+    std::printf("data parallel: rank %d of %d (%s), global batch %d\n", o.comm->rank(),
+                o.comm->world_size(), o.comm->backend().c_str(), o.batch * o.comm->world_size());
   if (!o.init.empty()) {
     import_init(o, *t, true);
     if (!qc.quantized())
