@@ -302,8 +302,11 @@ void Trainer::calibrate(const Dataset& data, int batches) {
   const int64_t b = config_.mlp.batch;
   Program& p = main();
   Tensor x, labels;
-  for (int k = 0; k < batches && (k + 1) * b <= data.size(); ++k) {
-    fill_batch(data, {}, k * b, b, x, labels);
+  // Data parallel: rank r reads batch k * world + r, so the ranks observe distinct rows, and
+  // every rank runs the same number of passes (their observers sync in each).
+  const int64_t world = config_.world_size(), rank = config_.rank();
+  for (int64_t k = 0; k < batches / world && (k + 1) * world * b <= data.size(); ++k) {
+    fill_batch(data, {}, (k * world + rank) * b, b, x, labels);
     p.step->forward({{"x", x}}, {p.model.logits}, true);  // no optimizer: observers only
   }
   p.step->synchronize();

@@ -86,7 +86,8 @@ class Trainer {
   // Logits for every row of `data` (eval mode), [n, classes] row-major.
   std::vector<float> predict(const Dataset& data);
   // Runs `batches` forward passes in training mode without optimizer steps, so observers
-  // record the data's ranges (post-training quantization).
+  // record the data's ranges (post-training quantization). Data parallel: `batches` batches
+  // in all, each rank its share.
   void calibrate(const Dataset& data, int batches);
   // Copies every parameter value (buffers included) from `other` (same architecture).
   void copy_parameters_from(Trainer& other);

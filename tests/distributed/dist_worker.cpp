@@ -212,6 +212,17 @@ void train(Communicator* c, const std::string& kind, std::ostream& out) {
   });
 }
 
+// ---- calibration (PTQ): `batches` global batches of 32 rows, each rank observing its share;
+// the observers end as one process's observing the same rows.
+void calibrate(Communicator* c, std::ostream& out) {
+  nn::Dataset all = nn::load_digits();
+  nn::Dataset data = head(all, 160), test = head(all, 32);
+  nn::Trainer t(small_config("mlp", c, 32), data, test);
+  const int world = c ? c->world_size() : 1;
+  t.calibrate(data, 4 * world);  // 4 global batches
+  out << "state " << state_digest(t.executor()) << '\n';
+}
+
 // ---- faults: one epoch and a checkpoint, then rank 1 fails in the second epoch (a batch with
 // labels out of range, an exception; or SIGKILL, a death without a word).
 void fault(Communicator* c, const std::string& mode, const std::string& dir, std::ostream& out) {
@@ -310,6 +321,8 @@ int main(int argc, char** argv) {
     else if (scenario == "observers_cuda")
       observers(group && world > 1 ? &group->communicator(Device::cuda(rank)) : nullptr, false, out,
                 Device::cuda(rank));
+    else if (scenario == "calibrate")
+      calibrate(c, out);
     else if (scenario == "fault")
       fault(c, arg, dir, out);
     else

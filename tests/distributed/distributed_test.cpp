@@ -269,6 +269,18 @@ TEST(DataParallel, TransformerMatchesOneProcess) {
   check_training("transformer", {2});
 }
 
+// Post-training calibration: 2 ranks, each observing its share of 4 global batches, leave
+// every state as one process observing the same rows does, bit for bit.
+TEST(DataParallel, CalibrationMatchesOneProcess) {
+  SKIP_WITHOUT_GLOO();
+  const std::string dir = scratch("calibrate");
+  ASSERT_EQ(run_workers(1, {"calibrate", dir}).failed_rank, -1) << read_file(dir + "/err_r0.txt");
+  ASSERT_EQ(run_workers(2, {"calibrate", dir}).failed_rank, -1) << read_file(dir + "/err_r0.txt");
+  const std::string want = read_file(result_file(dir, "calibrate", 1, 0));
+  ASSERT_FALSE(want.empty());
+  for (int k = 0; k < 2; ++k) EXPECT_EQ(read_file(result_file(dir, "calibrate", 2, k)), want);
+}
+
 // ---------------------------------------------------------------- faults
 // Rank 1 fails in the second epoch. Every rank exits non-zero on its own (not stopped by the
 // launcher) with an error, and the checkpoint of the first epoch, written by rank 0, loads
