@@ -139,8 +139,8 @@ class GlooCommunicator final : public Communicator {
   std::chrono::milliseconds timeout() const override { return context_->getTimeout(); }
 
  private:
-  // The element types the reductions take (f16/bf16 are summed in their own type by Gloo's
-  // float16 only; ours go through f32 buffers upstream).
+  // The element types the reductions take. No f16/bf16: what CPU ranks reduce (f32
+  // gradients, f64 batch-norm sums, integer keys and counts) never comes in them.
   template <typename Fn>
   static void dispatch(DType dtype, const char* op, Fn&& fn) {
     switch (dtype) {
