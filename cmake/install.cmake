@@ -29,6 +29,7 @@ install(EXPORT qatgraphTargets NAMESPACE qatgraph:: DESTINATION ${QG_CMAKE_INSTA
 # Read by qatgraphConfig.cmake.in: what this build contained.
 get_filename_component(QG_CUDNN_LIBRARY_NAME "${QG_CUDNN_LIBRARY}" NAME)
 get_filename_component(QG_CUDNN_LIBRARY_DIR "${QG_CUDNN_LIBRARY}" DIRECTORY)
+get_filename_component(QG_NCCL_LIBRARY_DIR "${QG_NCCL_LIBRARY}" DIRECTORY)
 configure_package_config_file(cmake/qatgraphConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/qatgraphConfig.cmake INSTALL_DESTINATION ${QG_CMAKE_INSTALL_DIR})
 # 0.x: a minor version may break the API, so only the same minor version is compatible.

@@ -69,9 +69,19 @@ bool cuda_available() {
 }
 
 std::unique_ptr<DeviceContext> make_device_context(Device device, const ContextOptions& options) {
-  if (device.is_cpu()) return std::make_unique<CpuContext>(options.precision);
+  if (device.is_cpu()) {
+    auto ctx = std::make_unique<CpuContext>(options.precision);
+    ctx->set_communicator(options.communicator);
+    ctx->set_sync_statistics(options.sync_statistics);
+    ctx->set_sync_batch_norm(options.sync_batch_norm);
+    return ctx;
+  }
 #ifdef QG_WITH_CUDA
-  return make_cuda_context(device.index, options);
+  std::unique_ptr<DeviceContext> ctx = make_cuda_context(device.index, options);
+  ctx->set_communicator(options.communicator);
+  ctx->set_sync_statistics(options.sync_statistics);
+  ctx->set_sync_batch_norm(options.sync_batch_norm);
+  return ctx;
 #else
   QG_FAIL("device_context", "device ", device.str(),
           " requested but qatgraph was built without CUDA");

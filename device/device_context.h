@@ -21,6 +21,7 @@
 
 namespace qg {
 
+class Communicator;  // device/communicator.h
 class Graph;
 
 // Precision switches of the GPU kernels run on a context. The CPU kernels ignore them.
@@ -78,6 +79,19 @@ class DeviceContext {
   // CUDA graph capture, as any one-time set-up) and destroyed by `destroy` with the context.
   // Libraries keep their handles here rather than in globals, so that a handle is bound to
   // one stream and never shared between two contexts.
+  // The data-parallel communicator kernels sync their statistics through (observers, batch
+  // norms, all_reduce); null in one process. Owned by the caller (runtime/distributed), who
+  // keeps it alive as long as the context.
+  Communicator* communicator() const { return communicator_; }
+  void set_communicator(Communicator* comm) { communicator_ = comm; }
+  // The communicator observers sync their statistics through, and the one batch norms sync
+  // theirs through (SyncBatchNorm): the communicator unless that sync is switched off, which
+  // leaves each rank with its own statistics as DDP does (to measure what the sync costs).
+  Communicator* statistics_sync() const { return sync_statistics_ ? communicator_ : nullptr; }
+  Communicator* batch_norm_sync() const { return sync_batch_norm_ ? communicator_ : nullptr; }
+  void set_sync_statistics(bool on) { sync_statistics_ = on; }
+  void set_sync_batch_norm(bool on) { sync_batch_norm_ = on; }
+
   using CreateHandle = void* (*)(DeviceContext& context);
   using DestroyHandle = void (*)(void* handle);
   void* library_handle(LibraryHandle which, CreateHandle create, DestroyHandle destroy);
@@ -92,6 +106,9 @@ class DeviceContext {
   void* stream_;
   void* error_buffer_;
   PrecisionFlags precision_;
+  Communicator* communicator_ = nullptr;
+  bool sync_statistics_ = true;
+  bool sync_batch_norm_ = true;
   struct Handle {
     void* handle = nullptr;
     DestroyHandle destroy = nullptr;
@@ -104,6 +121,10 @@ struct ContextOptions {
   // CUDA: a cudaStream_t to run on, owned by the caller (who keeps it alive as long as the
   // context); null makes the context create and own a stream of its own.
   void* stream = nullptr;
+  // The communicator of a data-parallel run (DeviceContext::communicator); null: one process.
+  Communicator* communicator = nullptr;
+  bool sync_statistics = true;  // DeviceContext::statistics_sync
+  bool sync_batch_norm = true;  // DeviceContext::batch_norm_sync
 };
 
 // A context on `device`: the CPU always; a CUDA device when built with CUDA and the device

@@ -140,6 +140,7 @@ ValueId Builder::weight(ValueId w, const std::string& layer) {
     }
     Attrs obs_attrs = range;
     obs_attrs.set("qscheme", "symmetric");
+    obs_attrs.set("replicated", true);  // weights are the same on every data-parallel rank
     for (const auto& [k, v] : scope.items()) obs_attrs.set(k, v);
     std::string op = observer_op(qc_, qc_.weight_averaging_constant, obs_attrs);
     auto qp = g_.apply(op, {rec.source}, obs_attrs, name + ".observer");

@@ -9,7 +9,9 @@
 
 #include "core/error.h"
 #include "core/printable.h"
+#include "device/communicator.h"
 #include "nn/checkpoint.h"
+#include "runtime/distributed/gradient_sync.h"
 #include "runtime/passes/pass.h"
 
 namespace qg::nn {
@@ -90,13 +92,33 @@ std::vector<EpochMetrics> parse_history(const std::string& text, const std::stri
 
 }  // namespace
 
+int TrainConfig::world_size() const {
+  return comm ? comm->world_size() : 1;
+}
+int TrainConfig::rank() const {
+  return comm ? comm->rank() : 0;
+}
+
 Trainer::Trainer(const TrainConfig& config, const Dataset& train, const Dataset& test)
     : config_(config), train_(train), test_(test), rng_(config.seed ^ kOrderStream) {
   QG_CHECK(train.features == config.mlp.in_features && test.features == config.mlp.in_features,
            "trainer", "dataset has ", train.features, " features, the model expects ",
            config.mlp.in_features);
-  QG_CHECK(train.size() >= config.mlp.batch, "trainer", "training set of ", train.size(),
-           " rows is smaller than one batch (", config.mlp.batch, ")");
+  QG_CHECK(train.size() >= config.mlp.batch * config.world_size(), "trainer", "training set of ",
+           train.size(), " rows is smaller than one global batch (", config.mlp.batch, " x ",
+           config.world_size(), " ranks)");
+  QG_CHECK(config.world_size() == 1 || config.drop_last, "trainer",
+           "data-parallel training drops each epoch's last partial global batch (drop_last)");
+  // The CUDA batch-norm kernels do not all-reduce their statistics yet: rather than train
+  // with per-rank statistics silently, ask for them explicitly.
+  QG_CHECK(config.world_size() == 1 || config.device.is_cpu() || !config.sync_batch_norm, "trainer",
+           "data-parallel training on ", config.device.str(),
+           ": SyncBatchNorm runs on CPU ranks only so far; pass --no-sync-bn (sync_batch_norm "
+           "false) to train with per-rank batch-norm statistics");
+  QG_CHECK(!config.comm || config.comm->memory() == config.device.type, "trainer", "the ",
+           config.comm ? config.comm->backend() : "", " communicator takes ",
+           config.comm ? device_type_name(config.comm->memory()) : "", " buffers, the model is on ",
+           config.device.str());
   program(config.mlp.batch);
 }
 
@@ -113,6 +135,19 @@ Trainer::Program& Trainer::program(int64_t rows) {
   TrainingSpec training{p.model.loss, p.model.parameters, optimizer_nodes(config_.optimizer), {}};
   CompileOptions options;
   options.device = config_.device;
+  if (config_.world_size() > 1) {
+    training.gradient_sync = dist::bucketed_all_reduce(config_.bucket_bytes);
+    options.context.communicator = config_.comm;
+    options.context.sync_statistics = config_.sync_observers;
+    options.context.sync_batch_norm = config_.sync_batch_norm;
+    // The fused CUDA observer + quantizer kernels read x once and quantize in the same pass,
+    // with no point between the statistics and the qparams where the ranks could combine
+    // theirs: with sync on, CUDA ranks run the observer and the quantizer unfused.
+    if (config_.device.is_cuda() && config_.sync_observers) {
+      options.passes.disabled.insert("fuse_observer_quantize");
+      options.passes.disabled.insert("fuse_activation_prologue");
+    }
+  }
   options.outputs = {p.model.loss, p.model.logits};
   p.step = std::make_unique<CompiledStep>(*p.graph, training, options);
   if (!programs_.empty()) share_states(main().step->executor(), p.step->executor());
@@ -160,9 +195,12 @@ void Trainer::train_rows(Program& p, const Tensor& x, const Tensor& labels, doub
 
 EpochMetrics Trainer::train_epoch(const std::function<void(const StepInfo&)>& on_step) {
   auto t0 = std::chrono::steady_clock::now();
+  // Every rank draws the same order; rank r trains on rows [r * b, (r + 1) * b) of each
+  // global batch of b * world rows.
   const int64_t b = config_.mlp.batch, n = train_.size();
+  const int64_t world = config_.world_size(), shard = config_.rank() * b;
   std::vector<int64_t> order = rng_.permutation(n);
-  const int64_t full = n / b, rest = config_.drop_last ? 0 : n % b;
+  const int64_t full = n / (b * world), rest = config_.drop_last ? 0 : n % b;
   const int64_t steps = full + (rest > 0 ? 1 : 0);
   Tensor x, labels;
   double loss_sum = 0;  // batch means, a partial batch weighed by its share of a full one
@@ -172,7 +210,7 @@ EpochMetrics Trainer::train_epoch(const std::function<void(const StepInfo&)>& on
   info.steps_per_epoch = steps;
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t rows = s < full ? b : rest;
-    fill_batch(train_, order, s * b, rows, x, labels);
+    fill_batch(train_, order, s * b * world + shard, rows, x, labels);
     train_rows(program(rows), x, labels, loss_sum, correct);
     seen += rows;
     ++step_;
@@ -184,10 +222,18 @@ EpochMetrics Trainer::train_epoch(const std::function<void(const StepInfo&)>& on
       on_step(info);
     }
   }
+  if (world > 1 && config_.comm->memory() == DeviceType::cpu) {
+    // The epoch's metrics over the global batches (each rank's loss is its shard's mean).
+    double sums[2] = {loss_sum, static_cast<double>(correct)};
+    config_.comm->all_reduce(sums, 2, DType::f64, ReduceOp::sum);
+    loss_sum = sums[0] / static_cast<double>(world);
+    correct = static_cast<int64_t>(sums[1]);
+    seen *= world;
+  }
   EpochMetrics m;
   m.epoch = ++epoch_;
   m.step = step_;
-  m.train_loss = loss_sum / (static_cast<double>(seen) / static_cast<double>(b));
+  m.train_loss = loss_sum / (static_cast<double>(seen) / static_cast<double>(b * world));
   m.train_accuracy = static_cast<double>(correct) / static_cast<double>(seen);
   m.test_accuracy = evaluate(test_);
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -256,8 +302,11 @@ void Trainer::calibrate(const Dataset& data, int batches) {
   const int64_t b = config_.mlp.batch;
   Program& p = main();
   Tensor x, labels;
-  for (int k = 0; k < batches && (k + 1) * b <= data.size(); ++k) {
-    fill_batch(data, {}, k * b, b, x, labels);
+  // Data parallel: rank r reads batch k * world + r, so the ranks observe distinct rows, and
+  // every rank runs the same number of passes (their observers sync in each).
+  const int64_t world = config_.world_size(), rank = config_.rank();
+  for (int64_t k = 0; k < batches / world && (k + 1) * world * b <= data.size(); ++k) {
+    fill_batch(data, {}, (k * world + rank) * b, b, x, labels);
     p.step->forward({{"x", x}}, {p.model.logits}, true);  // no optimizer: observers only
   }
   p.step->synchronize();
@@ -287,7 +336,9 @@ std::string Trainer::config_key() const {
   } else {
     os << config_.spec().str();
   }
-  os << " freeze_bn_after=" << config_.freeze_bn_after << " batch=" << config_.mlp.batch
+  // The global batch: a checkpoint resumes under another rank count that keeps it.
+  os << " freeze_bn_after=" << config_.freeze_bn_after
+     << " batch=" << config_.mlp.batch * config_.world_size()
      << " qconfig=" << config_.qconfig.str() << " optimizer=" << config_.optimizer.kind;
   return os.str();
 }
@@ -305,7 +356,10 @@ void Trainer::save_checkpoint(const std::string& path) {
   // by the nodes as built, so checkpoints do not depend on which fusion passes ran.
   for (const auto& [key, t] : state_index(executor()))
     sections.push_back({"state/" + key, encode_tensor(*t)});
-  write_checkpoint(path, sections);
+  // Data parallel: every rank holds the same state, rank 0 writes it (atomically, as
+  // write_checkpoint always does), and no rank goes on before the file is complete.
+  if (config_.rank() == 0) write_checkpoint(path, sections);
+  if (config_.world_size() > 1) config_.comm->barrier();
 }
 
 void Trainer::load_checkpoint(const std::string& path) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "device/communicator.h"
 #include "nn/convert.h"
 #include "nn/digits.h"
 #include "nn/model.h"
@@ -39,7 +40,21 @@ struct TrainConfig {
   // too, through a step compiled at its size.
   bool drop_last = true;
 
+  // Data parallelism (runtime/distributed/): the communicator this trainer is one rank of
+  // (Gloo for a CPU device, NCCL for CUDA); null or a group of one: one process. Owned by the
+  // caller. Each rank then trains on its shard of every global batch of
+  // mlp.batch * world_size rows (the rows [rank * batch, (rank + 1) * batch) of it, in the
+  // one seeded order all ranks share), the gradients are averaged over the ranks, and
+  // observers and batch norms see the global batch, so N ranks train as one process on the
+  // global batch would (docs/DISTRIBUTED.md gives the tolerances).
+  Communicator* comm = nullptr;
+  int64_t bucket_bytes = int64_t{25} << 20;  // gradient all-reduce buckets
+  bool sync_observers = true;                // false: each rank keeps its own (as DDP does)
+  bool sync_batch_norm = true;               // SyncBatchNorm statistics
+
   ModelSpec spec() const { return {model, mlp, cnn, transformer}; }
+  int world_size() const;
+  int rank() const;
 };
 
 struct EpochMetrics {
@@ -71,7 +86,8 @@ class Trainer {
   // Logits for every row of `data` (eval mode), [n, classes] row-major.
   std::vector<float> predict(const Dataset& data);
   // Runs `batches` forward passes in training mode without optimizer steps, so observers
-  // record the data's ranges (post-training quantization).
+  // record the data's ranges (post-training quantization). Data parallel: `batches` batches
+  // in all, each rank its share.
   void calibrate(const Dataset& data, int batches);
   // Copies every parameter value (buffers included) from `other` (same architecture).
   void copy_parameters_from(Trainer& other);

@@ -50,6 +50,7 @@ constexpr OpFamily kOpFamilies[] = {
     QG_OP_FAMILY(conv),
     QG_OP_FAMILY(fold),
     QG_OP_FAMILY(cast),
+    QG_OP_FAMILY(collective),
 };
 // clang-format on
 

@@ -14,6 +14,8 @@ packages=(
   libonnx-dev libprotobuf-dev
   # The Python module (nanobind, built against the system Python) and its venv.
   python3-dev python3-venv
+  # Data-parallel CPU ranks (runtime/distributed/, the Gloo backend).
+  libgloo-dev
 )
 
 missing=()

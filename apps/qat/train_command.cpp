@@ -3,7 +3,12 @@
 // checkpoints, and the accuracy of the converted integer-weight model. `--compare` trains
 // float32, PTQ and QAT variants and prints one table. `--init` starts from imported
 // float weights (nn/import_weights.h; README "Importing float weights" for the semantics).
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "apps/qat/commands.h"
@@ -12,6 +17,8 @@
 #include "nn/checkpoint.h"
 #include "nn/png_plot.h"
 #include "nn/quantized.h"
+#include "runtime/distributed/launch.h"
+#include "runtime/distributed/process_group.h"
 
 namespace qg::cli {
 namespace {
@@ -46,12 +53,16 @@ void run_single(const TrainOptions& o) {
               static_cast<unsigned long long>(o.seed), t->executor().device().str().c_str());
   std::printf("data: %lld train / %lld test rows\n", static_cast<long long>(train.size()),
               static_cast<long long>(test.size()));
+  if (o.comm != nullptr)
+    std::printf("data parallel: rank %d of %d (%s), global batch %d\n", o.comm->rank(),
+                o.comm->world_size(), o.comm->backend().c_str(), o.batch * o.comm->world_size());
   if (!o.init.empty()) {
     import_init(o, *t, true);
     if (!qc.quantized())
       std::printf("test accuracy of the imported weights: %s\n", pct(t->evaluate(test)).c_str());
   }
-  const std::string checkpoint = o.out + "/checkpoint.qgck";
+  const std::string checkpoint =
+      (o.checkpoint_dir.empty() ? o.out : o.checkpoint_dir) + "/checkpoint.qgck";
   if (!o.init.empty() && o.epochs == 0 && qc.quantized()) {
     // PTQ of the imported model: observers see the whole training set once; the batch norms
     // keep the imported running statistics.
@@ -96,6 +107,71 @@ void run_single(const TrainOptions& o) {
   std::printf("wrote %s/metrics.json, metrics.csv, curves.png, checkpoint.qgck\n", o.out.c_str());
 }
 
+// --nproc N: this same command line, less --nproc, started N times with the torchrun
+// variables; returns once every rank has exited, throwing naming the first that failed.
+void run_launcher(const TrainOptions& o) {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  for (std::string a; std::getline(f, a, '\0');) args.push_back(a);
+  QG_CHECK(!args.empty(), "train", "cannot read this process's command line");
+  std::vector<std::string> argv;
+  char exe[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  argv.push_back(n > 0 ? std::string(exe, static_cast<size_t>(n)) : args[0]);
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (args[i].rfind("--nproc=", 0) == 0) continue;
+    argv.push_back(args[i]);
+  }
+  dist::LocalLaunch launch;
+  launch.argv = argv;
+  launch.nproc = o.nproc;
+  launch.grace = std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000));
+  std::printf("qat train: starting %d ranks on this host\n", o.nproc);
+  std::fflush(stdout);
+  dist::LaunchResult r = dist::launch_local(launch);
+  QG_CHECK(r.failed_rank < 0, "train", r.what, "; the other ranks were stopped");
+}
+
+// The training run of this process, as one rank of its group when the torchrun variables
+// say so: a failure is reported to the group (so the other ranks name this one) and raised.
+void run_rank(TrainOptions o) {
+  std::unique_ptr<dist::ProcessGroup> group;
+  std::optional<dist::LaunchEnv> env = dist::LaunchEnv::from_environment();
+  if (env && env->world_size > 1) {
+    QG_CHECK(!o.compare, "train",
+             "--compare trains several models one after the other; run it "
+             "in one process");
+    QG_CHECK(o.dist_timeout > 0, "train", "--dist-timeout ", o.dist_timeout, " must be > 0");
+    dist::GroupOptions go;
+    go.timeout = dist::timeout_from_environment(
+        std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000)));
+    group = dist::ProcessGroup::connect(*env, go);
+    const bool cuda = o.device == "cuda" || (o.device == "auto" && cuda_available());
+    o.local_rank = env->local_rank;
+    o.comm = &group->communicator(cuda ? Device::cuda(env->local_rank) : Device::cpu());
+    o.device = cuda ? "cuda" : "cpu";
+    if (env->rank > 0) {  // one output folder per rank; the checkpoint is rank 0's
+      o.checkpoint_dir = o.out;
+      o.out += "/rank" + std::to_string(env->rank);
+    }
+  }
+  try {
+    if (o.time_steps > 0)
+      run_timing(o);
+    else if (o.compare)
+      run_compare(o);
+    else
+      run_single(o);
+  } catch (const std::exception& e) {
+    if (group) group->report_failure(e.what());
+    throw;
+  }
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -132,14 +208,27 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--seeds", o->seeds, "--compare: seeds to average over")->capture_default_str();
   cmd->add_option("--time-steps", o->time_steps,
                   "Only time N training steps on one batch and print the mean step time");
+  cmd->add_option("--nproc", o->nproc,
+                  "Data-parallel ranks started on this host (one per GPU with --device cuda); "
+                  "--batch is per rank")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--dist-timeout", o->dist_timeout,
+                  "Seconds a collective (or --nproc, after one rank failed) waits before every "
+                  "rank fails naming the rank (QG_DIST_TIMEOUT overrides)")
+      ->capture_default_str();
+  cmd->add_flag("--no-sync-observers", o->no_sync_observers,
+                "Data parallel: each rank keeps its own observer statistics (as DDP does)");
+  cmd->add_flag("--no-sync-bn", o->no_sync_bn,
+                "Data parallel: batch norms use each rank's batch statistics (no SyncBatchNorm)");
+  cmd->add_option("--bucket-mb", o->bucket_mb, "Data parallel: gradient all-reduce bucket size")
+      ->capture_default_str();
   cmd->callback([o, cmd] {
     apply_model_defaults(*o, [cmd](const char* option) { return cmd->count(option) > 0; });
-    if (o->time_steps > 0)
-      run_timing(*o);
-    else if (o->compare)
-      run_compare(*o);
+    if (o->nproc > 1 && std::getenv("WORLD_SIZE") == nullptr)
+      run_launcher(*o);
     else
-      run_single(*o);
+      run_rank(*o);
   });
 }
 

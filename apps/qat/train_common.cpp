@@ -41,6 +41,11 @@ nn::TrainConfig make_config(const TrainOptions& o, const nn::QConfig& qc) {
   c.optimizer.kind = o.optimizer;
   c.optimizer.lr = o.lr;
   c.seed = o.seed;
+  c.comm = o.comm;
+  c.sync_observers = !o.no_sync_observers;
+  c.sync_batch_norm = !o.no_sync_bn;
+  c.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  QG_CHECK(c.bucket_bytes > 0, "train", "--bucket-mb ", o.bucket_mb, " must be > 0");
   return c;
 }
 
@@ -51,7 +56,7 @@ std::unique_ptr<nn::Trainer> make_trainer(const TrainOptions& o, const nn::QConf
            o.device, "' is not one of auto, cpu, cuda");
   if (o.device == "cpu" || (o.device == "auto" && !cuda_available()))
     return std::make_unique<nn::Trainer>(c, train, test);
-  c.device = Device::cuda();
+  c.device = Device::cuda(o.local_rank);
   if (o.device == "cuda") return std::make_unique<nn::Trainer>(c, train, test);
   try {
     return std::make_unique<nn::Trainer>(c, train, test);

@@ -47,6 +47,17 @@ struct TrainOptions {
   std::string init;
   std::vector<std::string> init_map;
   std::string save_logits;  // single runs: the test split's logits as safetensors
+  // Data parallelism (runtime/distributed/): --nproc starts that many local ranks; a process
+  // started with the torchrun variables (RANK, WORLD_SIZE, ...) is one rank of a group, and
+  // --batch is then the batch of each rank.
+  int nproc = 1;
+  double dist_timeout = 60;  // seconds a collective may wait before every rank fails
+  bool no_sync_observers = false;
+  bool no_sync_bn = false;
+  double bucket_mb = 25;
+  Communicator* comm = nullptr;  // set once this process has joined its group
+  int local_rank = 0;
+  std::string checkpoint_dir;  // where checkpoint.qgck goes; empty: out
 };
 
 // The result of one trained (or calibrated) model.

@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "device/communicator.h"
+#include "device/device_context.h"
 #include "ops/common/dispatch_f32_f64.h"
 
 namespace qg::norm {
@@ -49,9 +51,14 @@ void batch_norm_typed(KernelContext& ctx) {
   if (batch)
     QG_CHECK(m > 1, ctx.op, "expected more than 1 value per channel when training, got input ",
              ctx.inputs[0].str());
-  for_each_channel(l, [&](int64_t ch) {
-    double mean, var, invstd;
-    if (batch) {
+  // 1. Per-channel f64 sums of this rank's batch; 2. with SyncBatchNorm, summed over the
+  //    ranks (with the count), so every rank normalises with the global batch's moments and
+  //    moves the running statistics by them; 3. the moments and the output.
+  Communicator* comm = batch ? ctx.device.batch_norm_sync() : nullptr;
+  if (comm != nullptr && comm->world_size() == 1) comm = nullptr;
+  std::vector<double> sums(batch ? static_cast<size_t>(2 * l.c) : 0);
+  if (batch)
+    for_each_channel(l, [&](int64_t ch) {
       double sum = 0, sumsq = 0;
       for (int64_t b = 0; b < l.n; ++b) {
         const T* p = x + (b * l.c + ch) * l.s;
@@ -61,7 +68,16 @@ void batch_norm_typed(KernelContext& ctx) {
           sumsq += v * v;
         }
       }
-      moments(sum, sumsq, m, eps, &mean, &var, &invstd);
+      sums[2 * ch] = sum;
+      sums[2 * ch + 1] = sumsq;
+    });
+  const int64_t count = comm ? m * comm->world_size() : m;
+  if (comm) comm->all_reduce(sums.data(), 2 * l.c, DType::f64, ReduceOp::sum);
+  for_each_channel(l, [&](int64_t ch) {
+    double mean, var, invstd;
+    if (batch) {
+      const int64_t m = count;  // the global batch's values per channel
+      moments(sums[2 * ch], sums[2 * ch + 1], m, eps, &mean, &var, &invstd);
       // torch: the running variance takes the unbiased batch variance.
       double unbiased = var * static_cast<double>(m) / static_cast<double>(m - 1);
       running_mean[ch] = static_cast<T>((1.0 - momentum) * running_mean[ch] + momentum * mean);
@@ -93,7 +109,13 @@ void batch_norm_backward_typed(KernelContext& ctx) {
   T* dx = ctx.outputs[0].data<T>();
   T* dgamma = ctx.outputs[1].data<T>();
   T* dbeta = ctx.outputs[2].data<T>();
-  const double m = static_cast<double>(l.n * l.s);
+  // SyncBatchNorm: the mean and variance were the global batch's, so the terms through them
+  // take the global sums of dy and dy * xhat (all-reduced) over the global count. dgamma and
+  // dbeta stay this rank's sums: the gradient sync averages them like every parameter's.
+  Communicator* comm = batch ? ctx.device.batch_norm_sync() : nullptr;
+  if (comm != nullptr && comm->world_size() == 1) comm = nullptr;
+  const double m = static_cast<double>(l.n * l.s) * (comm ? comm->world_size() : 1);
+  std::vector<double> sums(static_cast<size_t>(2 * l.c));
   for_each_channel(l, [&](int64_t ch) {
     const T mu = save_mean[ch], is = save_invstd[ch];
     double sum_dy = 0, sum_dy_xhat = 0;
@@ -107,6 +129,14 @@ void batch_norm_backward_typed(KernelContext& ctx) {
     }
     dbeta[ch] = static_cast<T>(sum_dy);
     dgamma[ch] = static_cast<T>(sum_dy_xhat);
+    sums[2 * ch] = sum_dy;
+    sums[2 * ch + 1] = sum_dy_xhat;
+  });
+  if (comm) comm->all_reduce(sums.data(), 2 * l.c, DType::f64, ReduceOp::sum);
+  for_each_channel(l, [&](int64_t ch) {
+    const T is = save_invstd[ch];
+    const T mu = save_mean[ch];
+    const double sum_dy = sums[2 * ch], sum_dy_xhat = sums[2 * ch + 1];
     // Batch statistics: the gradient also flows through the mean and the variance.
     const T a = static_cast<T>(static_cast<double>(gamma[ch]) * static_cast<double>(is));
     const T mean_dy = batch ? static_cast<T>(sum_dy / m) : T(0);

@@ -18,6 +18,7 @@
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/quant_attrs.h"
 #include "ops/observer/observer_args.h"
+#include "ops/observer/observer_common.h"
 #include "ops/observer/observer_reduce.cuh"
 #include "ops/observer/torch_histogram_math.h"
 
@@ -237,6 +238,10 @@ void histogram_observer_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const ScopeLayout& l = args.layout;
   QG_CHECK(ctx.states.size() == 6, ctx.op, "expected 6 state tensors, got ", ctx.states.size());
+  // Their statistics sync (gathering every rank's values) runs on CPU ranks only so far.
+  QG_CHECK(!(ctx.training && observer_sync(ctx, l) != nullptr), ctx.op,
+           "data-parallel statistics sync of this observer runs on CPU ranks only; use a min/max "
+           "or moving-average observer on CUDA ranks, or turn statistics sync off");
   const int64_t nq = l.num_qparams;
   if (nq == 0) return;
   HistState h = hist_state(ctx, nq);

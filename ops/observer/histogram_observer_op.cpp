@@ -49,8 +49,13 @@ void histogram_observer_cpu(KernelContext& ctx) {
     return h;
   };
   if (should_update(ctx, common)) {
+    const int64_t before = *common.nonfinite;
     std::vector<std::vector<float>> values =
         gather_finite(ctx.op, ctx.inputs[0], l, common.nonfinite);
+    if (Communicator* comm = observer_sync(ctx, l)) {  // the global batch, in rank order
+      sync_values(*comm, values);
+      sync_nonfinite(*comm, common.nonfinite, before);
+    }
     for (size_t q = 0; q < n; ++q) torch_histogram_update(channel(q), values[q], upsample);
   }
   std::vector<float> lo(n, 0.0f), hi(n, 0.0f);

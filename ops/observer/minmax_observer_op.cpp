@@ -41,7 +41,14 @@ void minmax_observer_cpu(KernelContext& ctx) {
   if (late) write_range_qparams(ctx, mn, mx, n);  // the state before this batch
   if (should_update(ctx, common)) {
     // min/max are order-independent, so updating in place is deterministic.
+    const int64_t before = *common.nonfinite;
     fold_finite_range(ctx.op, ctx.inputs[0], l, common.nonfinite, mn, mx);
+    // Every rank entered with the same state, so the MIN/MAX of the folded states is the
+    // state folded with every shard.
+    if (Communicator* comm = observer_sync(ctx, l)) {
+      all_reduce_ranges(*comm, mn, mx, static_cast<int64_t>(n));
+      sync_nonfinite(*comm, common.nonfinite, before);
+    }
   }
   if (!late) write_range_qparams(ctx, mn, mx, n);
 }

@@ -54,7 +54,12 @@ void moving_average_observer_cpu(KernelContext& ctx) {
   if (late) write_state_qparams(ctx, mn, mx, init, n);  // the state before this batch
   if (should_update(ctx, common)) {
     std::vector<float> bmin, bmax;
+    const int64_t before = *common.nonfinite;
     batch_min_max(ctx.op, ctx.inputs[0], l, common.nonfinite, bmin, bmax);
+    if (Communicator* comm = observer_sync(ctx, l)) {  // the global batch's range
+      all_reduce_ranges(*comm, bmin.data(), bmax.data(), static_cast<int64_t>(n));
+      sync_nonfinite(*comm, common.nonfinite, before);
+    }
     for (size_t q = 0; q < n; ++q) {
       if (!(bmin[q] <= bmax[q])) continue;  // no finite value for this channel
       if (init[q]) {

@@ -17,6 +17,9 @@ std::vector<AttrSpec> observer_attrs(const std::vector<AttrSpec>& extra,
                                      const std::vector<std::string>& scopes) {
   std::vector<AttrSpec> a = concat_attrs(quant_range_attrs(true), qparams_attrs());
   a = concat_attrs(a, scope_attrs(scopes));
+  a = concat_attrs(a, {bool_attr("replicated", false,
+                                 "x is the same on every data-parallel rank (a weight): its "
+                                 "statistics need no sync")});
   return concat_attrs(a, extra);
 }
 
@@ -151,6 +154,30 @@ void write_qparams(KernelContext& ctx, const std::vector<float>& mn, const std::
     scale[q] = p.scale;
     zp[q] = p.zero_point;
   }
+}
+
+Communicator* observer_sync(const KernelContext& ctx, const ScopeLayout& l) {
+  return observer_sync(ctx, l, ctx.attrs);
+}
+
+Communicator* observer_sync(const KernelContext& ctx, const ScopeLayout& l,
+                            const Attrs& observer_attrs) {
+  Communicator* comm = ctx.device.statistics_sync();
+  if (comm == nullptr || comm->world_size() == 1) return nullptr;
+  if (observer_attrs.has("replicated") && observer_attrs.get_bool("replicated")) return nullptr;
+  // Statistics indexed by rows of axis 0 (the batch axis) belong to this rank's rows.
+  if (l.kind == ScopeKind::token || l.kind == ScopeKind::group ||
+      (l.kind == ScopeKind::channel && l.axis == 0))
+    return nullptr;
+  return comm;
+}
+
+void sync_nonfinite(Communicator& comm, int64_t* nonfinite, int64_t before) {
+  *nonfinite = before + all_reduce_count(comm, *nonfinite - before);
+}
+
+void sync_values(Communicator& comm, std::vector<std::vector<float>>& values) {
+  values = all_gather_lists(comm, values);
 }
 
 void check_real_in(const std::string& op, const std::string& attr, double value, double lo,

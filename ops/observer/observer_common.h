@@ -9,6 +9,8 @@
 
 #include "core/graph.h"
 #include "core/half.h"
+#include "device/communicator.h"
+#include "device/device_context.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
 #include "ops/common/schema_helpers.h"
@@ -48,6 +50,32 @@ CommonStates common_states(KernelContext& ctx, size_t own);
 // True when statistics may change: training mode, the observer_enabled flag set, and a
 // non-empty input.
 bool should_update(const KernelContext& ctx, const CommonStates& s);
+
+// Data parallelism (device/communicator.h). An observer's statistics must come out as one
+// process observing the concatenation of every rank's shard would leave them, bit for bit, so
+// that every rank quantizes with the same qparams and keeps the same state:
+//  * min/max ranges are all-reduced as ordered integer keys (MIN / MAX: exact, order-free);
+//  * histogram and percentile observers gather every rank's finite values in rank order and
+//    update from the concatenation (their bins are not a reduction of per-rank bins);
+//  * non-finite counts are summed.
+// Scopes whose qparams are indexed by rows of axis 0, the batch axis (token; group, whose
+// qparams run over the rows before its axis; channel on axis 0), are not synced: those
+// qparams belong to the rows of this rank's own shard. (Weights, the usual owners of group
+// scopes, are identical on every rank anyway.)
+// Whether to sync depends only on what is identical on every rank (training flag,
+// observer_enabled, shapes), so every rank calls the same collectives.
+// An observer whose `replicated` attribute is set (weights: the same on every rank, so the
+// statistics are already the global ones) does not sync either.
+// The communicator the observer syncs through in this call, or null (one process, sync off,
+// a scope of rows, a replicated input). `observer_attrs`: the observer's own attributes, for
+// a fused node whose attributes are not the observer's.
+Communicator* observer_sync(const KernelContext& ctx, const ScopeLayout& l);
+Communicator* observer_sync(const KernelContext& ctx, const ScopeLayout& l,
+                            const Attrs& observer_attrs);
+// Sums this step's non-finite count (the state's growth since `before`) over the ranks.
+void sync_nonfinite(Communicator& comm, int64_t* nonfinite, int64_t before);
+// Replaces each rank's per-channel finite values by the ranks' concatenation.
+void sync_values(Communicator& comm, std::vector<std::vector<float>>& values);
 
 // Calls fn(channel, value_f32) for each finite element in memory order and counts the
 // non-finite ones (after the cast to f32, as PyTorch casts to its f32 statistics).

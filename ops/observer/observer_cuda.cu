@@ -2,10 +2,17 @@
 // deterministic two-pass reduction (observer_reduce.cuh); one thread per channel then folds
 // the partials into the device-resident state and writes (scale, zero_point) with the shared
 // qmath::qparams_from_range. The observer_enabled flag is read on the device.
+//
+// Data parallelism (observer_common.h): between the two, the partials of every rank are
+// combined. The partials are collapsed to one range per channel as ordered integer keys
+// (max negated) and a non-finite count, gathered from every rank, and combined (MIN, SUM)
+// back into the partials the finish kernel reads, so it folds the global batch's range.
+// Integer MIN is exact and order-free: every rank gets one process's bits.
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/quant_attrs.h"
 #include "ops/observer/observer_args.h"
+#include "ops/observer/observer_common.h"
 #include "ops/observer/observer_math.h"
 #include "ops/observer/observer_reduce.cuh"
 
@@ -66,6 +73,67 @@ __global__ void observe_finish_kernel(const Part* partial, FinishArgs a) {
   }
 }
 
+// The order of ordered_min / ordered_max as integers (-0 below +0; infinities included).
+__device__ __forceinline__ int32_t order_key(float v) {
+  int32_t b = __float_as_int(v);
+  return b ^ ((b >> 31) & 0x7fffffff);
+}
+__device__ __forceinline__ float key_float(int32_t k) {
+  return __int_as_float(k ^ ((k >> 31) & 0x7fffffff));
+}
+
+// One rank's contribution, as int64 [2 nq + 1]: the ordered key of channel q's minimum at q,
+// the negated key of its maximum at nq + q, the batch's non-finite count last.
+__global__ void collapse_partials_kernel(const Part* partial, int64_t nq, int64_t splits,
+                                         long long* mine) {
+  for (int64_t q = global_thread(); q < nq; q += global_stride()) {
+    Part p = identity_part();
+    for (int64_t s = 0; s < splits; ++s) p = CombineParts{}(p, partial[q * splits + s]);
+    mine[q] = order_key(p.mn);
+    mine[nq + q] = -static_cast<long long>(order_key(p.mx));
+    if (p.nonfinite) atomicAdd(reinterpret_cast<unsigned long long*>(mine + 2 * nq), p.nonfinite);
+  }
+}
+
+// Every rank's contribution ([ranks][2 nq + 1], gathered) combined (MIN of keys, sum of
+// counts) back into the partials: split 0 holds the global range (channel 0 the count).
+__global__ void expand_partials_kernel(Part* partial, int64_t nq, int64_t splits,
+                                       const long long* all, int ranks) {
+  const int64_t row = 2 * nq + 1;
+  for (int64_t q = global_thread(); q < nq; q += global_stride()) {
+    long long lo = all[q], nhi = all[nq + q], count = all[2 * nq];
+    for (int r = 1; r < ranks; ++r) {
+      lo = min(lo, all[r * row + q]);
+      nhi = min(nhi, all[r * row + nq + q]);
+      count += all[r * row + 2 * nq];
+    }
+    partial[q * splits] =
+        Part{key_float(static_cast<int32_t>(lo)), key_float(static_cast<int32_t>(-nhi)),
+             q == 0 ? static_cast<unsigned long long>(count) : 0ull};
+    for (int64_t s = 1; s < splits; ++s) partial[q * splits + s] = identity_part();
+  }
+}
+
+// One all-gather per observer and step (rather than a MIN and a SUM all-reduce): the
+// collective sits between the statistics and the qparams, on the critical path, so its
+// latency is paid once.
+void sync_partials(Communicator& comm, Tensor& partial, int64_t nq, int64_t splits,
+                   const Device& device, cudaStream_t s, const std::string& op) {
+  const int ranks = comm.world_size();
+  Tensor mine = Tensor::empty({2 * nq + 1}, DType::i64, device);
+  Tensor all = Tensor::empty({ranks * (2 * nq + 1)}, DType::i64, device);
+  QG_CUDA_CHECK(op, cudaMemsetAsync(out_ptr<int64_t>(mine) + 2 * nq, 0, sizeof(int64_t), s));
+  auto shape = elementwise_launch(nq);
+  collapse_partials_kernel<<<shape.blocks, shape.threads, 0, s>>>(
+      in_ptr<Part>(partial), nq, splits, reinterpret_cast<long long*>(mine.raw_data()));
+  QG_CUDA_CHECK_LAUNCH(op);
+  comm.all_gather(mine.raw_data(), all.raw_data(), static_cast<int64_t>(mine.nbytes()), s);
+  expand_partials_kernel<<<shape.blocks, shape.threads, 0, s>>>(
+      out_ptr<Part>(partial), nq, splits, reinterpret_cast<const long long*>(all.raw_data()),
+      ranks);
+  QG_CUDA_CHECK_LAUNCH(op);
+}
+
 template <bool kMovingAverage>
 void observer_cuda(KernelContext& ctx) {
   const ObserverArgs& args = ctx.args<ObserverArgs>();
@@ -80,7 +148,11 @@ void observer_cuda(KernelContext& ctx) {
   bool update = ctx.training && x.numel() > 0;
   ObserveArgs oa = observe_args(l, in_ptr<uint8_t>(ctx.states[own + 1]), threads);
   Tensor partial;
-  if (update) partial = launch_observe_partials(ctx.op, x, oa, threads, s);
+  if (update) {
+    partial = launch_observe_partials(ctx.op, x, oa, threads, s);
+    if (Communicator* comm = observer_sync(ctx, l))
+      sync_partials(*comm, partial, nq, oa.splits, x.device(), s, ctx.op);
+  }
   FinishArgs fa{};
   fa.nq = nq;
   fa.splits = oa.splits;

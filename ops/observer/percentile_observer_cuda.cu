@@ -12,6 +12,7 @@
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/quant_attrs.h"
 #include "ops/observer/observer_args.h"
+#include "ops/observer/observer_common.h"
 #include "ops/observer/observer_math.h"
 
 namespace qg {
@@ -191,6 +192,10 @@ void percentile_observer_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const ScopeLayout& l = args.layout;
   QG_CHECK(ctx.states.size() == 6, ctx.op, "expected 6 state tensors, got ", ctx.states.size());
+  // Their statistics sync (gathering every rank's values) runs on CPU ranks only so far.
+  QG_CHECK(!(ctx.training && observer_sync(ctx, l) != nullptr), ctx.op,
+           "data-parallel statistics sync of this observer runs on CPU ranks only; use a min/max "
+           "or moving-average observer on CUDA ranks, or turn statistics sync off");
   double p = args.percentile;
   QG_CHECK(p > 0 && p <= 100, ctx.op, "attribute 'percentile' = ", p, " is outside (0, 100]");
   PArgs a{};

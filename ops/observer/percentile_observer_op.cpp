@@ -61,8 +61,13 @@ void percentile_observer_cpu(KernelContext& ctx) {
     return h;
   };
   if (should_update(ctx, common)) {
+    const int64_t before = *common.nonfinite;
     std::vector<std::vector<float>> values =
         gather_finite(ctx.op, ctx.inputs[0], l, common.nonfinite);
+    if (Communicator* comm = observer_sync(ctx, l)) {  // the global batch, in rank order
+      sync_values(*comm, values);
+      sync_nonfinite(*comm, common.nonfinite, before);
+    }
     for (size_t q = 0; q < n; ++q) {
       if (symmetric)
         for (float& v : values[q]) v = std::fabs(v);

@@ -29,6 +29,7 @@
 #include "ops/fused/observe_quantize/cpu_codes.h"
 #include "ops/fused/observe_quantize/cpu_stats.h"
 #include "ops/fused/observe_quantize/observe_quantize.h"
+#include "ops/observer/observer_common.h"
 #include "ops/observer/observer_math.h"
 
 namespace qg {
@@ -295,14 +296,26 @@ void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange
     fused_cpu::merge_ranges(local, span.lo, ranges);
   };
 
-  const bool own_qparams = l.kind == ScopeKind::token || l.kind == ScopeKind::group ||
-                           (l.kind == ScopeKind::channel && l.inner > 1 && l.outer == 1);
+  // Data parallelism: the batch ranges become the global batch's (observer_common.h) between
+  // the statistics and the fold. Pieces with their own qparams then cannot be quantized
+  // while still in cache (their range needs the other ranks'), so they take the schedule
+  // of shared qparams: all statistics, one all-reduce, all quantization.
+  Communicator* comm = o.update ? observer_sync(ctx, l, ctx.part(0).attrs) : nullptr;
+  auto sync = [&] {
+    if (comm == nullptr) return;
+    all_reduce_range_keys(*comm, ranges.lo.data(), ranges.hi.data(), nq);
+    ranges.nonfinite = all_reduce_count(*comm, ranges.nonfinite);
+  };
+  const bool own_qparams =
+      comm == nullptr && (l.kind == ScopeKind::token || l.kind == ScopeKind::group ||
+                          (l.kind == ScopeKind::channel && l.inner > 1 && l.outer == 1));
   if (o.delayed || !o.update) {
     for (int64_t q = 0; q < nq; ++q) set_qparams(q);
     make_tasks(l, x.numel(), true).run([&](const Piece* first, const Piece* last) {
       if (o.update) task_stats(first, last);
       for (const Piece* p = first; p != last; ++p) quantize(*p);
     });
+    sync();  // delayed: the previous step's qparams quantized; this step's ranges sync after
     if (o.update)
       for (int64_t q = 0; q < nq; ++q) o.fold(q, ranges.min(q), ranges.max(q));
   } else if (own_qparams) {
@@ -323,6 +336,7 @@ void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange
   } else {
     const TaskList tasks = make_tasks(l, x.numel(), true);
     tasks.run(task_stats);
+    sync();
     for (int64_t q = 0; q < nq; ++q) {
       o.fold(q, ranges.min(q), ranges.max(q));
       set_qparams(q);

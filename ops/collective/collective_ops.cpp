@@ -1,0 +1,156 @@
+// Collective ops: what a data-parallel step adds to the graph after autograd (runtime/
+// distributed/gradient_sync.cpp builds the chain). A bucket is one flat buffer holding several
+// gradients, so that one all-reduce moves them all:
+//
+//   g0 -> bucket_begin(size, offset 0) -> b
+//   g1 -> bucket_put(b, offset n0) -> b'          (b' is b itself: an in-place view)
+//   ...
+//   all_reduce(b'', op avg) -> r                 (every rank's buckets combined)
+//   bucket_get(r, offset n0, shape of g1) -> g1'  (one per gradient; what the optimizer reads)
+//
+// all_reduce calls the communicator of the kernel's DeviceContext (device/communicator.h);
+// with none (one process) it is the identity, so the same graph runs in one process.
+// None of these ops is differentiable: they run after autograd.
+#include <cstring>
+
+#include "core/error.h"
+#include "core/op_registry.h"
+#include "device/communicator.h"
+#include "device/device_context.h"
+#include "ops/common/schema_helpers.h"
+
+namespace qg {
+namespace {
+
+const std::vector<DType> kBucketTypes = {DType::f32, DType::f64};
+
+// Copies `bytes` on the kernel's device (stream-ordered on CUDA, capturable in a graph).
+void device_copy(KernelContext& ctx, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  const Device d = ctx.outputs[0].device();
+  if (d.is_cpu())
+    std::memcpy(dst, src, bytes);
+  else
+    ctx.device.copy(dst, d, src, d, bytes);
+}
+
+int64_t checked_offset(const InferContext& ctx, int64_t bucket, int64_t len) {
+  const int64_t offset = ctx.attrs.get_int("offset");
+  QG_CHECK(offset >= 0 && offset + len <= bucket, ctx.op, "attribute 'offset' = ", offset, " with ",
+           len, " elements does not fit a bucket of ", bucket);
+  return offset;
+}
+
+void define_bucket_begin(OpRegistry& r) {
+  OpDef& op = r.define("bucket_begin");
+  op.doc = "A flat bucket of `size` elements holding x (flattened) at `offset`; the rest unset.";
+  op.inputs = {"x"};
+  op.outputs = {"bucket"};
+  op.attrs = {int_attr("size", std::nullopt, "elements in the bucket", 1),
+              int_attr("offset", 0, "where x goes", 0)};
+  op.infer = [](const InferContext& ctx) {
+    const int64_t size = ctx.attrs.get_int("size");
+    checked_offset(ctx, size, ctx.inputs[0].numel());
+    return std::vector<TensorType>{{ctx.inputs[0].dtype, {size}}};
+  };
+  KernelFn fn = [](KernelContext& ctx) {
+    const Tensor& x = ctx.inputs[0];
+    auto* dst = static_cast<char*>(ctx.outputs[0].raw_data());
+    device_copy(ctx, dst + ctx.attrs.get_int("offset") * dtype_size(x.dtype()), x.raw_data(),
+                x.nbytes());
+  };
+  op.kernels.push_back({DeviceType::cpu, kBucketTypes, fn});
+  op.kernels.push_back({DeviceType::cuda, kBucketTypes, fn});
+}
+
+void define_bucket_put(OpRegistry& r) {
+  OpDef& op = r.define("bucket_put");
+  op.doc = "Writes x (flattened) into the bucket at `offset`, in place; the output is the bucket.";
+  op.inputs = {"bucket", "x"};
+  op.outputs = {"bucket"};
+  op.aliases_input = true;  // the bucket's own buffer: a bucket is filled without copies of it
+  op.attrs = {int_attr("offset", std::nullopt, "where x goes", 0)};
+  op.infer = [](const InferContext& ctx) {
+    expect_same_dtype(ctx, 0, 1);
+    expect_rank(ctx, 0, 1);
+    checked_offset(ctx, ctx.inputs[0].numel(), ctx.inputs[1].numel());
+    return std::vector<TensorType>{ctx.inputs[0]};
+  };
+  KernelFn fn = [](KernelContext& ctx) {
+    ctx.outputs[0] = ctx.inputs[0];
+    const Tensor& x = ctx.inputs[1];
+    auto* dst = static_cast<char*>(ctx.outputs[0].raw_data());
+    device_copy(ctx, dst + ctx.attrs.get_int("offset") * dtype_size(x.dtype()), x.raw_data(),
+                x.nbytes());
+  };
+  op.kernels.push_back({DeviceType::cpu, kBucketTypes, fn});
+  op.kernels.push_back({DeviceType::cuda, kBucketTypes, fn});
+}
+
+void define_bucket_get(OpRegistry& r) {
+  OpDef& op = r.define("bucket_get");
+  op.doc = "The elements [offset, offset + numel(shape)) of a bucket, shaped `shape`.";
+  op.inputs = {"bucket"};
+  op.outputs = {"y"};
+  op.attrs = {int_attr("offset", std::nullopt, "first element", 0),
+              ints_attr("shape", std::nullopt, "shape of the result")};
+  op.infer = [](const InferContext& ctx) {
+    expect_rank(ctx, 0, 1);
+    const Shape shape = ctx.attrs.get_ints("shape");
+    checked_offset(ctx, ctx.inputs[0].numel(), shape_numel(shape));
+    return std::vector<TensorType>{{ctx.inputs[0].dtype, shape}};
+  };
+  KernelFn fn = [](KernelContext& ctx) {
+    Tensor& y = ctx.outputs[0];
+    if (Communicator* comm = ctx.device.communicator())
+      comm->wait_for(ctx.inputs[0].raw_data(), ctx.device.stream());
+    const auto* src = static_cast<const char*>(ctx.inputs[0].raw_data());
+    device_copy(ctx, y.raw_data(), src + ctx.attrs.get_int("offset") * dtype_size(y.dtype()),
+                y.nbytes());
+  };
+  op.kernels.push_back({DeviceType::cpu, kBucketTypes, fn});
+  op.kernels.push_back({DeviceType::cuda, kBucketTypes, fn});
+}
+
+ReduceOp reduce_op(const std::string& name) {
+  if (name == "sum") return ReduceOp::sum;
+  if (name == "min") return ReduceOp::min;
+  if (name == "max") return ReduceOp::max;
+  return ReduceOp::avg;
+}
+
+void define_all_reduce(OpRegistry& r) {
+  OpDef& op = r.define("all_reduce");
+  op.doc =
+      "x combined over the data-parallel ranks (sum, min, max, or avg = sum / ranks, as DDP "
+      "averages gradients); the identity in one process.";
+  op.inputs = {"x"};
+  op.outputs = {"y"};
+  op.attrs = {string_attr("op", std::string("avg"), {"sum", "min", "max", "avg"}, "the reduction")};
+  op.infer = [](const InferContext& ctx) { return std::vector<TensorType>{ctx.inputs[0]}; };
+  KernelFn fn = [](KernelContext& ctx) {
+    const Tensor& x = ctx.inputs[0];
+    Tensor& y = ctx.outputs[0];
+    device_copy(ctx, y.raw_data(), x.raw_data(), x.nbytes());
+    Communicator* comm = ctx.device.communicator();
+    if (comm == nullptr || y.numel() == 0) return;
+    QG_CHECK(comm->memory() == y.device().type, ctx.op, "the ", comm->backend(),
+             " communicator takes ", device_type_name(comm->memory()),
+             " buffers, this all_reduce runs on ", y.device().str());
+    comm->all_reduce(y.raw_data(), y.numel(), y.dtype(), reduce_op(ctx.attrs.get_string("op")),
+                     ctx.device.stream());
+  };
+  op.kernels.push_back({DeviceType::cpu, {}, fn});
+  op.kernels.push_back({DeviceType::cuda, {}, fn});
+}
+
+}  // namespace
+
+void define_collective_ops(OpRegistry& r) {
+  define_bucket_begin(r);
+  define_bucket_put(r);
+  define_bucket_get(r);
+  define_all_reduce(r);
+}
+
+}  // namespace qg

@@ -1,0 +1,192 @@
+// The Gloo backend: collectives over TCP between the ranks' CPU buffers. Compiled only when
+// CMake found Gloo (Debian's libgloo-dev); its rendezvous store is our TcpStoreClient behind
+// Gloo's Store interface, as Debian's Gloo has no TCP store of its own.
+#ifdef QG_WITH_GLOO
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "runtime/distributed/backends.h"
+
+namespace qg::dist {
+namespace {
+
+// Gloo's Store over ours; keys are prefixed so that Gloo's own ("rank_0", ...) cannot meet
+// ours.
+class GlooStore final : public gloo::rendezvous::Store {
+ public:
+  GlooStore(TcpStoreClient& store, std::chrono::milliseconds timeout)
+      : store_(store), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set("gloo/" + key, std::string(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::string v = store_.get("gloo/" + key, timeout_);
+    return std::vector<char>(v.begin(), v.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
+    std::vector<std::string> ours;
+    for (const std::string& k : keys) ours.push_back("gloo/" + k);
+    store_.wait(ours, t);
+  }
+
+ private:
+  TcpStoreClient& store_;
+  std::chrono::milliseconds timeout_;
+};
+
+template <typename T>
+gloo::AllreduceOptions::Func reduce_fn(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::min:
+      return [](void* c, const void* a, const void* b, size_t n) { gloo::min<T>(c, a, b, n); };
+    case ReduceOp::max:
+      return [](void* c, const void* a, const void* b, size_t n) { gloo::max<T>(c, a, b, n); };
+    default:
+      return [](void* c, const void* a, const void* b, size_t n) { gloo::sum<T>(c, a, b, n); };
+  }
+}
+
+template <typename T>
+void divide(void* data, int64_t n, int by) {
+  T* p = static_cast<T*>(data);
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(by));
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(int rank, int size, TcpStoreClient& store, const std::string& hostname,
+                   std::chrono::milliseconds timeout, FailureReports reports)
+      : reports_(std::move(reports)) {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = hostname;
+    try {
+      auto device = gloo::transport::tcp::CreateDevice(attr);
+      auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+      ctx->setTimeout(timeout);
+      GlooStore gstore(store, timeout);
+      ctx->connectFullMesh(gstore, device);
+      context_ = ctx;
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      QG_FAIL("gloo", "rank ", rank, " of ", size, " could not connect to its peers: ", e.what());
+    }
+  }
+
+  int rank() const override { return context_->rank; }
+  int world_size() const override { return context_->size; }
+  std::string backend() const override { return "gloo"; }
+  DeviceType memory() const override { return DeviceType::cpu; }
+
+  void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op, void*) override {
+    if (count == 0) return;
+    guarded("all_reduce", [&] {
+      gloo::AllreduceOptions opts(context_);
+      opts.setTimeout(context_->getTimeout());
+      dispatch(dtype, "all_reduce", [&](auto tag) {
+        using T = decltype(tag);
+        opts.setOutput(static_cast<T*>(data), static_cast<size_t>(count));
+        opts.setReduceFunction(reduce_fn<T>(op));
+      });
+      gloo::allreduce(opts);
+    });
+    if (op == ReduceOp::avg && world_size() > 1)
+      dispatch(dtype, "all_reduce", [&](auto tag) {
+        using T = decltype(tag);
+        divide<T>(data, count, world_size());
+      });
+  }
+
+  void broadcast(void* data, int64_t bytes, int root, void*) override {
+    QG_CHECK(root >= 0 && root < world_size(), "broadcast", "root ", root, " is outside [0, ",
+             world_size(), ")");
+    if (bytes == 0) return;
+    guarded("broadcast", [&] {
+      gloo::BroadcastOptions opts(context_);
+      opts.setOutput(static_cast<char*>(data), static_cast<size_t>(bytes));
+      opts.setRoot(root);
+      gloo::broadcast(opts);
+    });
+  }
+
+  void all_gather(const void* in, void* out, int64_t bytes, void*) override {
+    if (bytes == 0) return;
+    guarded("all_gather", [&] {
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput(const_cast<char*>(static_cast<const char*>(in)), static_cast<size_t>(bytes));
+      opts.setOutput(static_cast<char*>(out), static_cast<size_t>(bytes) * world_size());
+      gloo::allgather(opts);
+    });
+  }
+
+  void barrier() override {
+    guarded("barrier", [&] {
+      gloo::BarrierOptions opts(context_);
+      gloo::barrier(opts);
+    });
+  }
+
+  void set_timeout(std::chrono::milliseconds timeout) override { context_->setTimeout(timeout); }
+  std::chrono::milliseconds timeout() const override { return context_->getTimeout(); }
+
+ private:
+  // The element types the reductions take. No f16/bf16: what CPU ranks reduce (f32
+  // gradients, f64 batch-norm sums, integer keys and counts) never comes in them.
+  template <typename Fn>
+  static void dispatch(DType dtype, const char* op, Fn&& fn) {
+    switch (dtype) {
+      case DType::f32:
+        return fn(float{});
+      case DType::f64:
+        return fn(double{});
+      case DType::i32:
+        return fn(int32_t{});
+      case DType::i64:
+        return fn(int64_t{});
+      case DType::u8:
+        return fn(uint8_t{});
+      default:
+        QG_FAIL(op, "Gloo backend: no reduction for dtype ", dtype_name(dtype));
+    }
+  }
+
+  // Runs one collective; a Gloo failure (timeout, a peer gone) becomes a qg::Error naming
+  // this rank, the collective and what the other ranks reported.
+  template <typename Fn>
+  void guarded(const char* op, Fn&& fn) {
+    try {
+      fn();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      std::string why = reports_ ? reports_() : std::string();
+      QG_FAIL(op, "rank ", rank(), " of ", world_size(), ": the collective failed (", e.what(),
+              "); ", why.empty() ? "no rank reported a failure: a peer died or is stuck" : why);
+    }
+  }
+
+  std::shared_ptr<gloo::Context> context_;
+  FailureReports reports_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_gloo_communicator(int rank, int size, TcpStoreClient& store,
+                                                     const std::string& hostname,
+                                                     std::chrono::milliseconds timeout,
+                                                     FailureReports reports) {
+  return std::make_unique<GlooCommunicator>(rank, size, store, hostname, timeout,
+                                            std::move(reports));
+}
+
+}  // namespace qg::dist
+#endif  // QG_WITH_GLOO

@@ -1,0 +1,337 @@
+// One rank of the data-parallel tests (distributed_test.cpp starts 1, 2 or 3 of them with the
+// torchrun variables through dist::launch_local, or none are set: one process).
+//   dist_worker <scenario> <out dir> [args]
+// Each rank writes what the test compares into <out dir>/<scenario>_w<world>_r<rank>.txt and
+// exits 0; on a failure it reports to the group, writes the message to
+// <out dir>/err_r<rank>.txt and exits 3.
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "core/graph.h"
+#include "device/device_context.h"
+#include "nn/digits.h"
+#include "nn/trainer.h"
+#include "runtime/compile.h"
+#include "runtime/distributed/process_group.h"
+
+using namespace qg;
+
+namespace {
+
+std::string hex_of(const Tensor& t) {
+  Tensor h = t.device().is_cpu() ? t : t.to(Device::cpu());
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  const auto* p = static_cast<const unsigned char*>(h.raw_data());
+  for (size_t i = 0; i < h.nbytes(); ++i) {
+    s.push_back(d[p[i] >> 4]);
+    s.push_back(d[p[i] & 15]);
+  }
+  return s;
+}
+
+// FNV-1a over every state of `exec` (parameters, moments, observer statistics).
+std::string state_digest(Executor& exec) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& [key, t] : state_index(exec)) {
+    for (char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    Tensor c = t->device().is_cpu() ? *t : t->to(Device::cpu());
+    const auto* p = static_cast<const unsigned char*>(c.raw_data());
+    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// ---- collectives: every op and dtype against hand-computed values.
+void collectives(Communicator& c, std::ostream& out) {
+  const int r = c.rank(), n = c.world_size();
+  auto expect = [&](bool ok, const std::string& what) {
+    QG_CHECK(ok, "dist_worker", "rank ", r, ": ", what);
+  };
+  std::vector<float> f = {static_cast<float>(r + 1), -static_cast<float>(r), 0.5f};
+  c.all_reduce(f.data(), 3, DType::f32, ReduceOp::sum);
+  expect(f[0] == n * (n + 1) / 2.0f && f[1] == -(n * (n - 1) / 2.0f) && f[2] == 0.5f * n,
+         "sum f32");
+  std::vector<int32_t> i = {r, -r};
+  c.all_reduce(i.data(), 2, DType::i32, ReduceOp::max);
+  expect(i[0] == n - 1 && i[1] == 0, "max i32");
+  std::vector<int64_t> l = {int64_t{1} << 40, r};
+  c.all_reduce(l.data(), 2, DType::i64, ReduceOp::min);
+  expect(l[0] == int64_t{1} << 40 && l[1] == 0, "min i64");
+  std::vector<double> a = {2.0 * r};
+  c.all_reduce(a.data(), 1, DType::f64, ReduceOp::avg);
+  expect(a[0] == static_cast<double>(n - 1), "avg f64");
+  std::vector<char> b(5, static_cast<char>(r == n - 1 ? 'x' : 'o'));
+  c.broadcast(b.data(), 5, n - 1);
+  expect(std::string(b.begin(), b.end()) == "xxxxx", "broadcast from the last rank");
+  std::vector<int32_t> mine = {r * 10, r * 10 + 1}, all(2 * n);
+  c.all_gather(mine.data(), all.data(), 8);
+  for (int k = 0; k < n; ++k)
+    expect(all[2 * k] == 10 * k && all[2 * k + 1] == 10 * k + 1, "all_gather");
+  std::vector<std::vector<float>> lists = {std::vector<float>(r, 1.0f * r),
+                                           {static_cast<float>(r)}};
+  auto g = all_gather_lists(c, lists);
+  size_t total = 0;
+  for (int k = 0; k < n; ++k) total += k;
+  expect(g[0].size() == total && g[1].size() == static_cast<size_t>(n) && g[1].back() == n - 1,
+         "all_gather_lists");
+  c.barrier();
+  out << "ok\n";
+}
+
+// ---- observers: every kind and scope, fused and unfused, on shards of one global batch
+// whose rank-1 rows hold a NaN and an infinity. Written: qparams and every state per step.
+constexpr int64_t kRows = 12, kCols = 8;
+
+float value(int step, int64_t row, int64_t col) {
+  if (step == 1 && row == 6 && col == 2) return std::numeric_limits<float>::quiet_NaN();
+  if (step == 1 && row == 7 && col == 5) return std::numeric_limits<float>::infinity();
+  if (row == 6 && col == 0) return -0.0f;
+  const int64_t k = (row * 31 + col * 7 + step * 13) % 29;
+  return (static_cast<float>(k) - 11.0f) * (0.25f + 0.125f * static_cast<float>(col % 3)) +
+         0.01f * static_cast<float>(step);
+}
+
+void observers(Communicator* c, bool fused, std::ostream& out, Device device = Device::cpu()) {
+  const int world = c ? c->world_size() : 1, rank = c ? c->rank() : 0;
+  const bool cuda = device.is_cuda();
+  const int64_t rows = kRows / world;
+  struct Case {
+    std::string op, scope;
+  };
+  std::vector<Case> cases;
+  for (const char* op : {"minmax_observer", "moving_average_observer"})
+    for (const char* scope : {"tensor", "channel"}) cases.push_back({op, scope});
+  if (!cuda)  // their sync runs on CPU ranks only
+    for (const char* op : {"histogram_observer", "percentile_observer"})
+      for (const char* scope : {"tensor", "channel"}) cases.push_back({op, scope});
+  for (const Case& cs : cases) {
+    for (int delayed = 0; delayed < 2; ++delayed) {
+      if (delayed && cs.op.find("histogram") != std::string::npos) continue;
+      if (delayed && cs.op.find("percentile") != std::string::npos) continue;
+      Graph g;
+      ValueId x = g.input("x", {DType::f32, {rows, kCols}});
+      Attrs scope = {{"scope", cs.scope}};
+      if (cs.scope != "tensor") scope.set("axis", int64_t{1});
+      Attrs oa = scope;
+      if (delayed) oa.set("delayed", true);
+      if (cs.op == "histogram_observer") oa.set("bins", int64_t{64});
+      if (cs.op == "percentile_observer") oa.set("bins", int64_t{64});
+      auto q = g.apply(cs.op, {x}, oa, "obs");
+      auto y = g.apply("fake_quantize", {x, q[0], q[1]}, scope, "fq");
+      CompileOptions options;
+      // Only y is fetched: fetching the qparams would keep the pair from fusing (the qparams
+      // follow from the states, which are compared, and shape y, which is compared whole).
+      options.outputs = {y[0]};
+      if (!fused) options.passes.disabled = {"all"};
+      options.context.communicator = c;
+      options.device = device;
+      CompiledStep step(g, TrainingSpec{}, options);
+      int fused_nodes = 0;  // the fused mode must run the fused kernels
+      for (NodeId id = 0; id < g.num_nodes(); ++id)
+        if (!g.node(id).dead && g.node(id).op->name == "fused_observe_quantize") ++fused_nodes;
+      out << cs.op << '/' << cs.scope << (delayed ? "/delayed" : "") << " fused nodes "
+          << fused_nodes << '\n';
+      for (int s = 0; s < 3; ++s) {
+        std::vector<float> v;
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < kCols; ++j) v.push_back(value(s, rank * rows + i, j));
+        const auto& got = step.forward({{"x", Tensor::from_vector<float>({rows, kCols}, v)}},
+                                       {y[0]}, /*training=*/true);
+        step.synchronize();
+        // The global batch's y: every rank's shard, in rank order.
+        Tensor whole = Tensor::empty({kRows, kCols}, DType::f32, device);
+        if (c)
+          c->all_gather(got[0].raw_data(), whole.raw_data(), static_cast<int64_t>(got[0].nbytes()),
+                        cuda ? step.executor().context().stream() : nullptr);
+        else
+          whole = got[0];
+        step.synchronize();
+        out << cs.op << '/' << cs.scope << (delayed ? "/delayed" : "") << '/' << s << " y "
+            << hex_of(whole);
+        for (const auto& [key, t] : state_index(step.executor()))
+          out << ' ' << key << ' ' << hex_of(*t);
+        out << '\n';
+      }
+    }
+  }
+}
+
+// ---- training: a small model on the digits, with per-step mean losses and state digests.
+nn::TrainConfig small_config(const std::string& kind, Communicator* c, int64_t global_batch) {
+  nn::TrainConfig cfg;
+  cfg.model = kind;
+  cfg.mlp.hidden = {16};
+  cfg.mlp.batch = global_batch / (c ? c->world_size() : 1);
+  cfg.cnn.channels = {4, 8, 8};
+  cfg.transformer.d_model = 16;
+  cfg.transformer.heads = 2;
+  cfg.transformer.mlp_hidden = 32;
+  cfg.qconfig = nn::QConfig::w8a8();
+  cfg.optimizer.lr = kind == "cnn" ? 1e-2 : 3e-3;
+  cfg.seed = 5;
+  cfg.comm = c;
+  return cfg;
+}
+
+nn::Dataset head(const nn::Dataset& d, int64_t n) {
+  nn::Dataset out;
+  out.features = d.features;
+  out.x.assign(d.x.begin(), d.x.begin() + n * d.features);
+  out.labels.assign(d.labels.begin(), d.labels.begin() + n);
+  return out;
+}
+
+void train(Communicator* c, const std::string& kind, std::ostream& out) {
+  nn::Dataset all = nn::load_digits();
+  nn::Dataset data = head(all, 240), test = head(all, 48);
+  nn::Trainer t(small_config(kind, c, 48), data, test);
+  int64_t k = 0;
+  double prev = 0;
+  t.train_epoch([&](const nn::StepInfo& info) {
+    // This step's loss on this rank's shard, then its mean over the ranks: the global batch's.
+    ++k;
+    double loss = info.loss * static_cast<double>(k) - prev * static_cast<double>(k - 1);
+    prev = info.loss;
+    if (c) {
+      c->all_reduce(&loss, 1, DType::f64, ReduceOp::sum);
+      loss /= c->world_size();
+    }
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.9g", loss);
+    out << "step " << k << " loss " << buf << " state " << state_digest(t.executor()) << '\n';
+  });
+}
+
+// ---- calibration (PTQ): `batches` global batches of 32 rows, each rank observing its share;
+// the observers end as one process's observing the same rows.
+void calibrate(Communicator* c, std::ostream& out) {
+  nn::Dataset all = nn::load_digits();
+  nn::Dataset data = head(all, 160), test = head(all, 32);
+  nn::Trainer t(small_config("mlp", c, 32), data, test);
+  const int world = c ? c->world_size() : 1;
+  t.calibrate(data, 4 * world);  // 4 global batches
+  out << "state " << state_digest(t.executor()) << '\n';
+}
+
+// ---- faults: one epoch and a checkpoint, then rank 1 fails in the second epoch (a batch with
+// labels out of range, an exception; or SIGKILL, a death without a word).
+void fault(Communicator* c, const std::string& mode, const std::string& dir, std::ostream& out) {
+  nn::Dataset all = nn::load_digits();
+  nn::Dataset data = head(all, 192), test = head(all, 32);
+  nn::Trainer t(small_config("mlp", c, 32), data, test);
+  t.train_epoch();
+  t.save_checkpoint(dir + "/checkpoint.qgck");
+  out << "epoch 1 done\n";
+  out.flush();
+  const bool victim = c && c->rank() == 1;
+  if (victim && mode == "badbatch")
+    for (int64_t& l : data.labels) l = 99;  // the trainer reads this dataset by reference
+  t.train_epoch([&](const nn::StepInfo& info) {
+    if (victim && mode == "kill" && info.step_in_epoch == 2) std::raise(SIGKILL);
+    // Stuck past the timeout (QG_DIST_TIMEOUT): the peers' collectives time out.
+    if (victim && mode == "stall" && info.step_in_epoch == 2)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    // Stuck past the timeout (QG_DIST_TIMEOUT): the peers' collectives time out.
+    if (victim && mode == "stall" && info.step_in_epoch == 2)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  });
+  out << "epoch 2 done\n";
+}
+
+// ---- NCCL (2-GPU machine): collectives on device buffers, and W8A8 QAT of a model without
+// batch norms on N GPUs against one GPU (gradients and observer statistics through NCCL).
+void collectives_cuda(Communicator& c, std::ostream& out) {
+  const int r = c.rank(), n = c.world_size();
+  const Device dev = Device::cuda(c.rank());
+  auto context = make_device_context(dev);  // installs the CUDA allocator
+  Tensor f = Tensor::from_vector<float>({3}, {static_cast<float>(r + 1), 2.0f * r, 1.0f}).to(dev);
+  c.all_reduce(f.raw_data(), 3, DType::f32, ReduceOp::sum);
+  Tensor h = f.to(Device::cpu());
+  QG_CHECK(h.data<float>()[0] == n * (n + 1) / 2.0f && h.data<float>()[2] == static_cast<float>(n),
+           "dist_worker", "rank ", r, ": NCCL sum");
+  Tensor a = Tensor::from_vector<float>({1}, {2.0f * r}).to(dev);
+  c.all_reduce(a.raw_data(), 1, DType::f32, ReduceOp::avg);
+  QG_CHECK(a.to(Device::cpu()).data<float>()[0] == static_cast<float>(n - 1), "dist_worker",
+           "rank ", r, ": NCCL avg");
+  c.barrier();
+  out << "ok\n";
+}
+
+void train_cuda(Communicator* c, const std::string& kind, int local_rank, std::ostream& out) {
+  nn::Dataset all = nn::load_digits();
+  nn::Dataset data = head(all, 240), test = head(all, 48);
+  nn::TrainConfig cfg = small_config(kind, c, 48);
+  cfg.device = Device::cuda(local_rank);
+  cfg.sync_batch_norm = false;  // CPU ranks only so far; these models have no batch norm
+  nn::Trainer t(cfg, data, test);
+  int64_t k = 0;
+  double prev = 0;
+  t.train_epoch([&](const nn::StepInfo& info) {
+    ++k;
+    const double loss = info.loss * static_cast<double>(k) - prev * static_cast<double>(k - 1);
+    prev = info.loss;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.9g", loss);
+    out << "step " << k << " loss " << buf << " state " << state_digest(t.executor()) << '\n';
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::cerr << "usage: dist_worker <scenario> <out dir> [args]\n";
+    return 2;
+  }
+  const std::string scenario = argv[1], dir = argv[2], arg = argc > 3 ? argv[3] : "";
+  std::unique_ptr<dist::ProcessGroup> group;
+  int rank = 0, world = 1;
+  try {
+    if (auto env = dist::LaunchEnv::from_environment()) {
+      dist::GroupOptions go;
+      go.timeout = dist::timeout_from_environment(go.timeout);
+      group = dist::ProcessGroup::connect(*env, go);
+      rank = env->rank;
+      world = env->world_size;
+    }
+    Communicator* c = group && world > 1 ? &group->communicator(Device::cpu()) : nullptr;
+    std::ofstream out(dir + "/" + scenario + (arg.empty() ? "" : "_" + arg) + "_w" +
+                      std::to_string(world) + "_r" + std::to_string(rank) + ".txt");
+    if (scenario == "collectives")
+      collectives(group->communicator(Device::cpu()), out);
+    else if (scenario == "observers")
+      observers(c, arg == "fused", out);
+    else if (scenario == "train")
+      train(c, arg, out);
+    else if (scenario == "collectives_cuda")
+      collectives_cuda(group->communicator(Device::cuda(rank)), out);
+    else if (scenario == "train_cuda")
+      train_cuda(group && world > 1 ? &group->communicator(Device::cuda(rank)) : nullptr, arg, rank,
+                 out);
+    else if (scenario == "observers_cuda")
+      observers(group && world > 1 ? &group->communicator(Device::cuda(rank)) : nullptr, false, out,
+                Device::cuda(rank));
+    else if (scenario == "calibrate")
+      calibrate(c, out);
+    else if (scenario == "fault")
+      fault(c, arg, dir, out);
+    else
+      QG_FAIL("dist_worker", "unknown scenario '", scenario, "'");
+  } catch (const std::exception& e) {
+    if (group) group->report_failure(e.what());
+    std::ofstream(dir + "/err_r" + std::to_string(rank) + ".txt") << e.what() << '\n';
+    std::cerr << "rank " << rank << ": " << e.what() << '\n';
+    return 3;
+  }
+  return 0;
+}

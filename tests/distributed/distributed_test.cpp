@@ -1,0 +1,395 @@
+// Data-parallel tests on one host through 127.0.0.1: the rendezvous store, the launch
+// environment, the Gloo collectives, observer sync (every kind and scope, fused and unfused,
+// NaN/inf in one rank's shard), N-rank training against 1-rank training on the same global
+// batch, and faults (a rank that raises, a rank that is killed). The ranks are dist_worker
+// processes started by dist::launch_local; each writes what it saw into a scratch folder.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "nn/digits.h"
+#include "nn/trainer.h"
+#include "runtime/distributed/launch.h"
+#include "runtime/distributed/launch_env.h"
+#include "runtime/distributed/process_group.h"
+#include "runtime/distributed/tcp_store.h"
+
+namespace qg {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string scratch(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "qg_dist_" + name + "_" + std::to_string(::getpid());
+  std::string cmd = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  return dir;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::vector<std::string> out;
+  std::istringstream is(read_file(path));
+  for (std::string l; std::getline(is, l);) out.push_back(l);
+  return out;
+}
+
+// Runs `nproc` workers; returns the launcher's result.
+dist::LaunchResult run_workers(int nproc, const std::vector<std::string>& args,
+                               std::chrono::milliseconds grace = 60s,
+                               std::vector<std::pair<std::string, std::string>> env = {}) {
+  dist::LocalLaunch l;
+  l.argv = {QG_DIST_WORKER};
+  l.argv.insert(l.argv.end(), args.begin(), args.end());
+  l.nproc = nproc;
+  l.grace = grace;
+  l.env = std::move(env);
+  l.env.push_back({"QG_NUM_THREADS", "1"});  // CI has two cores for up to three ranks
+  return dist::launch_local(l);
+}
+
+std::string result_file(const std::string& dir, const std::string& stem, int world, int rank) {
+  return dir + "/" + stem + "_w" + std::to_string(world) + "_r" + std::to_string(rank) + ".txt";
+}
+
+#define SKIP_WITHOUT_GLOO() \
+  if (!dist::built_with_gloo()) GTEST_SKIP() << "built without Gloo (libgloo-dev)"
+
+// ---------------------------------------------------------------- store and environment
+TEST(TcpStore, SetGetAddWaitAcrossClients) {
+  dist::TcpStoreServer server(0);
+  dist::TcpStoreClient a("127.0.0.1", server.port(), 5s), b("127.0.0.1", server.port(), 5s);
+  a.set("k", std::string("v\0w", 3));
+  EXPECT_EQ(b.get("k", 1s), std::string("v\0w", 3));
+  EXPECT_EQ(a.add("n", 2), 2);
+  EXPECT_EQ(b.add("n", 5), 7);
+  std::string v;
+  EXPECT_FALSE(b.try_get("missing", v));
+  a.set("empty", "");
+  EXPECT_EQ(b.get("empty", 1s), "");
+}
+
+TEST(TcpStore, MissingKeyTimesOutNamingIt) {
+  dist::TcpStoreServer server(0);
+  dist::TcpStoreClient a("127.0.0.1", server.port(), 5s);
+  try {
+    a.wait({"never"}, 100ms);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'never'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TcpStore, NoServerIsAnErrorNamingTheEndpoint) {
+  const int port = dist::free_port();
+  try {
+    dist::TcpStoreClient a("127.0.0.1", port, 200ms);
+    FAIL() << "connected to nothing";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(TcpStore, ServerGoneIsAnError) {
+  auto server = std::make_unique<dist::TcpStoreServer>(0);
+  dist::TcpStoreClient a("127.0.0.1", server->port(), 2s);
+  a.set("k", "v");
+  server.reset();
+  std::string v;
+  EXPECT_THROW(a.try_get("k", v), Error);
+}
+
+struct EnvGuard {
+  std::vector<std::string> names = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
+                                    "MASTER_ADDR", "MASTER_PORT", "QG_DIST_TIMEOUT"};
+  EnvGuard() { clear(); }
+  ~EnvGuard() { clear(); }
+  void clear() {
+    for (const auto& n : names) ::unsetenv(n.c_str());
+  }
+};
+
+void expect_env_error(const std::string& needle) {
+  try {
+    dist::LaunchEnv::from_environment();
+    FAIL() << "no error for " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(LaunchEnv, ReadsTorchrunVariablesAndRejectsBadOnes) {
+  EnvGuard guard;
+  EXPECT_FALSE(dist::LaunchEnv::from_environment().has_value());
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("RANK", "1", 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", "29511", 1);
+  auto e = dist::LaunchEnv::from_environment();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->rank, 1);
+  EXPECT_EQ(e->local_rank, 1);  // LOCAL_RANK defaults to RANK
+  EXPECT_EQ(e->master_port, 29511);
+  ::setenv("RANK", "2", 1);
+  expect_env_error("RANK=2 is outside [0, WORLD_SIZE=2)");
+  ::setenv("RANK", "x1", 1);
+  expect_env_error("RANK='x1' is not an integer");
+  ::setenv("RANK", "0", 1);
+  ::setenv("MASTER_PORT", "70000", 1);
+  expect_env_error("MASTER_PORT=70000");
+  ::unsetenv("MASTER_PORT");
+  expect_env_error("needs MASTER_PORT");
+  ::setenv("QG_DIST_TIMEOUT", "-1", 1);
+  EXPECT_THROW(dist::timeout_from_environment(1s), Error);
+  ::setenv("QG_DIST_TIMEOUT", "2.5", 1);
+  EXPECT_EQ(dist::timeout_from_environment(1s), 2500ms);
+}
+
+TEST(Launch, ReportsTheRankThatFailed) {
+  dist::LocalLaunch l;
+  l.argv = {"/bin/sh", "-c", "[ \"$RANK\" = 1 ] && exit 7; exit 0"};
+  l.nproc = 3;
+  dist::LaunchResult r = dist::launch_local(l);
+  EXPECT_EQ(r.failed_rank, 1);
+  EXPECT_EQ(r.exit_code, 7);
+  EXPECT_NE(r.what.find("rank 1"), std::string::npos) << r.what;
+}
+
+TEST(Launch, StopsRanksThatOutliveTheGrace) {
+  dist::LocalLaunch l;
+  l.argv = {"/bin/sh", "-c", "[ \"$RANK\" = 0 ] && exit 1; exec sleep 600"};
+  l.nproc = 2;
+  l.grace = 100ms;
+  dist::LaunchResult r = dist::launch_local(l);
+  EXPECT_EQ(r.failed_rank, 0);
+  EXPECT_EQ(r.codes[1], 128 + SIGTERM);
+}
+
+// ---------------------------------------------------------------- collectives
+TEST(Gloo, CollectivesOnTwoAndThreeRanks) {
+  SKIP_WITHOUT_GLOO();
+  for (int n : {2, 3}) {
+    const std::string dir = scratch("coll" + std::to_string(n));
+    dist::LaunchResult r = run_workers(n, {"collectives", dir});
+    ASSERT_EQ(r.failed_rank, -1) << r.what << "\n" << read_file(dir + "/err_r0.txt");
+    for (int k = 0; k < n; ++k) EXPECT_EQ(read_file(result_file(dir, "collectives", n, k)), "ok\n");
+  }
+}
+
+// ---------------------------------------------------------------- observers
+// N ranks observing their shards leave, bit for bit, the qparams and every state of one
+// process observing the concatenated batch (min/max, moving average, histogram, percentile;
+// per tensor, channel and group; delayed; a NaN and an infinity in rank 1's shard).
+void check_observers(const std::string& mode) {
+  const std::string dir = scratch("obs_" + mode);
+  dist::LaunchResult one = run_workers(1, {"observers", dir, mode});
+  ASSERT_EQ(one.failed_rank, -1) << one.what << read_file(dir + "/err_r0.txt");
+  const std::string stem = "observers_" + mode;
+  const std::vector<std::string> want = lines_of(result_file(dir, stem, 1, 0));
+  ASSERT_EQ(want.size(), 48u);  // 12 cases x (the node count, 3 steps)
+  int fused = 0;
+  for (const std::string& l : want) fused += l.find("fused nodes 1") != std::string::npos;
+  EXPECT_EQ(fused, mode == "fused" ? 8 : 0);  // min/max and moving average, 2 scopes, delayed
+  for (int n : {2, 3}) {
+    dist::LaunchResult r = run_workers(n, {"observers", dir, mode});
+    ASSERT_EQ(r.failed_rank, -1) << r.what << read_file(dir + "/err_r0.txt");
+    for (int k = 0; k < n; ++k) {
+      const std::vector<std::string> got = lines_of(result_file(dir, stem, n, k));
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_EQ(got[i], want[i]) << n << " ranks, rank " << k << ", line " << i;
+    }
+  }
+}
+
+TEST(ObserverSync, UnfusedMatchesOneProcessBitForBit) {
+  SKIP_WITHOUT_GLOO();
+  check_observers("unfused");
+}
+
+TEST(ObserverSync, FusedMatchesOneProcessBitForBit) {
+  SKIP_WITHOUT_GLOO();
+  check_observers("fused");
+}
+
+// ---------------------------------------------------------------- training
+// N-rank training against 1-rank training on the same global batch: the state (parameters,
+// optimizer moments, observer statistics, qparams) is bit-identical on every rank after every
+// step, and the global batch's loss agrees with one process's to 1e-4 relative (the gradient
+// sums run in another order; docs/DISTRIBUTED.md).
+void check_training(const std::string& model, const std::vector<int>& worlds) {
+  const std::string dir = scratch("train_" + model);
+  dist::LaunchResult one = run_workers(1, {"train", dir, model});
+  ASSERT_EQ(one.failed_rank, -1) << one.what << read_file(dir + "/err_r0.txt");
+  const std::string stem = "train_" + model;
+  const std::vector<std::string> want = lines_of(result_file(dir, stem, 1, 0));
+  ASSERT_EQ(want.size(), 5u);
+  for (int n : worlds) {
+    dist::LaunchResult r = run_workers(n, {"train", dir, model});
+    ASSERT_EQ(r.failed_rank, -1) << r.what << read_file(dir + "/err_r0.txt");
+    const std::vector<std::string> rank0 = lines_of(result_file(dir, stem, n, 0));
+    ASSERT_EQ(rank0.size(), want.size());
+    for (int k = 1; k < n; ++k)
+      EXPECT_EQ(lines_of(result_file(dir, stem, n, k)), rank0) << "rank " << k << " of " << n;
+    for (size_t i = 0; i < want.size(); ++i) {
+      std::istringstream a(want[i]), b(rank0[i]);
+      std::string w1, w2, w3, w4;
+      double la = 0, lb = 0;
+      a >> w1 >> w2 >> w3 >> la;
+      b >> w1 >> w2 >> w4 >> lb;
+      EXPECT_NEAR(lb, la, 1e-4 * std::fabs(la)) << model << ", " << n << " ranks, step " << i + 1;
+    }
+  }
+}
+
+TEST(DataParallel, MlpTwoAndThreeRanksMatchOneProcess) {
+  SKIP_WITHOUT_GLOO();
+  check_training("mlp", {2, 3});
+}
+
+TEST(DataParallel, CnnWithSyncBatchNormMatchesOneProcess) {
+  SKIP_WITHOUT_GLOO();
+  check_training("cnn", {2});
+}
+
+TEST(DataParallel, TransformerMatchesOneProcess) {
+  SKIP_WITHOUT_GLOO();
+  check_training("transformer", {2});
+}
+
+// Post-training calibration: 2 ranks, each observing its share of 4 global batches, leave
+// every state as one process observing the same rows does, bit for bit.
+TEST(DataParallel, CalibrationMatchesOneProcess) {
+  SKIP_WITHOUT_GLOO();
+  const std::string dir = scratch("calibrate");
+  ASSERT_EQ(run_workers(1, {"calibrate", dir}).failed_rank, -1) << read_file(dir + "/err_r0.txt");
+  ASSERT_EQ(run_workers(2, {"calibrate", dir}).failed_rank, -1) << read_file(dir + "/err_r0.txt");
+  const std::string want = read_file(result_file(dir, "calibrate", 1, 0));
+  ASSERT_FALSE(want.empty());
+  for (int k = 0; k < 2; ++k) EXPECT_EQ(read_file(result_file(dir, "calibrate", 2, k)), want);
+}
+
+// ---------------------------------------------------------------- faults
+// Rank 1 fails in the second epoch. Every rank exits non-zero on its own (not stopped by the
+// launcher) with an error, and the checkpoint of the first epoch, written by rank 0, loads
+// (into one process with the same global batch: another rank count).
+void check_fault(const std::string& mode, int victim_code, const std::string& timeout = "30") {
+  SKIP_WITHOUT_GLOO();
+  const std::string dir = scratch("fault_" + mode);
+  dist::LaunchResult r = run_workers(2, {"fault", dir, mode}, 60s, {{"QG_DIST_TIMEOUT", timeout}});
+  ASSERT_EQ(r.codes.size(), 2u);
+  EXPECT_EQ(r.codes[1], victim_code) << r.what;
+  EXPECT_EQ(r.codes[0], 3) << "rank 0 did not fail on its own: " << r.what;
+  const std::string err0 = read_file(dir + "/err_r0.txt");
+  EXPECT_NE(err0.find("rank 0 of 2"), std::string::npos) << err0;
+  if (mode == "badbatch") {
+    EXPECT_NE(err0.find("rank 1 reported"), std::string::npos) << err0;
+    EXPECT_NE(read_file(dir + "/err_r1.txt").find("label"), std::string::npos);
+  }
+  nn::Dataset all = nn::load_digits(), data, test;
+  data.features = test.features = all.features;
+  data.x.assign(all.x.begin(), all.x.begin() + 192 * all.features);
+  data.labels.assign(all.labels.begin(), all.labels.begin() + 192);
+  test = data;
+  nn::TrainConfig c;
+  c.model = "mlp";
+  c.mlp.hidden = {16};
+  c.mlp.batch = 32;
+  c.qconfig = nn::QConfig::w8a8();
+  c.seed = 5;
+  nn::Trainer t(c, data, test);
+  t.load_checkpoint(dir + "/checkpoint.qgck");
+  EXPECT_EQ(t.epoch(), 1);
+  EXPECT_EQ(t.step(), 6);
+}
+
+TEST(Faults, RankWithBadBatchFailsEveryRank) {
+  check_fault("badbatch", 3);
+}
+
+TEST(Faults, KilledRankFailsEveryRank) {
+  check_fault("kill", 128 + SIGKILL);
+}
+
+// Rank 1 stalls for 2.5 s with a 1 s timeout: rank 0's collective times out and it fails; rank
+// 1 fails at its next collective, its peer gone.
+TEST(Faults, StuckRankTimesOutEveryRank) {
+  check_fault("stall", 3, "1");
+}
+
+// ---------------------------------------------------------------- NCCL (2 GPUs)
+// Run where QG_TEST_GPUS >= 2 (scripts/gpu_dist_check.sh sets it on the 2-GPU machine).
+bool two_gpus() {
+  const char* n = std::getenv("QG_TEST_GPUS");
+  return dist::built_with_nccl() && n != nullptr && std::atoi(n) >= 2;
+}
+
+TEST(Nccl, CollectivesOnTwoGpus) {
+  if (!two_gpus()) GTEST_SKIP() << "needs NCCL and QG_TEST_GPUS >= 2";
+  const std::string dir = scratch("nccl_coll");
+  dist::LaunchResult r = run_workers(2, {"collectives_cuda", dir});
+  ASSERT_EQ(r.failed_rank, -1) << r.what << read_file(dir + "/err_r0.txt");
+  for (int k = 0; k < 2; ++k)
+    EXPECT_EQ(read_file(result_file(dir, "collectives_cuda", 2, k)), "ok\n");
+}
+
+// The CUDA min/max and moving-average observers synced through NCCL leave, bit for bit, the
+// states and fake-quantized output of one GPU observing the concatenated batch.
+TEST(Nccl, ObserversOnTwoGpusMatchOne) {
+  if (!two_gpus()) GTEST_SKIP() << "needs NCCL and QG_TEST_GPUS >= 2";
+  const std::string dir = scratch("nccl_obs");
+  dist::LaunchResult one = run_workers(1, {"observers_cuda", dir});
+  ASSERT_EQ(one.failed_rank, -1) << one.what << read_file(dir + "/err_r0.txt");
+  dist::LaunchResult two = run_workers(2, {"observers_cuda", dir});
+  ASSERT_EQ(two.failed_rank, -1) << two.what << read_file(dir + "/err_r0.txt");
+  const auto want = lines_of(result_file(dir, "observers_cuda", 1, 0));
+  ASSERT_EQ(want.size(), 32u);  // 8 cases x (the node count, 3 steps)
+  for (int k = 0; k < 2; ++k) EXPECT_EQ(lines_of(result_file(dir, "observers_cuda", 2, k)), want);
+}
+
+// W8A8 QAT of models without batch norms (SyncBatchNorm runs on CPU ranks only so far): the
+// gradients and the observer statistics go through NCCL, so two GPUs match one on the global
+// batch.
+TEST(Nccl, QatTrainingOnTwoGpusMatchesOne) {
+  if (!two_gpus()) GTEST_SKIP() << "needs NCCL and QG_TEST_GPUS >= 2";
+  for (const std::string model : {"mlp", "transformer"}) {
+    const std::string dir = scratch("nccl_train_" + model);
+    dist::LaunchResult one = run_workers(1, {"train_cuda", dir, model});
+    ASSERT_EQ(one.failed_rank, -1) << one.what << read_file(dir + "/err_r0.txt");
+    dist::LaunchResult two = run_workers(2, {"train_cuda", dir, model});
+    ASSERT_EQ(two.failed_rank, -1) << two.what << read_file(dir + "/err_r0.txt");
+    const std::string stem = "train_cuda_" + model;
+    const auto want = lines_of(result_file(dir, stem, 1, 0));
+    const auto r0 = lines_of(result_file(dir, stem, 2, 0)),
+               r1 = lines_of(result_file(dir, stem, 2, 1));
+    ASSERT_EQ(want.size(), 5u);
+    ASSERT_EQ(r0.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      // Identical state on both GPUs (the digest ends each line); losses of the shards
+      // average to the one-GPU loss.
+      EXPECT_EQ(r0[i].substr(r0[i].find("state")), r1[i].substr(r1[i].find("state")));
+      std::istringstream a(want[i]), b(r0[i]), c(r1[i]);
+      std::string w;
+      double la = 0, lb = 0, lc = 0;
+      a >> w >> w >> w >> la;
+      b >> w >> w >> w >> lb;
+      c >> w >> w >> w >> lc;
+      EXPECT_NEAR((lb + lc) / 2, la, 1e-4 * std::fabs(la)) << model << " step " << i + 1;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qg

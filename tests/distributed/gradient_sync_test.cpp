@@ -1,0 +1,153 @@
+// In-process pieces of data parallelism: the gradient-sync stage's buckets, the collective
+// ops' checks, and the trainer's refusals. (The multi-process tests are in
+// distributed_test.cpp.)
+#include <gtest/gtest.h>
+
+#include "core/graph.h"
+#include "device/communicator.h"
+#include "nn/optimizer.h"
+#include "nn/trainer.h"
+#include "runtime/compile.h"
+#include "runtime/distributed/gradient_sync.h"
+#include "tests/core/test_util.h"
+
+namespace qg {
+namespace {
+
+using testing::expect_error;
+
+// A linear model with three parameters of 12, 4 and 8 floats (48, 16 and 32 bytes).
+struct Model {
+  Graph g;
+  ValueId x, labels, loss;
+  std::vector<ValueId> params;
+  Model() {
+    x = g.input("x", {DType::f32, {5, 3}});
+    labels = g.input("labels", {DType::i64, {5}});
+    std::vector<double> w(12), v(8);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = 0.1 * static_cast<double>(i) - 0.5;
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.05 * static_cast<double>(i);
+    ValueId w1 = g.parameter("w1", Tensor::from_doubles({3, 4}, w, DType::f32));
+    ValueId b1 = g.parameter("b1", Tensor::from_doubles({4}, {0.1, -0.2, 0.3, 0.0}, DType::f32));
+    ValueId w2 = g.parameter("w2", Tensor::from_doubles({4, 2}, v, DType::f32));
+    ValueId h = g.apply1("add", {g.apply1("matmul", {x, w1}), b1});
+    loss = g.apply1("softmax_cross_entropy", {g.apply1("matmul", {h, w2}), labels});
+    params = {w1, b1, w2};
+  }
+};
+
+int count_ops(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (NodeId id = 0; id < g.num_nodes(); ++id)
+    if (!g.node(id).dead && g.node(id).op->name == op) ++n;
+  return n;
+}
+
+Executor::Feeds feeds() {
+  std::vector<double> x(15);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.3 * static_cast<double>(i % 7) - 0.8;
+  return {{"x", Tensor::from_doubles({5, 3}, x, DType::f32)},
+          {"labels", Tensor::from_vector<int64_t>({5}, {0, 1, 1, 0, 1})}};
+}
+
+// In one process the sync is the identity: the same parameters, bit for bit, after steps.
+TEST(GradientSync, OneProcessIsTheIdentityAndBucketsFollowTheCap) {
+  for (int64_t cap : {int64_t{1} << 20, int64_t{48}, int64_t{16}}) {
+    Model plain, synced;
+    TrainingSpec a{plain.loss, plain.params, nn::optimizer_nodes({"adam", 1e-2}), {}};
+    TrainingSpec b{synced.loss, synced.params, nn::optimizer_nodes({"adam", 1e-2}),
+                   dist::bucketed_all_reduce(cap)};
+    CompileOptions options;
+    options.passes.disabled = {"all"};
+    CompiledStep sa(plain.g, a, options), sb(synced.g, b, options);
+    // 96 bytes of gradients: one bucket under 1 MiB; 48-byte buckets hold w2 + b1 (reverse
+    // order) then w1; 16 bytes: each gradient alone.
+    EXPECT_EQ(count_ops(synced.g, "all_reduce"), cap > 96 ? 1 : cap == 48 ? 2 : 3) << cap;
+    EXPECT_EQ(count_ops(synced.g, "bucket_get"), 3);
+    for (int step = 0; step < 3; ++step) {
+      sa.train(feeds(), {});
+      sb.train(feeds(), {});
+    }
+    for (const char* p : {"w1", "b1", "w2"}) {
+      const Tensor& ta = sa.executor().parameter(p);
+      const Tensor& tb = sb.executor().parameter(p);
+      ASSERT_EQ(ta.nbytes(), tb.nbytes());
+      EXPECT_EQ(std::memcmp(ta.raw_data(), tb.raw_data(), ta.nbytes()), 0) << p << " cap " << cap;
+    }
+  }
+}
+
+TEST(CollectiveOps, BadOffsetsAndShapesAreErrorsNamingTheValues) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2, 3}});
+  expect_error(
+      [&] {
+        g.apply1("bucket_begin", {x}, {{"size", int64_t{5}}, {"offset", int64_t{0}}});
+      },
+      {"bucket_begin", "offset", "6 elements", "bucket of 5"});
+  ValueId b = g.apply1("bucket_begin", {x}, {{"size", int64_t{10}}, {"offset", int64_t{0}}});
+  expect_error(
+      [&] {
+        g.apply1("bucket_put", {b, x}, {{"offset", int64_t{5}}});
+      },
+      {"bucket_put", "offset' = 5", "bucket of 10"});
+  expect_error(
+      [&] {
+        g.apply1("bucket_get", {b}, {{"offset", int64_t{8}}, {"shape", Shape{3}}});
+      },
+      {"bucket_get", "offset' = 8", "3 elements"});
+  expect_error(
+      [&] {
+        g.apply1("all_reduce", {x}, {{"op", std::string("mean")}});
+      },
+      {"all_reduce", "mean"});
+}
+
+// A stand-in group of two, for the trainer's checks (no collective is ever called).
+class FakeComm final : public Communicator {
+ public:
+  explicit FakeComm(DeviceType memory) : memory_(memory) {}
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  std::string backend() const override { return "fake"; }
+  DeviceType memory() const override { return memory_; }
+  void all_reduce(void*, int64_t, DType, ReduceOp, void*) override { ADD_FAILURE(); }
+  void broadcast(void*, int64_t, int, void*) override { ADD_FAILURE(); }
+  void all_gather(const void*, void*, int64_t, void*) override { ADD_FAILURE(); }
+  void barrier() override { ADD_FAILURE(); }
+  void set_timeout(std::chrono::milliseconds) override {}
+  std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(1); }
+
+ private:
+  DeviceType memory_;
+};
+
+nn::Dataset rows(int64_t n) {
+  nn::Dataset d;
+  d.features = 64;
+  d.x.assign(static_cast<size_t>(n * 64), 0.5f);
+  d.labels.assign(static_cast<size_t>(n), 1);
+  return d;
+}
+
+TEST(DataParallelTrainer, RefusesWhatItCannotDoRight) {
+  nn::Dataset data = rows(64);
+  nn::TrainConfig c;
+  c.mlp.hidden = {8};
+  c.mlp.batch = 16;
+  FakeComm cuda_comm(DeviceType::cuda), cpu_comm(DeviceType::cpu);
+  c.comm = &cuda_comm;  // a CUDA communicator for a CPU model
+  expect_error([&] { nn::Trainer t(c, data, data); }, {"fake", "cuda", "cpu"});
+  c.comm = &cpu_comm;
+  c.drop_last = false;
+  expect_error([&] { nn::Trainer t(c, data, data); }, {"drop_last"});
+  c.drop_last = true;
+  c.mlp.batch = 40;  // a global batch of 80 rows > 64
+  expect_error([&] { nn::Trainer t(c, data, data); }, {"64 rows", "40 x 2 ranks"});
+  c.mlp.batch = 16;
+  c.device = Device::cuda();  // SyncBatchNorm on CUDA ranks is not there yet
+  expect_error([&] { nn::Trainer t(c, data, data); }, {"SyncBatchNorm", "--no-sync-bn"});
+}
+
+}  // namespace
+}  // namespace qg
