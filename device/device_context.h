@@ -75,10 +75,6 @@ class DeviceContext {
   // can see (to or from CPU memory) have completed when this returns.
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 
-  // The handle of `which` owned by this context: made by `create` on first use (before a
-  // CUDA graph capture, as any one-time set-up) and destroyed by `destroy` with the context.
-  // Libraries keep their handles here rather than in globals, so that a handle is bound to
-  // one stream and never shared between two contexts.
   // The data-parallel communicator kernels sync their statistics through (observers, batch
   // norms, all_reduce); null in one process. Owned by the caller (runtime/distributed), who
   // keeps it alive as long as the context.
@@ -92,6 +88,10 @@ class DeviceContext {
   void set_sync_statistics(bool on) { sync_statistics_ = on; }
   void set_sync_batch_norm(bool on) { sync_batch_norm_ = on; }
 
+  // The handle of `which` owned by this context: made by `create` on first use (before a
+  // CUDA graph capture, as any one-time set-up) and destroyed by `destroy` with the context.
+  // Libraries keep their handles here rather than in globals, so that a handle is bound to
+  // one stream and never shared between two contexts.
   using CreateHandle = void* (*)(DeviceContext& context);
   using DestroyHandle = void (*)(void* handle);
   void* library_handle(LibraryHandle which, CreateHandle create, DestroyHandle destroy);
