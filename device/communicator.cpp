@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/float_order.h"
 
 namespace qg {
 
@@ -23,23 +24,6 @@ const char* reduce_op_name(ReduceOp op) {
 }
 
 Communicator::~Communicator() = default;
-
-namespace {
-
-// The order of ordered_min / ordered_max as integers (finite values and infinities).
-int32_t order_key(float v) {
-  int32_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b ^ ((b >> 31) & 0x7fffffff);
-}
-float key_float(int32_t k) {
-  int32_t b = k ^ ((k >> 31) & 0x7fffffff);
-  float v;
-  std::memcpy(&v, &b, sizeof v);
-  return v;
-}
-
-}  // namespace
 
 void all_reduce_range_keys(Communicator& comm, int32_t* lo, int32_t* hi, int64_t n) {
   if (n == 0) return;

@@ -1,6 +1,4 @@
 #include "ops/observer/observer_common.h"
-#include "ops/observer/observer_args.h"
-#include "ops/observer/observer_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +6,10 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/float_order.h"
 #include "core/thread_pool.h"
+#include "ops/observer/observer_args.h"
+#include "ops/observer/observer_math.h"
 #include "ops/quantize/scope_runs.h"
 
 namespace qg {
@@ -58,19 +59,6 @@ bool should_update(const KernelContext& ctx, const CommonStates& s) {
 }
 
 namespace {
-
-// The order of ordered_min / ordered_max as integers (-0 below +0; finite values only).
-int32_t order_key(float v) {
-  int32_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b ^ ((b >> 31) & 0x7fffffff);
-}
-float key_float(int32_t k) {
-  int32_t b = k ^ ((k >> 31) & 0x7fffffff);
-  float v;
-  std::memcpy(&v, &b, sizeof v);
-  return v;
-}
 
 template <typename Better>
 void atomic_improve(int32_t* slot, int32_t v, Better better) {

@@ -10,20 +10,14 @@
 #include "core/op_registry.h"
 #include "runtime/crosscheck.h"
 #include "runtime/op_call.h"
+#include "tests/common/draw_input.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace qg {
 namespace {
 
+using testing::draw_input;
 using testing::expect_error;
-
-Tensor draw(const GradcheckInput& spec, std::mt19937_64& rng) {
-  if (!spec.values.empty()) return Tensor::from_doubles(spec.shape, spec.values, spec.dtype);
-  std::uniform_real_distribution<double> dist(spec.low, spec.high);
-  std::vector<double> v(static_cast<size_t>(shape_numel(spec.shape)));
-  for (double& x : v) x = dist(rng);
-  return Tensor::from_doubles(spec.shape, v, spec.dtype);
-}
 
 TEST(GpuOpCall, EveryOpDirectlyOnACallerStreamMatchesTheCpu) {
   QG_REQUIRE_GPU();
@@ -43,7 +37,7 @@ TEST(GpuOpCall, EveryOpDirectlyOnACallerStreamMatchesTheCpu) {
         std::vector<Tensor> inputs, on_gpu;
         std::vector<DType> key;
         for (const GradcheckInput& spec : s.inputs) {
-          inputs.push_back(draw(spec, rng));
+          inputs.push_back(draw_input(spec, rng));
           on_gpu.push_back(inputs.back().to(Device::cuda()));
           key.push_back(spec.dtype);
         }

@@ -9,6 +9,7 @@
 #include "core/op_registry.h"
 #include "runtime/executor.h"
 #include "runtime/op_call.h"
+#include "tests/common/draw_input.h"
 #include "tests/common/tensor_compare.h"
 #include "tests/core/test_util.h"
 
@@ -18,16 +19,9 @@ void define_graph_io_ops(OpRegistry& r);  // ops/graph_io: input, parameter, con
 
 namespace {
 
+using testing::draw_input;
 using testing::expect_error;
 using testing::first_difference;
-
-Tensor draw(const GradcheckInput& spec, std::mt19937_64& rng) {
-  if (!spec.values.empty()) return Tensor::from_doubles(spec.shape, spec.values, spec.dtype);
-  std::uniform_real_distribution<double> dist(spec.low, spec.high);
-  std::vector<double> v(static_cast<size_t>(shape_numel(spec.shape)));
-  for (double& x : v) x = dist(rng);
-  return Tensor::from_doubles(spec.shape, v, spec.dtype);
-}
 
 // The op on `inputs` through a one-node graph and the executor: outputs, then states.
 std::vector<Tensor> through_executor(const OpDef& op, const std::vector<Tensor>& inputs,
@@ -59,7 +53,7 @@ TEST(OpCall, EveryOpDirectlyEqualsTheExecutorBitForBit) {
     if (op.is_source || !op.gradcheck_samples || op.side_effects) continue;
     for (const GradcheckSample& s : op.gradcheck_samples()) {
       std::vector<Tensor> inputs;
-      for (const GradcheckInput& spec : s.inputs) inputs.push_back(draw(spec, rng));
+      for (const GradcheckInput& spec : s.inputs) inputs.push_back(draw_input(spec, rng));
       for (bool training : {true, false}) {
         SCOPED_TRACE(name + " / " + s.label + (training ? " / train" : " / eval"));
         std::vector<Tensor> want = through_executor(op, inputs, s.attrs, training);
