@@ -2,7 +2,6 @@
 // samples and a CUDA kernel for them gives, called directly on a stream the caller owns,
 // what its CPU kernel gives (under the crosscheck's comparison rules); strided kernels read
 // views; and a tensor on the wrong device is a named error.
-#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -21,11 +20,11 @@ using testing::expect_error;
 
 TEST(GpuOpCall, EveryOpDirectlyOnACallerStreamMatchesTheCpu) {
   QG_REQUIRE_GPU();
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  // A stream the caller owns: here another context's, borrowed as a torch op borrows torch's.
+  auto owner = make_device_context(Device::cuda());
   {
     ContextOptions options;
-    options.stream = stream;
+    options.stream = owner->stream();
     auto gpu = make_device_context(Device::cuda(), options);
     auto cpu = make_device_context(Device::cpu());
     std::mt19937_64 rng(11);
@@ -72,7 +71,6 @@ TEST(GpuOpCall, EveryOpDirectlyOnACallerStreamMatchesTheCpu) {
     }
     EXPECT_GT(compared, 50);
   }
-  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 TEST(GpuOpCall, StridedCastAndRefusedViews) {
