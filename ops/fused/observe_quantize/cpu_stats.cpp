@@ -80,15 +80,15 @@ RunStats batch_stats(const float* x, int64_t n) {
 }
 
 void fold(Ranges& r, int64_t q, const RunStats& s) {
-  r.lo[q] = std::min(r.lo[q], range_key(s.mn));
-  r.hi[q] = std::max(r.hi[q], range_key(s.mx));
+  r.lo[q] = std::min(r.lo[q], order_key(s.mn));
+  r.hi[q] = std::max(r.hi[q], order_key(s.mx));
   r.nonfinite += s.nonfinite;
 }
 
 // Column ranges of `rows` rows of `width` values.
 void lane_stats_f32(const float* x, int64_t rows, int64_t width, int32_t* lo, int32_t* hi,
                     int64_t* nonfinite) {
-  const int32_t pos_inf_key = range_key(INFINITY), neg_inf_key = range_key(-INFINITY);
+  const int32_t pos_inf_key = order_key(INFINITY), neg_inf_key = order_key(-INFINITY);
   for (int64_t r0 = 0; r0 < rows; r0 += 8) {
     const int64_t nr = std::min<int64_t>(8, rows - r0);
     const float* base = x + r0 * width;
@@ -122,8 +122,8 @@ void lane_stats_f32(const float* x, int64_t rows, int64_t width, int32_t* lo, in
           ++*nonfinite;
           continue;
         }
-        lo[j] = std::min(lo[j], range_key(v));
-        hi[j] = std::max(hi[j], range_key(v));
+        lo[j] = std::min(lo[j], order_key(v));
+        hi[j] = std::max(hi[j], order_key(v));
       }
   }
 }
@@ -131,8 +131,8 @@ void lane_stats_f32(const float* x, int64_t rows, int64_t width, int32_t* lo, in
 }  // namespace
 
 Ranges::Ranges(int64_t n)
-    : lo(static_cast<size_t>(n), range_key(INFINITY)),
-      hi(static_cast<size_t>(n), range_key(-INFINITY)) {}
+    : lo(static_cast<size_t>(n), order_key(INFINITY)),
+      hi(static_cast<size_t>(n), order_key(-INFINITY)) {}
 
 void merge_ranges(const Ranges& local, int64_t base, Ranges& shared) {
   for (size_t j = 0; j < local.lo.size(); ++j) {

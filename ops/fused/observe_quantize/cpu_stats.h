@@ -9,32 +9,21 @@
 #include <cstring>
 #include <vector>
 
+#include "core/float_order.h"
 #include "core/half.h"
 
 namespace qg::fused_cpu {
 
-// A range as an ordered integer key: key(a) < key(b) exactly when a < b or (a, b) is
-// (-0, +0), the order ordered_min / ordered_max use, so min/max of keys are theirs.
-inline int32_t range_key(float v) {
-  int32_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b ^ ((b >> 31) & 0x7fffffff);
-}
-inline float key_value(int32_t k) {
-  int32_t b = k ^ ((k >> 31) & 0x7fffffff);
-  float v;
-  std::memcpy(&v, &b, sizeof v);
-  return v;
-}
-
+// Ranges are kept as order keys (core/float_order.h): min/max of keys are ordered_min /
+// ordered_max of the floats.
 // Per-qparams ranges of this batch, as keys: +inf / -inf (an empty range) until a finite
 // value arrives.
 struct Ranges {
   std::vector<int32_t> lo, hi;
   int64_t nonfinite = 0;
   explicit Ranges(int64_t n);
-  float min(int64_t q) const { return key_value(lo[q]); }
-  float max(int64_t q) const { return key_value(hi[q]); }
+  float min(int64_t q) const { return key_float(lo[q]); }
+  float max(int64_t q) const { return key_float(hi[q]); }
 };
 
 // Folds `local` (the ranges of qparams base .. base + local.lo.size() - 1) and its

@@ -2,7 +2,7 @@
 // of their own because they work on the 16-bit encodings rather than on f32: widening to
 // f32 is exact and order-preserving (signed zeros included), so the minimum of the widened
 // values is the widened minimum. Sixteen-bit ordered keys (the sign-magnitude trick of
-// range_key) under SSE2 integer min/max find the extremes eight values at a time, and only
+// order_key) under SSE2 integer min/max find the extremes eight values at a time, and only
 // the two extremes of each range are widened, through Eigen as the observer kernels widen.
 #include <algorithm>
 #include <cstring>
@@ -30,7 +30,7 @@ int32_t widened_key(int16_t k) {
   auto b = static_cast<uint16_t>(k ^ ((k >> 15) & 0x7fff));
   T v;
   std::memcpy(static_cast<void*>(&v), &b, sizeof v);  // Eigen's types hold just the bits
-  return range_key(static_cast<float>(v));
+  return order_key(static_cast<float>(v));
 }
 
 inline uint16_t load16(const void* p, int64_t i) {
