@@ -34,7 +34,17 @@ grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)
 # The pytest suite again on its own, with faulthandler's backtrace if it crashes.
 PYTHONPATH="$build/python" PYTHONFAULTHANDLER=1 timeout 300 python3 -m pytest -q -x python/tests \
   >"$out/pytest.log" 2>&1
-note "pytest ($(python3 --version 2>&1)): rc=$?; $(tail -1 "$out/pytest.log")"
+rc=$?
+note "pytest ($(python3 --version 2>&1)): rc=$rc; $(tail -1 "$out/pytest.log")"
+# A crash (signal) is run again under a debugger for the native backtrace.
+if [ "$rc" -gt 128 ] || grep -q "Fatal Python error" "$out/pytest.log"; then
+  dbg=$(command -v gdb || command -v cuda-gdb || true)
+  if [ -n "$dbg" ]; then
+    PYTHONPATH="$build/python" timeout 300 "$dbg" -batch -ex run -ex bt -ex "info sharedlibrary" \
+      --args python3 -m pytest -q -x python/tests >"$out/pytest_gdb.log" 2>&1
+    note "pytest crash backtrace ($dbg): $(grep -m3 -E '^#[0-9]' "$out/pytest_gdb.log" | tr '\n' ' ')"
+  fi
+fi
 [ -n "${SKIP_CROSS:-}" ] || timeout "${T_CROSS:-180}" "$build"/apps/qat crosscheck >"$out/crosscheck.log" 2>&1
 note "qat crosscheck: rc=$?; $(grep -E '^crosscheck summary' "$out/crosscheck.log")"
 if command -v compute-sanitizer >/dev/null; then
