@@ -150,4 +150,15 @@ __device__ __forceinline__ Pack8<T> masked_pack(const Pack8<T>& v, unsigned bits
   return out;
 }
 
+// ste_backward_exact's element rule: dy kept (bit set) or dy * 0 (a zero with dy's sign, NaN
+// for an infinite or NaN dy), PyTorch's `dy * mask`. The multiply runs in the math type.
+template <typename T>
+__device__ __forceinline__ Pack8<T> exact_masked_pack(const Pack8<T>& v, unsigned bits) {
+  Pack8<T> out;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    out.v[j] = (bits >> j) & 1u ? v.v[j] : from_math<T>(to_math(v.v[j]) * math_of<T>(0));
+  return out;
+}
+
 }  // namespace qg::cuda

@@ -114,16 +114,26 @@ void fake_quantize_cpu(KernelContext& ctx) {
                  [&](auto tag) { fake_quantize_typed<decltype(tag)>(ctx); });
 }
 
-void ste_backward_cpu(KernelContext& ctx) {
-  dispatch_float(ctx.inputs[0].dtype(), "ste_backward", [&](auto tag) {
+namespace {
+template <bool kExact>
+void ste_backward_cpu_impl(KernelContext& ctx) {
+  dispatch_float(ctx.inputs[0].dtype(), ctx.op.c_str(), [&](auto tag) {
     using T = decltype(tag);
     const T* dy = ctx.inputs[0].data<T>();
     const uint8_t* mask = ctx.inputs[1].data<uint8_t>();
     T* dx = ctx.outputs[0].data<T>();
+    // Chunks start at multiples of the grain (a multiple of 8), so each owns whole mask bytes.
     parallel_for(ctx.outputs[0].numel(), kElementGrain, [&](int64_t b, int64_t e) {
-      fq_simd::ste_backward(dy + b, mask + b / 8, dx + b, e - b);
+      if constexpr (kExact)
+        fq_simd::ste_backward_exact(dy + b, mask + b / 8, dx + b, e - b);
+      else
+        fq_simd::ste_backward(dy + b, mask + b / 8, dx + b, e - b);
     });
   });
 }
+}  // namespace
+
+void ste_backward_cpu(KernelContext& ctx) { ste_backward_cpu_impl<false>(ctx); }
+void ste_backward_exact_cpu(KernelContext& ctx) { ste_backward_cpu_impl<true>(ctx); }
 
 }  // namespace qg

@@ -3,4 +3,5 @@
 namespace qg {
 void fake_quantize_cpu(KernelContext& ctx);
 void ste_backward_cpu(KernelContext& ctx);
+void ste_backward_exact_cpu(KernelContext& ctx);
 }  // namespace qg

@@ -210,8 +210,9 @@ void fake_quantize_cuda(KernelContext& ctx) {
   });
 }
 
-// dx = dy where the mask bit is set, else +0; dy is copied bit for bit.
-template <typename T, typename I>
+// ste_backward: dx = dy where the mask bit is set, else +0; dy is copied bit for bit.
+// kExact (ste_backward_exact): else dy * 0, PyTorch's dy * mask.
+template <bool kExact, typename T, typename I>
 __global__ void __launch_bounds__(kPackThreads)
     ste_backward_kernel(const T* __restrict__ dy, const uint8_t* __restrict__ mask,
                         T* __restrict__ dx, int64_t n64, bool vec) {
@@ -222,12 +223,17 @@ __global__ void __launch_bounds__(kPackThreads)
     unsigned bits;
   };
   auto load = [&](I b) { return In{load_pack(dy, b, vec), mask[b]}; };
-  flat_packs<kPacksPerThread<T>>(
-      nfull, load, [&](I b, const In& in) { store_pack(dx, b, vec, masked_pack(in.v, in.bits)); });
+  flat_packs<kPacksPerThread<T>>(nfull, load, [&](I b, const In& in) {
+    store_pack(dx, b, vec, kExact ? exact_masked_pack(in.v, in.bits) : masked_pack(in.v, in.bits));
+  });
   if (blockIdx.x == 0 && threadIdx.x == 0)
-    for (I k = nfull * 8; k < n; ++k) dx[k] = (mask[nfull] >> (k - nfull * 8)) & 1u ? dy[k] : zero;
+    for (I k = nfull * 8; k < n; ++k) {
+      const bool keep = (mask[nfull] >> (k - nfull * 8)) & 1u;
+      dx[k] = keep ? dy[k] : kExact ? from_math<T>(to_math(dy[k]) * math_of<T>(0)) : zero;
+    }
 }
 
+template <bool kExact>
 void ste_backward_cuda(KernelContext& ctx) {
   const Tensor& dy = ctx.inputs[0];
   Tensor& dx = ctx.outputs[0];
@@ -237,7 +243,7 @@ void ste_backward_cuda(KernelContext& ctx) {
   dispatch_float(dy.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     dispatch_index(n, [&](auto itag) {
-      ste_backward_kernel<T, decltype(itag)>
+      ste_backward_kernel<kExact, T, decltype(itag)>
           <<<pack_blocks<kPacksPerThread<T>>(n / 8), kPackThreads, 0, cuda_stream(ctx.device)>>>(
               in_ptr<T>(dy), in_ptr<uint8_t>(ctx.inputs[1]), out_ptr<T>(dx), n, vec);
     });
@@ -251,7 +257,9 @@ void add_fake_quantize_cuda_kernels(OpRegistry& r) {
   r.get_mutable("fake_quantize")
       .kernels.push_back({DeviceType::cuda, kFloatDTypes, fake_quantize_cuda});
   r.get_mutable("ste_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatDTypes, ste_backward_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, ste_backward_cuda<false>});
+  r.get_mutable("ste_backward_exact")
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, ste_backward_cuda<true>});
 }
 
 }  // namespace qg

@@ -107,11 +107,7 @@ void define_fake_quantize_ops(OpRegistry& r) {
     };
   };
 
-  OpDef& ste = r.define("ste_backward");
-  ste.doc = "Straight-through estimator: dx = dy where the bit-packed mask is set, else 0.";
-  ste.inputs = {"dy", "mask"};
-  ste.outputs = {"dx"};
-  ste.infer = [](const InferContext& ctx) {
+  const auto infer_ste_backward = [](const InferContext& ctx) {
     expect_float(ctx, 0);
     QG_CHECK(ctx.inputs[1].dtype == DType::u8 && ctx.inputs[1].shape.size() == 1, ctx.op,
              "mask must be a 1-D u8 bit mask, got ", ctx.inputs[1].str());
@@ -120,7 +116,24 @@ void define_fake_quantize_ops(OpRegistry& r) {
              " bytes but dy ", ctx.inputs[0].str(), " needs ", want);
     return same_as_input(ctx);
   };
+  OpDef& ste = r.define("ste_backward");
+  ste.doc = "Straight-through estimator: dx = dy where the bit-packed mask is set, else 0.";
+  ste.inputs = {"dy", "mask"};
+  ste.outputs = {"dx"};
+  ste.infer = infer_ste_backward;
   ste.kernels.push_back({DeviceType::cpu, kFloatDTypes, ste_backward_cpu});
+
+  // The torch ops' backward (qatgraph.torch): PyTorch's `dy * mask` bit for bit. The graph's
+  // ste_backward writes +0 where the mask is clear, which the fusions that absorb it rely on;
+  // this op is never fused.
+  OpDef& exact = r.define("ste_backward_exact");
+  exact.doc =
+      "Straight-through estimator as PyTorch computes it: dx = dy * mask, a float multiply "
+      "(a masked-out element is dy * 0: a zero with dy's sign, NaN for an infinite or NaN dy).";
+  exact.inputs = {"dy", "mask"};
+  exact.outputs = {"dx"};
+  exact.infer = infer_ste_backward;
+  exact.kernels.push_back({DeviceType::cpu, kFloatDTypes, ste_backward_exact_cpu});
 #ifdef QG_WITH_CUDA
   add_fake_quantize_cuda_kernels(r);
 #endif

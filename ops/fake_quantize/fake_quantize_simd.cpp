@@ -11,6 +11,8 @@
 //  * NaN x returns x itself, as qmath::fake_quant does (f16/bf16 need only its sign);
 //  * f16/bf16 widen exactly and narrow with Eigen's own round-to-nearest-even bit tricks
 //    (the software paths: x86-64-v2 has no F16C), NaN becoming 0x7e00 / 0x7fc0 with its sign.
+#include <type_traits>
+
 #include "ops/fake_quantize/fake_quantize_simd.h"
 
 #if defined(__SSE4_1__)
@@ -261,7 +263,74 @@ void ste(const T* dy, const uint8_t* mask, T* dx, int64_t n) {
   for (; i < n; ++i) dx[i] = ((mask[i >> 3] >> (i & 7)) & 1u) ? dy[i] : T(0);
 }
 
+// dy * 0 in the element's own arithmetic: the narrow types multiply in f32 and narrow back.
+template <typename T>
+T times_zero(T v) {
+  if constexpr (std::is_floating_point_v<T>)
+    return v * T(0);
+  else
+    return T(static_cast<float>(v) * 0.0f);
+}
+
+template <typename T>
+void ste_exact_scalar(const T* dy, const uint8_t* mask, T* dx, int64_t first, int64_t last) {
+  for (int64_t i = first; i < last; ++i)
+    dx[i] = ((mask[i >> 3] >> (i & 7)) & 1u) ? dy[i] : times_zero(dy[i]);
+}
+
+// The exact STE: each lane is dy (kept) or dy * 0. f32/f64 multiply in SSE; the 16-bit types
+// keep dy's sign bit, which is dy * 0 for every finite dy, and send a block holding a
+// masked-out infinity or NaN to the scalar loop (whose multiply makes the NaN).
+template <typename T>
+void ste_exact(const T* dy, const uint8_t* mask, T* dx, int64_t n) {
+  int64_t i = 0;
+#if defined(__SSE4_1__)
+  using Bits = SteBits<sizeof(T)>;
+  const Bits bits;
+  for (; i + 8 <= n; i += 8) {
+    __m128i m = Bits::splat(mask[i >> 3]);
+    bool scalar = false;
+    for (int v = 0; v < Bits::kVecs && !scalar; ++v) {
+      const int lanes = 16 / sizeof(T);
+      const T* src = dy + i + v * lanes;
+      T* dst = dx + i + v * lanes;
+      __m128i keep = Bits::eq(_mm_and_si128(m, bits.bit[v]), bits.bit[v]);
+      __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+      __m128i zeroed;
+      if constexpr (std::is_same_v<T, float>) {
+        zeroed = _mm_castps_si128(_mm_mul_ps(_mm_castsi128_ps(d), _mm_setzero_ps()));
+      } else if constexpr (std::is_same_v<T, double>) {
+        zeroed = _mm_castpd_si128(_mm_mul_pd(_mm_castsi128_pd(d), _mm_setzero_pd()));
+      } else {
+        const int16_t exponent = std::is_same_v<T, bf16> ? 0x7f80 : 0x7c00;
+        __m128i magnitude = _mm_and_si128(d, _mm_set1_epi16(0x7fff));
+        __m128i non_finite = _mm_cmpgt_epi16(magnitude, _mm_set1_epi16(exponent - 1));
+        if (_mm_movemask_epi8(_mm_andnot_si128(keep, non_finite)) != 0) scalar = true;
+        zeroed = _mm_and_si128(d, _mm_set1_epi16(static_cast<int16_t>(0x8000)));
+      }
+      __m128i out = _mm_or_si128(_mm_and_si128(keep, d), _mm_andnot_si128(keep, zeroed));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), out);
+    }
+    if (scalar) ste_exact_scalar(dy, mask, dx, i, i + 8);
+  }
+#endif
+  ste_exact_scalar(dy, mask, dx, i, n);
+}
+
 }  // namespace
+
+void ste_backward_exact(const float* dy, const uint8_t* mask, float* dx, int64_t n) {
+  ste_exact(dy, mask, dx, n);
+}
+void ste_backward_exact(const double* dy, const uint8_t* mask, double* dx, int64_t n) {
+  ste_exact(dy, mask, dx, n);
+}
+void ste_backward_exact(const bf16* dy, const uint8_t* mask, bf16* dx, int64_t n) {
+  ste_exact(dy, mask, dx, n);
+}
+void ste_backward_exact(const f16* dy, const uint8_t* mask, f16* dx, int64_t n) {
+  ste_exact(dy, mask, dx, n);
+}
 
 void fake_quant_run(const float* x, float* y, uint8_t* mask, int64_t first, int64_t n,
                     const RunQParams& p) {

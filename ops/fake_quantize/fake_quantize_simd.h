@@ -44,4 +44,11 @@ void ste_backward(const double* dy, const uint8_t* mask, double* dx, int64_t n);
 void ste_backward(const bf16* dy, const uint8_t* mask, bf16* dx, int64_t n);
 void ste_backward(const f16* dy, const uint8_t* mask, f16* dx, int64_t n);
 
+// ste_backward_exact: dx = dy * mask as a float multiply, PyTorch's STE. A masked-out element
+// is dy * 0: a zero with dy's sign, NaN where dy is infinite or NaN.
+void ste_backward_exact(const float* dy, const uint8_t* mask, float* dx, int64_t n);
+void ste_backward_exact(const double* dy, const uint8_t* mask, double* dx, int64_t n);
+void ste_backward_exact(const bf16* dy, const uint8_t* mask, bf16* dx, int64_t n);
+void ste_backward_exact(const f16* dy, const uint8_t* mask, f16* dx, int64_t n);
+
 }  // namespace qg::fq_simd

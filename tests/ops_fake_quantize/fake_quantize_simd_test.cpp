@@ -245,6 +245,62 @@ TEST(FakeQuantizeSimd, SteBackwardIsABitSelect) {
   check_ste<f16>();
 }
 
+// ste_backward_exact against dy * 0 computed element by element (the 16-bit types widened to
+// f32 and narrowed back): signed zeros, and NaN at every masked-out infinity or NaN, wherever
+// the element sits in the SSE blocks. NaN payloads are not compared (x86 and CUDA make
+// different ones); that a NaN is there is.
+template <typename T>
+void check_exact_ste() {
+  std::mt19937_64 rng(5);
+  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 100, 1001}) {
+    std::vector<T> dy(n + 1), dx(n + 1, from_bits<T>(0x1234));
+    for (auto& v : dy) v = from_bits<T>(rng());
+    // Infinities of both signs among the random bits, which rarely draw one.
+    for (int64_t i = 3; i < n; i += 11) dy[i] = T(i % 2 ? INFINITY : -INFINITY);
+    std::vector<uint8_t> mask((n + 7) / 8);
+    for (auto& m : mask) m = static_cast<uint8_t>(rng());
+    fq_simd::ste_backward_exact(dy.data(), mask.data(), dx.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      bool keep = (mask[i >> 3] >> (i & 7)) & 1;
+      double d = static_cast<double>(dy[i]);
+      if (keep) {
+        ASSERT_EQ(bits_of(dx[i]), bits_of(dy[i])) << "n " << n << " i " << i;
+      } else if (std::isfinite(d)) {
+        ASSERT_EQ(bits_of(dx[i]), bits_of(T(std::signbit(d) ? -0.0f : 0.0f)))
+            << "n " << n << " i " << i << " dy " << d;
+      } else {
+        ASSERT_TRUE(std::isnan(static_cast<double>(dx[i]))) << "n " << n << " i " << i;
+      }
+    }
+    EXPECT_EQ(bits_of(dx[n]), 0x1234u) << "wrote past the end, n " << n;
+  }
+}
+
+TEST(FakeQuantizeSimd, ExactSteBackwardIsPyTorchsMultiply) {
+  check_exact_ste<float>();
+  check_exact_ste<double>();
+  check_exact_ste<bf16>();
+  check_exact_ste<f16>();
+}
+
+// The op on hand-checked values: the graph's ste_backward gives +0 where the mask is clear,
+// ste_backward_exact gives dy * 0.
+TEST(FakeQuantizeSimd, ExactSteOpKeepsTheSignOfZeroAndMakesNaN) {
+  Tensor dy = testing::f32({4}, {-2.0, 3.0, -INFINITY, 5.0});
+  Tensor mask = Tensor::empty({1}, DType::u8);
+  mask.data<uint8_t>()[0] = 0b1000;  // only element 3 passes
+  Tensor exact = testing::run_op("ste_backward_exact", {dy, mask})[0];
+  Tensor graph = testing::run_op("ste_backward", {dy, mask})[0];
+  const float* e = exact.data<float>();
+  const float* g = graph.data<float>();
+  EXPECT_TRUE(e[0] == 0.0f && std::signbit(e[0]));
+  EXPECT_TRUE(e[1] == 0.0f && !std::signbit(e[1]));
+  EXPECT_TRUE(std::isnan(e[2]));
+  EXPECT_EQ(e[3], 5.0f);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(bits_of(g[i]), 0u) << i;
+  EXPECT_EQ(g[3], 5.0f);
+}
+
 // Through the op: every scope, with runs that are long, short, unaligned or per-element,
 // against a reference that finds each element's qparams from its own index arithmetic.
 struct ScopeCase {
