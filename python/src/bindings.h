@@ -15,6 +15,7 @@ void bind_nn(nb::module_& m);        // the nn submodule: QConfig, Builder, mode
 void bind_compile(nb::module_& nn);  // nn.compile, nn.CompiledStep (called by bind_nn)
 void bind_io(nb::module_& m);        // safetensors, npy, checkpoints
 void bind_import(nb::module_& m);    // nn.import_weights (after bind_nn: adds to nn)
+void bind_kernel(nb::module_& m);    // Kernel: one op on caller-owned tensors and stream
 void bind_onnx(nb::module_& m);      // ONNX export (raises without QG_WITH_ONNX)
 
 }  // namespace qgpy

@@ -11,26 +11,6 @@ namespace {
 
 namespace dl = nb::dlpack;
 
-qg::DType dtype_from_dlpack(dl::dtype d) {
-  using C = dl::dtype_code;
-  auto code = static_cast<C>(d.code);
-  if (d.lanes == 1) {
-    if (code == C::Float && d.bits == 32) return qg::DType::f32;
-    if (code == C::Float && d.bits == 64) return qg::DType::f64;
-    if (code == C::Float && d.bits == 16) return qg::DType::f16;
-    if (code == C::Bfloat && d.bits == 16) return qg::DType::bf16;
-    if (code == C::Int && d.bits == 8) return qg::DType::i8;
-    if (code == C::Int && d.bits == 32) return qg::DType::i32;
-    if (code == C::Int && d.bits == 64) return qg::DType::i64;
-    if (code == C::UInt && d.bits == 8) return qg::DType::u8;
-    if (code == C::Bool && d.bits == 8) return qg::DType::boolean;
-  }
-  QG_FAIL("python", "array element type (DLPack code ", int(d.code), ", ", int(d.bits), " bits, ",
-          d.lanes,
-          " lanes) is not a qatgraph dtype: f32, f64, f16, bf16, i8, u8, "
-          "i32, i64, bool");
-}
-
 dl::dtype dlpack_from_dtype(qg::DType t) {
   using C = dl::dtype_code;
   auto make = [](C code, int bits) {
@@ -59,11 +39,6 @@ dl::dtype dlpack_from_dtype(qg::DType t) {
   QG_FAIL("python", "unknown dtype");
 }
 
-qg::Device device_from_dlpack(int type, int id) {
-  if (type == nb::device::cpu::value) return qg::Device::cpu();
-  if (type == nb::device::cuda::value) return qg::Device::cuda(id);
-  QG_FAIL("python", "arrays on DLPack device type ", type, " are not supported (CPU and CUDA are)");
-}
 
 using ReadOnlyArray = nb::ndarray<nb::ro>;
 
@@ -94,6 +69,32 @@ void copy_strided(const ReadOnlyArray& a, qg::Tensor& out) {
 }
 
 }  // namespace
+
+qg::DType dtype_from_dlpack(dl::dtype d) {
+  using C = dl::dtype_code;
+  auto code = static_cast<C>(d.code);
+  if (d.lanes == 1) {
+    if (code == C::Float && d.bits == 32) return qg::DType::f32;
+    if (code == C::Float && d.bits == 64) return qg::DType::f64;
+    if (code == C::Float && d.bits == 16) return qg::DType::f16;
+    if (code == C::Bfloat && d.bits == 16) return qg::DType::bf16;
+    if (code == C::Int && d.bits == 8) return qg::DType::i8;
+    if (code == C::Int && d.bits == 32) return qg::DType::i32;
+    if (code == C::Int && d.bits == 64) return qg::DType::i64;
+    if (code == C::UInt && d.bits == 8) return qg::DType::u8;
+    if (code == C::Bool && d.bits == 8) return qg::DType::boolean;
+  }
+  QG_FAIL("python", "array element type (DLPack code ", int(d.code), ", ", int(d.bits), " bits, ",
+          d.lanes,
+          " lanes) is not a qatgraph dtype: f32, f64, f16, bf16, i8, u8, "
+          "i32, i64, bool");
+}
+
+qg::Device device_from_dlpack(int type, int id) {
+  if (type == nb::device::cpu::value) return qg::Device::cpu();
+  if (type == nb::device::cuda::value) return qg::Device::cuda(id);
+  QG_FAIL("python", "arrays on DLPack device type ", type, " are not supported (CPU and CUDA are)");
+}
 
 Framework framework_for(const nb::handle& name, const qg::Tensor& t) {
   if (name.is_none()) return t.device().is_cpu() ? Framework::numpy : Framework::torch;

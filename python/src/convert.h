@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 
 #include <map>
 #include <string>
@@ -36,6 +37,10 @@ nb::object from_tensor(const qg::Tensor& t, nb::handle framework);
 std::map<std::string, qg::Tensor> to_cpu_tensors(const nb::dict& tensors);
 
 qg::Device parse_device(const std::string& s);  // "cpu", "cuda", "cuda:N"
+
+// An array's DLPack dtype and device as qatgraph's; a qg::Error for anything else.
+qg::DType dtype_from_dlpack(nb::dlpack::dtype d);
+qg::Device device_from_dlpack(int type, int id);
 
 // {"bits": 4, "signed": True, "scope": "channel", "axis": 0, "shape": [2, 3]} -> Attrs.
 qg::Attrs to_attrs(const nb::handle& dict);

@@ -24,5 +24,6 @@ NB_MODULE(_core, m) {
   qgpy::bind_nn(m);
   qgpy::bind_io(m);
   qgpy::bind_import(m);
+  qgpy::bind_kernel(m);
   qgpy::bind_onnx(m);
 }

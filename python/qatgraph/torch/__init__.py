@@ -1,4 +1,5 @@
-"""PyTorch interop: qatgraph's quantization ops as torch.autograd.Functions on CPU tensors.
+"""PyTorch interop: qatgraph's quantization ops as torch.autograd.Functions on CPU and CUDA
+tensors.
 
     import torch, qatgraph.torch as qgt
     from torch.ao.quantization import MovingAverageMinMaxObserver
@@ -8,25 +9,41 @@
                           quant_min=0, quant_max=255)
     y = fq(x)
 
-Tensors cross into qatgraph through DLPack without a copy (contiguous inputs). The ops run on
-qatgraph's CPU kernels (the numerical reference): for f32 they give PyTorch's results and
-gradients bit for bit; f64 inputs do their math in f64 (SEMANTICS.md), where PyTorch takes
-1/scale in f32.
+Tensors cross into qatgraph through DLPack without a copy (contiguous inputs). On CUDA the
+kernels run on torch's current stream into outputs torch allocates, and nothing waits for the
+device: what a kernel finds wrong on the device (a scale <= 0) is raised by check_errors().
+For f32 the results and gradients are PyTorch's bit for bit; f64 inputs do their math in f64
+(SEMANTICS.md), where PyTorch takes 1/scale in f32. Under torch.compile the kernels are one
+torch.library custom op with a fake kernel, so fullgraph=True does not break.
 """
 from .fake_quantize import FakeQuantize
 from .functional import (
+    check_errors,
+    dynamic_quantize_per_token,
     fake_quantize,
     fake_quantize_per_channel_affine,
+    fake_quantize_per_group,
     fake_quantize_per_tensor_affine,
+    fake_quantize_per_token,
     from_torch,
+    int4_pack,
+    lsq_fake_quantize,
+    nf4_pack,
     to_torch,
 )
 
 __all__ = [
     "FakeQuantize",
+    "check_errors",
+    "dynamic_quantize_per_token",
     "fake_quantize",
     "fake_quantize_per_channel_affine",
+    "fake_quantize_per_group",
     "fake_quantize_per_tensor_affine",
+    "fake_quantize_per_token",
     "from_torch",
+    "int4_pack",
+    "lsq_fake_quantize",
+    "nf4_pack",
     "to_torch",
 ]

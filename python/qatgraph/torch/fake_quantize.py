@@ -5,7 +5,8 @@ import torch
 from torch.ao import quantization as tq
 
 from .. import _core
-from .functional import cpu_contiguous, fake_quantize, run
+from ._kernels import run as run_kernel
+from .functional import fake_quantize
 
 _PREFIX = "[qatgraph.torch] FakeQuantize"
 _PER_TENSOR = (torch.per_tensor_affine, torch.per_tensor_symmetric)
@@ -71,55 +72,106 @@ class FakeQuantize(tq.FakeQuantizeBase):
         self.is_per_channel = self.qscheme in _PER_CHANNEL
         self.register_buffer("scale", torch.tensor([1.0], dtype=torch.float))
         self.register_buffer("zero_point", torch.tensor([0], dtype=torch.int))
+        self._host_flags = {"fake_quant": True, "observer": True}
+        # Kernel-side observer state outside torch.ao's state_dict (see _initialized).
+        self._qg_state = {}
 
     @torch.jit.export
     def calculate_qparams(self):
         """(scale, zero_point) from the observer's statistics, as torch.ao computes them."""
         return self.activation_post_process.calculate_qparams()
 
+    # The switches. torch.ao tests `observer_enabled[0] == 1` in every forward, which waits for
+    # the device when the buffer is on a GPU. Here a host copy of each flag is read instead:
+    # it follows enable_*/disable_* (what torch.ao.quantization's apply helpers call) and
+    # every state_dict load. A CPU buffer is read directly.
+    @torch.jit.unused  # TorchScript (a traced module's exports) cannot follow the host flags
+    def enable_fake_quant(self, enabled: bool = True):
+        super().enable_fake_quant(enabled)
+        self._host_flags["fake_quant"] = bool(enabled)
+        return self
+
+    @torch.jit.unused
+    def enable_observer(self, enabled: bool = True):
+        super().enable_observer(enabled)
+        self._host_flags["observer"] = bool(enabled)
+        return self
+
+    def _flag(self, name):
+        buffer = getattr(self, f"{name}_enabled")
+        if buffer.device.type == "cpu":
+            return bool(buffer[0] == 1)
+        return self._host_flags[name]
+
     def forward(self, X):
-        if self.observer_enabled[0] == 1:
-            scale, zero_point = self._observe(X.detach())
+        if self._flag("observer"):
+            self._observe(X.detach())
+        if self._flag("fake_quant"):
+            axis = self.ch_axis if self.is_per_channel else None
+            X = fake_quantize(X, self.scale, self.zero_point, self.quant_min, self.quant_max, axis)
+        return X
+
+    def _set_qparams(self, scale, zero_point):
+        with torch.no_grad():
             if self.scale.shape != scale.shape:
                 self.scale.resize_(scale.shape)
                 self.zero_point.resize_(zero_point.shape)
             self.scale.copy_(scale)
             self.zero_point.copy_(zero_point)
-        if self.fake_quant_enabled[0] == 1:
-            axis = self.ch_axis if self.is_per_channel else None
-            X = fake_quantize(X, self.scale, self.zero_point, self.quant_min, self.quant_max, axis)
-        return X
 
     def _observe(self, x):
+        """Updates the observer's statistics with x and writes the qparams into `scale` and
+        `zero_point`: one qatgraph observer kernel, on x's device, without waiting for it."""
         obs = self.activation_post_process
         kind = _OBSERVER_OPS.get(type(obs))
         attrs = None if kind is None else self._observer_attrs(kind[1], x.dim())
         if attrs is None or torch.jit.is_tracing():
             obs(x)
-            return self.calculate_qparams()
+            self._set_qparams(*self.calculate_qparams())
+            return
         op, per_channel = kind
         channels = x.shape[attrs["axis"]] if per_channel else 1
-        if obs.min_val.numel() == 0:  # a per-channel observer before its first batch
-            low, high = torch.full([channels], float("inf")), torch.full([channels], float("-inf"))
-        else:
-            low, high = obs.min_val.reshape(-1), obs.max_val.reshape(-1)
-        if low.numel() != channels:
-            raise _core.Error(f"{_PREFIX}: the observer holds {low.numel()} channels, the input "
-                              f"has {channels} along axis {attrs['axis']}")
-        # Copies: the op updates its states in place, and the buffers are written back below.
-        states = {"min": low.detach().float().clone(), "max": high.detach().float().clone()}
-        if op == "moving_average_observer":
-            # torch's first-batch test: an untouched (inf, -inf) range.
-            fresh = bool((low == float("inf")).all() and (high == float("-inf")).all())
-            states["initialized"] = torch.full([channels], 0 if fresh else 1, dtype=torch.uint8)
-        (scale, zero_point), after = run(op, [cpu_contiguous(x, "x")], attrs, states)
-        shape = [channels] if per_channel else []
         with torch.no_grad():
-            for name, key in (("min_val", "min"), ("max_val", "max")):
-                buffer = getattr(obs, name)
-                buffer.resize_(shape)
-                buffer.copy_(after[key].reshape(shape))
-        return scale, zero_point
+            if obs.min_val.numel() == 0:  # a per-channel observer before its first batch
+                obs.min_val.resize_([channels]).fill_(float("inf"))
+                obs.max_val.resize_([channels]).fill_(float("-inf"))
+            if obs.min_val.numel() != channels:
+                raise _core.Error(f"{_PREFIX}: the observer holds {obs.min_val.numel()} "
+                                  f"channels, the input has {channels} along axis "
+                                  f"{attrs['axis']}")
+            if obs.min_val.device != x.device:
+                raise _core.Error(f"{_PREFIX}: the observer's statistics are on "
+                                  f"{obs.min_val.device}, the input on {x.device} (move the "
+                                  "module with .to())")
+            # The statistics are updated in place, through flat views of torch's buffers.
+            states = [obs.min_val.view(-1), obs.max_val.view(-1)]
+            if op == "moving_average_observer":
+                states.append(self._initialized(channels, obs))
+            states += [self._nonfinite_count(x.device), self.observer_enabled]
+            shape = [channels]
+            if self.scale.shape != torch.Size(shape):
+                self.scale.resize_(shape)
+                self.zero_point.resize_(shape)
+            run_kernel(op, attrs, [x], states, outputs=[self.scale, self.zero_point])
+
+    def _initialized(self, channels, obs):
+        """The moving-average observer's per-channel "has seen a batch" flags: kept beside the
+        statistics (not in the state_dict, which stays torch.ao's), set by the kernel, and
+        rebuilt from torch's first-batch test (an untouched (inf, -inf) range) whenever the
+        statistics come from elsewhere (a load, torch's own observer, a new shape)."""
+        flags = self._qg_state.get("initialized")
+        if flags is None or flags.numel() != channels or flags.device != obs.min_val.device:
+            fresh = (obs.min_val == float("inf")).all() & (obs.max_val == float("-inf")).all()
+            flags = (~fresh).to(torch.uint8).expand(channels).contiguous()
+            self._qg_state["initialized"] = flags
+        return flags
+
+    def _nonfinite_count(self, device):
+        count = self._qg_state.get("nonfinite_count")
+        if count is None or count.device != device:
+            count = torch.zeros([1], dtype=torch.int64, device=device)
+            self._qg_state["nonfinite_count"] = count
+        return count
 
     def _observer_attrs(self, per_channel, ndim):
         """The qatgraph observer attributes of torch's observer, or None where qatgraph's
@@ -171,3 +223,8 @@ class FakeQuantize(tq.FakeQuantizeBase):
                 getattr(self, name).resize_(state_dict[key].shape)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
+        # Loaded switches and statistics: the host flags are read back (one wait, at load
+        # time) and the observer's first-batch flags rebuilt on the next forward.
+        self._host_flags = {"fake_quant": bool(self.fake_quant_enabled[0] == 1),
+                            "observer": bool(self.observer_enabled[0] == 1)}
+        self._qg_state = {}

@@ -1,10 +1,11 @@
-"""Fake quantization as torch.autograd.Functions over qatgraph's CPU kernels, with torch's
-signatures, results and gradients."""
+"""Quantization ops as torch.autograd.Functions over qatgraph's kernels, on CPU and CUDA
+tensors, with torch's signatures, results and gradients (the STE backward is PyTorch's
+`dy * mask` bit for bit, signed zeros included)."""
 import torch
 
 from .. import _core
-
-_PREFIX = "[qatgraph.torch]"
+from . import _kernels
+from ._kernels import PREFIX as _PREFIX
 
 
 def to_torch(array):
@@ -18,73 +19,100 @@ def from_torch(tensor):
 
 
 def run(op, inputs, attrs=None, states=None):
-    """Runs one qatgraph op on the CPU: (outputs, states after the run) as torch tensors."""
+    """Runs one qatgraph op on the CPU through the graph-free run_op: (outputs, states after
+    the run) as torch tensors. Kept for callers of the earlier API; the ops below use
+    qatgraph.torch's kernel layer, which also runs on CUDA."""
     return _core.run_op(op, inputs, attrs, "cpu", True, states, "torch")
 
 
-def cpu_contiguous(x, what):
-    if x.device.type != "cpu":
-        raise _core.Error(f"{_PREFIX} {what} must be a CPU tensor, got one on {x.device}")
-    return x.detach().contiguous()
-
-
-def _qparam(value, dtype, n, what, op):
+def _qparam(value, dtype, n, what, op, device):
     if torch.is_tensor(value) and value.requires_grad and torch.is_grad_enabled():
         # torch raises here too: these ops give no gradient for their qparams.
         raise _core.Error(f"{_PREFIX} {op} is not differentiable with respect to '{what}': "
                           f"pass it detached (or use LSQ for a learned {what})")
-    t = value if torch.is_tensor(value) else torch.tensor(value)
-    t = t.detach().to(dtype).reshape(-1).contiguous()
+    if torch.is_tensor(value):
+        if value.device != device:
+            raise _core.Error(f"{_PREFIX} {op}: '{what}' is on {value.device}, the input on "
+                              f"{device}")
+        t = value.detach()
+    else:
+        t = torch.tensor(value, device=device)
+    t = t.to(dtype).reshape(-1)
     if t.numel() != n:
-        raise _core.Error(f"{_PREFIX} {op}: expected {n} qparams, got {t.numel()}")
+        raise _core.Error(f"{_PREFIX} {op}: expected {n} qparams, got {t.numel()} (in "
+                          f"'{what}')")
     return t
 
 
-def _unpack_mask(packed, like):
-    """The fake-quantize kernel's bit-packed in-range mask (bit k & 7 of byte k >> 3) as a
-    tensor of like's dtype and shape."""
-    shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
-    bits = (packed.unsqueeze(-1) >> shifts) & 1
-    return bits.reshape(-1)[: like.numel()].to(like.dtype).reshape(like.shape)
+class _SteFn(torch.autograd.Function):
+    """dx = dy * mask, PyTorch's STE, on qatgraph's ste_backward_exact kernel. Linear in dy,
+    so its own gradient is the same op: create_graph=True differentiates through it."""
+
+    @staticmethod
+    def forward(ctx, dy, mask):
+        ctx.save_for_backward(mask)
+        return _kernels.run("ste_backward_exact", None, [dy, mask])[0]
+
+    @staticmethod
+    def backward(ctx, ddx):
+        (mask,) = ctx.saved_tensors
+        return _SteFn.apply(ddx, mask), None
 
 
 class _FakeQuantizeFn(torch.autograd.Function):
-    """y = fake_quantize(x); backward dy * mask as torch computes it. The multiply (rather than
-    qatgraph's ste_backward, which writes +0 where the mask is clear) keeps torch's zero signs
-    and its NaN for an infinite dy, and, being torch ops, is differentiable again
-    (create_graph=True)."""
+    """y = fake_quantize(x) and its bit-packed in-range mask, one kernel; backward _SteFn."""
 
     @staticmethod
     def forward(ctx, x, scale, zero_point, attrs):
-        y, mask = run("fake_quantize", [cpu_contiguous(x, "x"), scale, zero_point], attrs)[0]
+        y, mask = _kernels.run("fake_quantize", attrs, [x, scale, zero_point])
         ctx.save_for_backward(mask)
+        ctx.mark_non_differentiable(mask)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         (mask,) = ctx.saved_tensors
-        return dy * _unpack_mask(mask, dy), None, None, None
+        return _SteFn.apply(dy, mask), None, None, None
 
 
-def fake_quantize(x, scale, zero_point, quant_min, quant_max, axis=None):
-    """Per-tensor (axis None) or per-channel (along `axis`) affine fake quantization:
-    (clamp(rint(x / scale) + zero_point, quant_min, quant_max) - zero_point) * scale, with
-    the straight-through gradient. Under torch.jit.trace it records torch's own op (the same
-    results), so the traced module holds no Python call and can be saved."""
-    op = "fake_quantize_per_tensor_affine" if axis is None else "fake_quantize_per_channel_affine"
-    if axis is None:
-        n, attrs = 1, {"scope": "tensor"}
-    else:
-        axis = axis % x.dim()
-        n, attrs = x.shape[axis], {"scope": "channel", "axis": axis}
-    attrs.update({"quant_min": int(quant_min), "quant_max": int(quant_max)})
-    s = _qparam(scale, torch.float32, n, "scale", op)
-    zp = _qparam(zero_point, torch.int32, n, "zero_point", op)
-    if torch.jit.is_tracing():
-        if axis is None:
+def _scope_size(x, scope, axis, group_size, op):
+    if scope == "tensor":
+        return 1
+    if scope == "channel":
+        return x.shape[axis]
+    if scope == "token":
+        return x.numel() // x.shape[-1] if x.dim() else 1
+    length = x.shape[axis]
+    if group_size <= 0 or length % group_size:
+        raise _core.Error(f"{_PREFIX} {op}: group_size = {group_size} must divide the size "
+                          f"{length} of axis {axis} of the input {list(x.shape)}")
+    return x.numel() // group_size
+
+
+def fake_quantize(x, scale, zero_point, quant_min, quant_max, axis=None, scope=None,
+                  group_size=0):
+    """Affine fake quantization with the straight-through gradient:
+    (clamp(rint(x / scale) + zero_point, quant_min, quant_max) - zero_point) * scale.
+    scope 'tensor' (axis None), 'channel' (along `axis`), 'token' (one qparam per row of the
+    last dimension) or 'group' (`group_size` consecutive elements along `axis`, default the
+    last). Under torch.jit.trace it records torch's own op (per-tensor and per-channel), so
+    the traced module holds no Python call and can be saved."""
+    scope = scope or ("tensor" if axis is None else "channel")
+    op = f"fake_quantize_per_{scope}" + ("_affine" if scope in ("tensor", "channel") else "")
+    attrs = {"scope": scope, "quant_min": int(quant_min), "quant_max": int(quant_max)}
+    if scope in ("channel", "group"):
+        axis = (-1 if axis is None else axis) % max(x.dim(), 1)
+        attrs["axis"] = axis
+    if scope == "group":
+        attrs["group_size"] = int(group_size)
+    n = _scope_size(x, scope, axis, int(group_size), op)
+    s = _qparam(scale, torch.float32, n, "scale", op, x.device)
+    zp = _qparam(zero_point, torch.int32, n, "zero_point", op, x.device)
+    if torch.jit.is_tracing() and scope in ("tensor", "channel"):
+        if scope == "tensor":
             return torch.fake_quantize_per_tensor_affine(x, s, zp, quant_min, quant_max)
         return torch.fake_quantize_per_channel_affine(x, s, zp, axis, quant_min, quant_max)
-    return _FakeQuantizeFn.apply(x, s, zp, attrs)
+    return _FakeQuantizeFn.apply(x, s, zp, _kernels.attrs_key(attrs))
 
 
 def fake_quantize_per_tensor_affine(input, scale, zero_point, quant_min, quant_max):
@@ -95,3 +123,70 @@ def fake_quantize_per_tensor_affine(input, scale, zero_point, quant_min, quant_m
 def fake_quantize_per_channel_affine(input, scale, zero_point, axis, quant_min, quant_max):
     """torch.fake_quantize_per_channel_affine's signature and results."""
     return fake_quantize(input, scale, zero_point, quant_min, quant_max, axis=axis)
+
+
+def fake_quantize_per_token(input, scale, zero_point, quant_min, quant_max):
+    """One (scale, zero_point) per row of the last dimension (numel / shape[-1] of each)."""
+    return fake_quantize(input, scale, zero_point, quant_min, quant_max, scope="token")
+
+
+def fake_quantize_per_group(input, scale, zero_point, group_size, quant_min, quant_max,
+                            axis=-1):
+    """One (scale, zero_point) per `group_size` consecutive elements along `axis` (default
+    the last), in row-major order of the groups."""
+    return fake_quantize(input, scale, zero_point, quant_min, quant_max, axis=axis,
+                         scope="group", group_size=group_size)
+
+
+class _LsqFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale, zero_point, attrs):
+        ctx.save_for_backward(x, scale, zero_point)
+        ctx.attrs = attrs
+        return _kernels.run("lsq_fake_quantize", attrs, [x, scale, zero_point])[0]
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, scale, zero_point = ctx.saved_tensors
+        dx, dscale, dzero = _kernels.run("lsq_backward", ctx.attrs, [dy, x, scale, zero_point])
+        return dx, dscale.reshape(scale.shape), dzero.reshape(zero_point.shape), None
+
+
+def lsq_fake_quantize(x, scale, zero_point, quant_min, quant_max, grad_factor=None, axis=None):
+    """Learned step size quantization (LSQ, Esser et al.): fake quantization whose scale (and
+    zero point, a float) are learned, per tensor or per channel along `axis`; gradients as
+    qatgraph's lsq_backward (SEMANTICS.md), scaled by `grad_factor` (None: the paper's
+    1 / sqrt(numel * quant_max))."""
+    attrs = {"quant_min": int(quant_min), "quant_max": int(quant_max)}
+    if grad_factor is not None:
+        attrs["grad_factor"] = float(grad_factor)
+    if axis is not None:
+        attrs.update({"scope": "channel", "axis": axis % x.dim()})
+    return _LsqFn.apply(x, scale, zero_point, _kernels.attrs_key(attrs))
+
+
+def dynamic_quantize_per_token(x, bits=8, symmetric=False):
+    """Per-token dynamic quantization: (codes, scale, zero_point), one scale per row of the
+    last dimension computed from the row's range (qatgraph's dynamic_range_quantize)."""
+    attrs = {"scope": "token", "bits": int(bits), "signed": True,
+             "mode": "symmetric" if symmetric else "affine"}
+    return _kernels.run("dynamic_range_quantize", attrs, [x.detach()])
+
+
+def int4_pack(w, group_size=128, symmetric=False):
+    """Packs w (2-D, groups along the last axis) into int4 codes, two per byte, with one
+    scale and zero point per group: (packed, scale, zero_point)."""
+    attrs = {"group_size": int(group_size), "mode": "symmetric" if symmetric else "asymmetric"}
+    return _kernels.run("int4_quantize_pack", attrs, [w.detach()])
+
+
+def nf4_pack(w, group_size=64):
+    """Packs w into NF4 codes (QLoRA's 16 normal-float levels), two per byte, with one absmax
+    per group: (packed, absmax)."""
+    return _kernels.run("nf4_quantize_pack", {"group_size": int(group_size)}, [w.detach()])
+
+
+def check_errors(device=None):
+    """Waits for the current CUDA stream and raises what a qatgraph kernel recorded there (a
+    scale <= 0, a zero point out of range): CUDA kernels cannot raise as they run."""
+    _kernels.check_errors(device)

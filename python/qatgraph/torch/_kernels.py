@@ -1,0 +1,128 @@
+"""qatgraph kernels on torch tensors, on any device: the layer under qatgraph.torch's ops.
+
+Each call finds a `_core.Kernel` prepared for (op, attributes, input dtypes and shapes,
+device), made once and cached. torch allocates the outputs (its caching allocator, so its
+memory accounting and CUDA-graph capture keep working), the kernel runs on torch's current
+stream, and nothing waits for the device. Failures a CUDA kernel records (a scale <= 0, a
+zero point out of range) are raised by check_errors(), which waits for the stream.
+
+Under torch.compile the calls go through one torch.library custom op, `qatgraph::run`, whose
+fake kernel infers the outputs with the same C++ shape inference, so graphs do not break.
+"""
+import json
+
+import torch
+
+from .. import _core
+
+PREFIX = "[qatgraph.torch]"
+
+_QG_DTYPE = {
+    torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.uint8: "u8", torch.int8: "i8", torch.int32: "i32", torch.int64: "i64",
+}
+_TORCH_DTYPE = {name: dtype for dtype, name in _QG_DTYPE.items()}
+_kernels = {}
+
+
+def device_name(device):
+    if device.type == "cuda":
+        return f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}"
+    return device.type
+
+
+def attrs_key(attrs):
+    """The canonical string of an attribute dict: the cache key and the custom op's argument."""
+    return json.dumps(attrs or {}, sort_keys=True)
+
+
+def kernel(op, attrs_str, inputs):
+    """The prepared kernel for these tensors' dtypes, shapes and device (made on first use)."""
+    device = inputs[0].device
+    key = (op, attrs_str, device, tuple((t.dtype, tuple(t.shape)) for t in inputs))
+    k = _kernels.get(key)
+    if k is None:
+        types = []
+        for i, t in enumerate(inputs):
+            if t.device != device:
+                raise _core.Error(f"{PREFIX} {op}: input {i} is on {t.device}, input 0 on "
+                                  f"{device} (all inputs must be on one device)")
+            if t.dtype not in _QG_DTYPE:
+                raise _core.Error(f"{PREFIX} {op}: input {i} has dtype {t.dtype}, which "
+                                  "qatgraph does not take")
+            types.append((_QG_DTYPE[t.dtype], list(t.shape)))
+        k = _core.Kernel(op, json.loads(attrs_str), types, device_name(device))
+        _kernels[key] = k
+    return k
+
+
+def empty_outputs(k, device):
+    return [torch.empty(shape, dtype=_TORCH_DTYPE[dtype], device=device)
+            for dtype, shape in k.output_types]
+
+
+def _stream(device):
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+
+
+def _operand(t):
+    # The kernels read dense, 16-byte aligned memory: a strided view or an unaligned slice
+    # becomes a copy (as torch's own kernels copy what they cannot read in place).
+    t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.data_ptr() % 16 and t.numel():
+        t = t.clone()
+    return t
+
+
+def run_eager(op, attrs_str, inputs, states=(), outputs=None, training=True):
+    inputs = [_operand(t) for t in inputs]
+    k = kernel(op, attrs_str, inputs)
+    if outputs is None:
+        outputs = empty_outputs(k, inputs[0].device)
+    k.run(inputs, outputs, list(states), training, _stream(inputs[0].device))
+    return outputs
+
+
+def _compiling():
+    compiler = getattr(torch, "compiler", None)
+    return compiler is not None and compiler.is_compiling()
+
+
+_custom_op = None
+if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
+    from typing import List
+
+    @torch.library.custom_op("qatgraph::run", mutates_args=("states",))
+    def _custom_op(op: str, attrs: str, inputs: List[torch.Tensor], states: List[torch.Tensor],
+                   training: bool) -> List[torch.Tensor]:
+        return run_eager(op, attrs, inputs, states, None, training)
+
+    @_custom_op.register_fake
+    def _(op, attrs, inputs, states, training):
+        return empty_outputs(kernel(op, attrs, inputs), inputs[0].device)
+
+
+def run(op, attrs, inputs, states=(), outputs=None, training=True):
+    """Runs qatgraph op `op` on torch tensors: returns its outputs (new torch tensors, or the
+    given `outputs`, written in place). `states` (the op's persistent state tensors, in its
+    order) are updated in place; empty: the op's initial states."""
+    attrs_str = attrs if isinstance(attrs, str) else attrs_key(attrs)
+    if _custom_op is not None and _compiling():
+        result = _custom_op(op, attrs_str, list(inputs), list(states), training)
+        if outputs is not None:
+            for dst, src in zip(outputs, result):
+                dst.copy_(src)
+            return outputs
+        return result
+    return run_eager(op, attrs_str, inputs, states, outputs, training)
+
+
+def check_errors(device=None):
+    """Waits for the current stream of `device` (default: the current CUDA device) and raises
+    what a qatgraph kernel run on it recorded on the device."""
+    if not torch.cuda.is_available():
+        return
+    device = torch.device("cuda") if device is None else torch.device(device)
+    _core.check_device_errors(device_name(device), _stream(device))
