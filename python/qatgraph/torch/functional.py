@@ -66,7 +66,6 @@ class _FakeQuantizeFn(torch.autograd.Function):
     def forward(ctx, x, scale, zero_point, attrs):
         y, mask = _kernels.run("fake_quantize", attrs, [x, scale, zero_point])
         ctx.save_for_backward(mask)
-        ctx.mark_non_differentiable(mask)
         return y
 
     @staticmethod
