@@ -121,6 +121,11 @@ struct ContextOptions {
   // CUDA: a cudaStream_t to run on, owned by the caller (who keeps it alive as long as the
   // context); null makes the context create and own a stream of its own.
   void* stream = nullptr;
+  // CUDA: a zeroed device buffer of one cuda::DeviceErrorRecord, owned by the caller (kept as
+  // long as the context); null makes the context allocate its own. Contexts sharing one
+  // record can be made while a CUDA graph is being captured (no cudaMalloc then): the torch
+  // ops make one per stream they meet, the capture stream among them.
+  void* error_record = nullptr;
   // The communicator of a data-parallel run (DeviceContext::communicator); null: one process.
   Communicator* communicator = nullptr;
   bool sync_statistics = true;  // DeviceContext::statistics_sync

@@ -58,10 +58,11 @@ Allocator& device_allocator(int index) {
 class CudaContext final : public DeviceContext {
  public:
   CudaContext(int index, cudaStream_t stream, bool owns_stream, DeviceErrorRecord* record,
-              PrecisionFlags precision)
+              bool owns_record, PrecisionFlags precision)
       : DeviceContext(Device::cuda(index), stream, record, precision),
         index_(index),
-        owns_stream_(owns_stream) {}
+        owns_stream_(owns_stream),
+        owns_record_(owns_record) {}
 
   ~CudaContext() override {
     // Teardown must not throw: errors (a driver already shutting down) are ignored.
@@ -70,7 +71,7 @@ class CudaContext final : public DeviceContext {
     (void)cudaSetDevice(index_);
     (void)cudaStreamSynchronize(cuda_stream(*this));
     release_library_handles();
-    (void)cudaFree(error_buffer());
+    if (owns_record_) (void)cudaFree(error_buffer());
     if (owns_stream_) (void)cudaStreamDestroy(cuda_stream(*this));
     (void)cudaSetDevice(current);
   }
@@ -103,6 +104,7 @@ class CudaContext final : public DeviceContext {
  private:
   int index_;
   bool owns_stream_;
+  bool owns_record_;
 };
 
 }  // namespace
@@ -128,16 +130,20 @@ std::unique_ptr<DeviceContext> make_cuda_context(int index, const ContextOptions
   const bool owns_stream = stream == nullptr;
   if (owns_stream)
     QG_CUDA_CHECK("device_context", cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  void* record = nullptr;
-  cudaError_t err = cudaMalloc(&record, sizeof(cuda::DeviceErrorRecord));
-  if (err == cudaSuccess) err = cudaMemset(record, 0, sizeof(cuda::DeviceErrorRecord));
-  if (err != cudaSuccess) {
-    (void)cudaFree(record);
-    if (owns_stream) (void)cudaStreamDestroy(stream);
-    QG_CUDA_CHECK("device_context", err);
+  void* record = options.error_record;
+  const bool owns_record = record == nullptr;
+  if (owns_record) {
+    cudaError_t err = cudaMalloc(&record, sizeof(cuda::DeviceErrorRecord));
+    if (err == cudaSuccess) err = cudaMemset(record, 0, sizeof(cuda::DeviceErrorRecord));
+    if (err != cudaSuccess) {
+      (void)cudaFree(record);
+      if (owns_stream) (void)cudaStreamDestroy(stream);
+      QG_CUDA_CHECK("device_context", err);
+    }
   }
-  return std::make_unique<cuda::CudaContext>(
-      index, stream, owns_stream, static_cast<cuda::DeviceErrorRecord*>(record), options.precision);
+  return std::make_unique<cuda::CudaContext>(index, stream, owns_stream,
+                                             static_cast<cuda::DeviceErrorRecord*>(record),
+                                             owns_record, options.precision);
 }
 
 }  // namespace qg

@@ -25,15 +25,22 @@ namespace {
 using Operand = nb::ndarray<nb::ro>;
 
 // One context per (device, stream): a CUDA context bound to a stream it does not own, made on
-// first use and kept for the process (torch's streams outlive the calls made on them).
+// first use and kept for the process (torch's streams outlive the calls made on them). The
+// contexts of one device share the error record of that device's first context, so a context
+// for a stream met during a CUDA graph capture allocates nothing.
 qg::DeviceContext& stream_context(const qg::Device& device, uintptr_t stream) {
-  static std::map<std::tuple<int, int, uintptr_t>, std::unique_ptr<qg::DeviceContext>> contexts;
+  using Key = std::tuple<int, int, uintptr_t>;
+  static std::map<Key, std::unique_ptr<qg::DeviceContext>> contexts;
+  static std::map<std::pair<int, int>, std::unique_ptr<qg::DeviceContext>> record_owners;
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   auto& slot = contexts[{static_cast<int>(device.type), device.index, stream}];
   if (!slot) {
+    auto& owner = record_owners[{static_cast<int>(device.type), device.index}];
+    if (!owner) owner = qg::make_device_context(device);
     qg::ContextOptions options;
     options.stream = reinterpret_cast<void*>(stream);
+    options.error_record = owner->error_buffer();
     slot = qg::make_device_context(device, options);
   }
   return *slot;
@@ -98,6 +105,8 @@ class Kernel {
   void run(const std::vector<Operand>& inputs, const std::vector<Operand>& outputs,
            const std::vector<Operand>& states, bool training, uintptr_t stream) const {
     const std::string& op = prepared_.def().name;
+    // First the context: it installs the device's allocator, which the views below look up.
+    qg::DeviceContext& context = stream_context(device_, stream);
     std::vector<qg::Tensor> in = views(inputs, op, "input");
     std::vector<qg::Tensor> out = views(outputs, op, "output");
     // No states given: the op's initial ones (a fresh node's, e.g. fake_quant_enabled = 1),
@@ -108,7 +117,7 @@ class Kernel {
     QG_CHECK(out.size() == prepared_.output_types().size(), op, "takes ",
              prepared_.output_types().size(), " outputs, got ", out.size());
     nb::gil_scoped_release release;
-    prepared_.run(stream_context(device_, stream), in, st, training, std::move(out));
+    prepared_.run(context, in, st, training, std::move(out));
   }
 
   std::string device() const { return device_.str(); }

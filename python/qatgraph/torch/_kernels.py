@@ -32,8 +32,20 @@ def device_name(device):
 
 
 def attrs_key(attrs):
-    """The canonical string of an attribute dict: the cache key and the custom op's argument."""
-    return json.dumps(attrs or {}, sort_keys=True)
+    """The canonical JSON string of an attribute dict: the kernel cache's key and the custom
+    op's argument. Written out by hand rather than by json.dumps, which torch.compile's
+    tracer cannot step through."""
+    items = []
+    for name in sorted(attrs or {}):
+        value = attrs[name]
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (int, float)):
+            text = str(value)
+        else:
+            text = '"' + str(value) + '"'
+        items.append('"' + name + '": ' + text)
+    return "{" + ", ".join(items) + "}"
 
 
 def kernel(op, attrs_str, inputs):
@@ -85,9 +97,16 @@ def run_eager(op, attrs_str, inputs, states=(), outputs=None, training=True):
     return outputs
 
 
-def _compiling():
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _compiling(inputs):
+    """Whether the call is being traced: by dynamo, or by AOTAutograd's tracing of a backward
+    (whose tensors are fake or functional subclasses, with no memory to hand a kernel)."""
     compiler = getattr(torch, "compiler", None)
-    return compiler is not None and compiler.is_compiling()
+    if compiler is not None and compiler.is_compiling():
+        return True
+    return any(type(t) not in _PLAIN for t in inputs)
 
 
 _custom_op = None
@@ -109,7 +128,7 @@ def run(op, attrs, inputs, states=(), outputs=None, training=True):
     given `outputs`, written in place). `states` (the op's persistent state tensors, in its
     order) are updated in place; empty: the op's initial states."""
     attrs_str = attrs if isinstance(attrs, str) else attrs_key(attrs)
-    if _custom_op is not None and _compiling():
+    if _custom_op is not None and _compiling(inputs):
         result = _custom_op(op, attrs_str, list(inputs), list(states), training)
         if outputs is not None:
             for dst, src in zip(outputs, result):

@@ -25,7 +25,7 @@ def run(op, inputs, attrs=None, states=None):
     return _core.run_op(op, inputs, attrs, "cpu", True, states, "torch")
 
 
-def _qparam(value, dtype, n, what, op, device):
+def _qparam(value, dtype, shape, what, op, device):
     if torch.is_tensor(value) and value.requires_grad and torch.is_grad_enabled():
         # torch raises here too: these ops give no gradient for their qparams.
         raise _core.Error(f"{_PREFIX} {op} is not differentiable with respect to '{what}': "
@@ -37,11 +37,13 @@ def _qparam(value, dtype, n, what, op, device):
         t = value.detach()
     else:
         t = torch.tensor(value, device=device)
-    t = t.to(dtype).reshape(-1)
+    n = 1
+    for d in shape:
+        n *= d
     if t.numel() != n:
         raise _core.Error(f"{_PREFIX} {op}: expected {n} qparams, got {t.numel()} (in "
                           f"'{what}')")
-    return t
+    return t.to(dtype).reshape(shape)
 
 
 class _SteFn(torch.autograd.Function):
@@ -74,18 +76,23 @@ class _FakeQuantizeFn(torch.autograd.Function):
         return _SteFn.apply(dy, mask), None, None, None
 
 
-def _scope_size(x, scope, axis, group_size, op):
+def _qparam_shape(x, scope, axis, group_size, op):
+    """The qparam shape the kernel takes for this scope (SEMANTICS.md): [1] per tensor,
+    [C] per channel, x's shape without its last axis per token, and x's shape with the group
+    count along `axis` per group."""
     if scope == "tensor":
-        return 1
+        return [1]
     if scope == "channel":
-        return x.shape[axis]
+        return [x.shape[axis]]
     if scope == "token":
-        return x.numel() // x.shape[-1] if x.dim() else 1
+        return list(x.shape[:-1])
     length = x.shape[axis]
     if group_size <= 0 or length % group_size:
         raise _core.Error(f"{_PREFIX} {op}: group_size = {group_size} must divide the size "
                           f"{length} of axis {axis} of the input {list(x.shape)}")
-    return x.numel() // group_size
+    shape = list(x.shape)
+    shape[axis] = length // group_size
+    return shape
 
 
 def fake_quantize(x, scale, zero_point, quant_min, quant_max, axis=None, scope=None,
@@ -104,9 +111,9 @@ def fake_quantize(x, scale, zero_point, quant_min, quant_max, axis=None, scope=N
         attrs["axis"] = axis
     if scope == "group":
         attrs["group_size"] = int(group_size)
-    n = _scope_size(x, scope, axis, int(group_size), op)
-    s = _qparam(scale, torch.float32, n, "scale", op, x.device)
-    zp = _qparam(zero_point, torch.int32, n, "zero_point", op, x.device)
+    shape = _qparam_shape(x, scope, axis, int(group_size), op)
+    s = _qparam(scale, torch.float32, shape, "scale", op, x.device)
+    zp = _qparam(zero_point, torch.int32, shape, "zero_point", op, x.device)
     if torch.jit.is_tracing() and scope in ("tensor", "channel"):
         if scope == "tensor":
             return torch.fake_quantize_per_tensor_affine(x, s, zp, quant_min, quant_max)
