@@ -13,6 +13,7 @@ qatgraph's CPU kernels (the numerical reference): for f32 they give PyTorch's re
 gradients bit for bit; f64 inputs do their math in f64 (SEMANTICS.md), where PyTorch takes
 1/scale in f32.
 """
+from .converted import ConvertedConv2d, ConvertedConvBn2d, ConvertedLinear, FrozenFakeQuantize
 from .fake_quantize import FakeQuantize
 from .functional import (
     fake_quantize,
@@ -21,6 +22,9 @@ from .functional import (
     from_torch,
     to_torch,
 )
+from .prepare import convert, prepare_qat
+from .qat_modules import QATConv2d, QATConvBn2d, QATLinear, freeze_bn_stats, update_bn_stats
+from .recipes import RECIPES, Recipe
 
 __all__ = [
     "FakeQuantize",
@@ -29,4 +33,17 @@ __all__ = [
     "fake_quantize_per_tensor_affine",
     "from_torch",
     "to_torch",
+    "prepare_qat",
+    "convert",
+    "Recipe",
+    "RECIPES",
+    "QATLinear",
+    "QATConv2d",
+    "QATConvBn2d",
+    "freeze_bn_stats",
+    "update_bn_stats",
+    "ConvertedLinear",
+    "ConvertedConv2d",
+    "ConvertedConvBn2d",
+    "FrozenFakeQuantize",
 ]
