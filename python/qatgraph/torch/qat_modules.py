@@ -160,8 +160,8 @@ class QATConvBn2d(nn.Conv2d):
         x = _quantize_input(self, input)
         factor = self.folding_factor()
         weight = self.weight_fake_quant(self.weight * factor.reshape(-1, 1, 1, 1))
-        # A zero bias, not None: the conv then adds +0.0, turning -0.0 outputs into +0.0 as
-        # torch.ao's module does, which keeps the results bit-identical to it.
+        # A zero bias tensor, not None: the very conv call torch.ao's module makes (a None
+        # bias would also leave -0.0 where its +0.0 bias turns a zero sum into +0.0).
         zero = torch.zeros(self.out_channels, dtype=x.dtype, device=weight.device)
         # Dividing by the factor again hands bn the unscaled conv output: in training bn
         # normalizes with the batch's own statistics, which the running-statistics scale
