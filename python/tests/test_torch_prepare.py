@@ -445,6 +445,14 @@ def test_nothing_to_swap_is_an_error():
         qgt.prepare_qat(excluded)
     with pytest.raises(qg.Error, match=r"prepared already.*QATLinear"):
         qgt.prepare_qat(qgt.prepare_qat(mlp()))
+    # A model torch.ao prepared already: its QAT modules are not swapped again, its
+    # QuantStub keeps its one quantizer.
+    _, theirs, _ = models("cnn")
+    with pytest.raises(qg.Error, match=r"nothing to quantize in CNN.*'ConvBnReLU2d'"):
+        qgt.prepare_qat(theirs)
+    theirs.head = nn.Linear(10, 2)
+    mixed = qgt.prepare_qat(theirs)
+    assert isinstance(mixed.head, qgt.QATLinear) and len(mixed.quant._forward_hooks) == 1
     with pytest.raises(qg.Error, match=r"convert: Sequential holds no qatgraph QAT module"):
         qgt.convert(mlp())
 

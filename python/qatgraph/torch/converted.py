@@ -50,6 +50,7 @@ class FrozenFakeQuantize(nn.Module):
                              self.axis)
 
     def extra_repr(self):
+        """The range, axis and qparams, for repr()."""
         return (f"quant_min={self.quant_min}, quant_max={self.quant_max}, axis={self.axis}, "
                 f"scale={self.scale}, zero_point={self.zero_point}")
 

@@ -117,8 +117,10 @@ def _prepare(module, recipe, path, swapped):
         new = _prepare(child, recipe, _join(path, name), swapped)
         if new is not child:
             setattr(module, name, new)
+    # A leaf with an activation_post_process has its quantizer already (torch.ao prepared it).
     if (type(module) in recipe.observed_outputs and recipe.activation is not None
-            and not any(True for _ in module.children())):
+            and not any(True for _ in module.children())
+            and not hasattr(module, "activation_post_process")):
         module.activation_post_process = _recipes.build(recipe.activation, "activation",
                                                         recipe)
         handle = module.register_forward_hook(_quantize_output)

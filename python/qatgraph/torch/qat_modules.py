@@ -65,6 +65,7 @@ class QATLinear(nn.Linear):
         return _same_place(qat, mod).train(mod.training)
 
     def extra_repr(self):
+        """The float module's repr arguments, and relu=True for a fused ReLU."""
         return super().extra_repr() + (", relu=True" if self.relu else "")
 
 
@@ -93,6 +94,7 @@ class QATConv2d(nn.Conv2d):
         return _same_place(qat, mod).train(mod.training)
 
     def extra_repr(self):
+        """The float module's repr arguments, and relu=True for a fused ReLU."""
         return super().extra_repr() + (", relu=True" if self.relu else "")
 
 
@@ -183,6 +185,7 @@ class QATConvBn2d(nn.Conv2d):
         return qat
 
     def extra_repr(self):
+        """Conv2d's repr arguments, relu=True for a fused ReLU, freeze_bn=True when frozen."""
         return super().extra_repr() + (", relu=True" if self.relu else "") + (
             ", freeze_bn=True" if self.freeze_bn else "")
 
