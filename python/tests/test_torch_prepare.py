@@ -287,6 +287,11 @@ def test_deepcopy_and_torch_save_load_of_a_prepared_model():
         assert_bits_equal(out, outs[0], "copy")
     for clone in copies:
         assert_state_equal(clone, ours)
+    # A reloaded model converts as the original: its QuantStub's hook is recognised.
+    converted = [qgt.convert(m.apply(tq.disable_observer)) for m in [ours] + copies]
+    for c in converted:
+        assert isinstance(c.quant.activation_post_process, qgt.FrozenFakeQuantize)
+        assert_bits_equal(c(x), converted[0](x), "converted copy")
 
 
 # --- torch.ao's switches ----------------------------------------------------------------
@@ -429,6 +434,13 @@ def test_recipe_of_the_wrong_type():
     bad = qgt.Recipe("x", weight=lambda: 0.5)
     with pytest.raises(qg.Error, match=r"recipe 'x': its weight factory returned a float"):
         qgt.prepare_qat(mlp(), bad)
+    import torch.nn.intrinsic as nni
+    fused = nn.Sequential(nni.ConvBn2d(nn.Conv2d(1, 2, 1), nn.BatchNorm2d(2, affine=False)))
+    with pytest.raises(qg.Error, match=r"fused ConvBn2d '0' cannot fold.*affine=False"):
+        qgt.prepare_qat(fused)
+    # Unfused, a conv and a non-affine batch norm stay apart: the conv alone is swapped.
+    apart = qgt.prepare_qat(nn.Sequential(nn.Conv2d(1, 2, 1), nn.BatchNorm2d(2, affine=False)))
+    assert isinstance(apart[0], qgt.QATConv2d) and type(apart[1]) is nn.BatchNorm2d
     with pytest.raises(qg.Error, match=r"model must be a torch.nn.Module, got dict"):
         qgt.prepare_qat({"fc": nn.Linear(2, 2)})
 

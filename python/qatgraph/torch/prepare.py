@@ -81,7 +81,7 @@ def _join(path, name):
     return f"{path}.{name}" if path else name
 
 
-def _swap(module, recipe):
+def _swap(module, recipe, path):
     """The QAT module of one float module (torch.ao-fused ones included), or None."""
     kind = type(module)  # exact types, as torch.ao: a subclass may change forward
     linear, conv = nn.Linear in recipe.modules, nn.Conv2d in recipe.modules
@@ -94,6 +94,13 @@ def _swap(module, recipe):
     if kind is nni.ConvReLU2d and conv:
         return QATConv2d.from_float(module[0], recipe, relu=True)
     if kind in (nni.ConvBn2d, nni.ConvBnReLU2d) and conv:
+        if not _foldable(module[0], module[1]):
+            bn = module[1]
+            raise _core.Error(
+                f"{_PREFIX} prepare_qat: the fused {kind.__name__} {path!r} cannot fold its "
+                f"batch norm (affine={bn.affine}, track_running_stats={bn.track_running_stats},"
+                f" num_features={bn.num_features}, conv out_channels="
+                f"{module[0].out_channels}): folding needs gamma and the running variance")
         return QATConvBn2d.from_float(module[0], module[1], recipe,
                                       relu=kind is nni.ConvBnReLU2d)
     return None
@@ -107,7 +114,7 @@ def _excluded(module):
 def _prepare(module, recipe, path, swapped):
     if _excluded(module) or isinstance(module, _OPAQUE):
         return module
-    qat = _swap(module, recipe)
+    qat = _swap(module, recipe, path)
     if qat is not None:
         swapped.append(path)
         return qat
