@@ -16,6 +16,7 @@ For f32 the results and gradients are PyTorch's bit for bit; f64 inputs do their
 (SEMANTICS.md), where PyTorch takes 1/scale in f32. Under torch.compile the kernels are one
 torch.library custom op with a fake kernel, so fullgraph=True does not break.
 """
+from .converted import ConvertedConv2d, ConvertedConvBn2d, ConvertedLinear, FrozenFakeQuantize
 from .fake_quantize import FakeQuantize
 from .functional import (
     check_errors,
@@ -31,6 +32,9 @@ from .functional import (
     nf4_pack,
     to_torch,
 )
+from .prepare import convert, prepare_qat
+from .qat_modules import QATConv2d, QATConvBn2d, QATLinear, freeze_bn_stats, update_bn_stats
+from .recipes import RECIPES, Recipe
 
 __all__ = [
     "FakeQuantize",
@@ -46,4 +50,17 @@ __all__ = [
     "lsq_fake_quantize",
     "nf4_pack",
     "to_torch",
+    "prepare_qat",
+    "convert",
+    "Recipe",
+    "RECIPES",
+    "QATLinear",
+    "QATConv2d",
+    "QATConvBn2d",
+    "freeze_bn_stats",
+    "update_bn_stats",
+    "ConvertedLinear",
+    "ConvertedConv2d",
+    "ConvertedConvBn2d",
+    "FrozenFakeQuantize",
 ]
