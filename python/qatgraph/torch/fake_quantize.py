@@ -87,12 +87,14 @@ class FakeQuantize(tq.FakeQuantizeBase):
     # every state_dict load. A CPU buffer is read directly.
     @torch.jit.unused  # TorchScript (a traced module's exports) cannot follow the host flags
     def enable_fake_quant(self, enabled: bool = True):
+        """Switches fake quantization on or off (torch.ao's method; the host flag follows)."""
         super().enable_fake_quant(enabled)
         self._host_flags["fake_quant"] = bool(enabled)
         return self
 
     @torch.jit.unused
     def enable_observer(self, enabled: bool = True):
+        """Switches the observer on or off (torch.ao's method; the host flag follows)."""
         super().enable_observer(enabled)
         self._host_flags["observer"] = bool(enabled)
         return self
@@ -104,6 +106,8 @@ class FakeQuantize(tq.FakeQuantizeBase):
         return self._host_flags[name]
 
     def forward(self, X):
+        """Observes X (observer on) into `scale` / `zero_point`, then fake-quantizes X with
+        them (fake quant on); X's device, nothing waits for it."""
         if self._flag("observer"):
             self._observe(X.detach())
         if self._flag("fake_quant"):
@@ -208,6 +212,7 @@ class FakeQuantize(tq.FakeQuantizeBase):
 
     @torch.jit.export
     def extra_repr(self):
+        """torch.ao's summary of the switches, range and qparams."""
         return (f"fake_quant_enabled={self.fake_quant_enabled}, "
                 f"observer_enabled={self.observer_enabled}, quant_min={self.quant_min}, "
                 f"quant_max={self.quant_max}, dtype={self.dtype}, qscheme={self.qscheme}, "
