@@ -2,7 +2,6 @@
 // owns, on the caller's stream. The torch ops (qatgraph.torch) run on it: torch allocates the
 // outputs (its caching allocator, its memory accounting, its CUDA graphs), the work goes on
 // torch's current stream, and nothing waits for the device.
-#include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -22,8 +21,6 @@
 namespace qgpy {
 namespace {
 
-using Operand = nb::ndarray<nb::ro>;
-
 // One context per (device, stream): a CUDA context bound to a stream it does not own, made on
 // first use and kept for the process (torch's streams outlive the calls made on them). The
 // contexts of one device share the error record of that device's first context, so a context
@@ -39,37 +36,36 @@ qg::DeviceContext& stream_context(const qg::Device& device, uintptr_t stream) {
     auto& owner = record_owners[{static_cast<int>(device.type), device.index}];
     if (!owner) owner = qg::make_device_context(device);
     qg::ContextOptions options;
-    options.stream = reinterpret_cast<void*>(stream);
+    // 0 is torch's default stream, CUDA's legacy one (cudaStreamLegacy, handle 0x1); a null
+    // stream would make the context create a stream of its own.
+    options.stream = reinterpret_cast<void*>(stream == 0 ? uintptr_t{1} : stream);
     options.error_record = owner->error_buffer();
     slot = qg::make_device_context(device, options);
   }
   return *slot;
 }
 
-// A zero-copy view of a caller's contiguous, 16-byte aligned array. No stream is waited for:
-// the caller orders the work (torch's current stream is the one the kernel runs on).
-qg::Tensor view_of(const Operand& a, const std::string& op, const char* what, size_t i) {
-  qg::Shape shape(a.ndim());
-  int64_t expect = 1;
-  bool contiguous = true;
-  for (size_t d = a.ndim(); d-- > 0;) {
-    shape[d] = static_cast<int64_t>(a.shape(d));
-    if (shape[d] != 1 && a.stride(d) != expect) contiguous = false;
-    expect *= shape[d];
-  }
-  QG_CHECK(contiguous, op, what, " ", i, " is not contiguous (call .contiguous() first)");
-  QG_CHECK(reinterpret_cast<uintptr_t>(a.data()) % 16 == 0 || expect == 0, op, what, " ", i,
-           " is not 16-byte aligned (a view into another tensor: pass a copy)");
-  return qg::Tensor::from_external(const_cast<void*>(a.data()), shape,
-                                   dtype_from_dlpack(a.dtype()),
-                                   device_from_dlpack(a.device_type(), a.device_id()), nullptr);
+// A tensor over a caller's memory at `address`, of the type the kernel was prepared for. The
+// caller (qatgraph.torch) passes the data pointers of dense tensors of exactly these types:
+// no DLPack exchange, which in torch makes the legacy default stream wait on the current one
+// (costly per call, and not allowed while a CUDA graph is being captured).
+qg::Tensor view_at(uintptr_t address, const qg::TensorType& type, const qg::Device& device,
+                   const std::string& op, const char* what, size_t i) {
+  QG_CHECK(address % 16 == 0 || type.numel() == 0, op, what, " ", i, " at 0x", std::hex, address,
+           std::dec, " is not 16-byte aligned (a view into another tensor: pass a copy)");
+  return qg::Tensor::from_external(reinterpret_cast<void*>(address), type.shape, type.dtype,
+                                   device, nullptr);
 }
 
-std::vector<qg::Tensor> views(const std::vector<Operand>& arrays, const std::string& op,
-                              const char* what) {
+std::vector<qg::Tensor> views(const std::vector<uintptr_t>& addresses,
+                              const std::vector<qg::TensorType>& types, const qg::Device& device,
+                              const std::string& op, const char* what) {
+  QG_CHECK(addresses.size() == types.size(), op, "takes ", types.size(), " ", what, "s, got ",
+           addresses.size());
   std::vector<qg::Tensor> out;
-  out.reserve(arrays.size());
-  for (size_t i = 0; i < arrays.size(); ++i) out.push_back(view_of(arrays[i], op, what, i));
+  out.reserve(addresses.size());
+  for (size_t i = 0; i < addresses.size(); ++i)
+    out.push_back(view_at(addresses[i], types[i], device, op, what, i));
   return out;
 }
 
@@ -99,23 +95,23 @@ class Kernel {
     return out;
   }
 
-  // Runs on `stream` (a cudaStream_t as an integer; 0 on the CPU) into `outputs`, updating
-  // `states` in place (empty: the op's initial states, which the kernel keeps). Returns at once on CUDA; what a kernel records on the device is raised
-  // by check_device_errors.
-  void run(const std::vector<Operand>& inputs, const std::vector<Operand>& outputs,
-           const std::vector<Operand>& states, bool training, uintptr_t stream) const {
+  // Runs on `stream` (a cudaStream_t as an integer; 0 is CUDA's legacy default stream, or
+  // the CPU) over the caller's memory: the data pointers of dense tensors of input_types(),
+  // output_types() (written) and the state specs (updated in place; none given: the op's
+  // initial states, which the kernel keeps). Returns at once on CUDA; what a kernel records
+  // on the device is raised by check_device_errors.
+  void run(const std::vector<uintptr_t>& inputs, const std::vector<uintptr_t>& outputs,
+           const std::vector<uintptr_t>& states, bool training, uintptr_t stream) const {
     const std::string& op = prepared_.def().name;
-    // First the context: it installs the device's allocator, which the views below look up.
+    // First the context: it installs the device's allocator.
     qg::DeviceContext& context = stream_context(device_, stream);
-    std::vector<qg::Tensor> in = views(inputs, op, "input");
-    std::vector<qg::Tensor> out = views(outputs, op, "output");
-    // No states given: the op's initial ones (a fresh node's, e.g. fake_quant_enabled = 1),
-    // made once per kernel.
-    std::vector<qg::Tensor> st = states.empty() && !prepared_.state_specs().empty()
+    std::vector<qg::Tensor> in = views(inputs, prepared_.input_types(), device_, op, "input");
+    std::vector<qg::Tensor> out = views(outputs, prepared_.output_types(), device_, op, "output");
+    std::vector<qg::TensorType> state_types;
+    for (const qg::StateSpec& s : prepared_.state_specs()) state_types.push_back(s.type);
+    std::vector<qg::Tensor> st = states.empty() && !state_types.empty()
                                      ? initial_states()
-                                     : views(states, op, "state");
-    QG_CHECK(out.size() == prepared_.output_types().size(), op, "takes ",
-             prepared_.output_types().size(), " outputs, got ", out.size());
+                                     : views(states, state_types, device_, op, "state");
     nb::gil_scoped_release release;
     prepared_.run(context, in, st, training, std::move(out));
   }
@@ -159,8 +155,9 @@ void bind_kernel(nb::module_& m) {
       .def_prop_ro("device", &Kernel::device, "The device the kernel runs on.")
       .def("run", &Kernel::run, nb::arg("inputs"), nb::arg("outputs"), nb::arg("states"),
            nb::arg("training"), nb::arg("stream"),
-           "Runs into `outputs` on `stream` (a cudaStream_t as an integer, 0 for the CPU or "
-           "the default stream); returns without waiting for the device.");
+           "Runs over the data pointers of dense tensors of the prepared input, output and "
+           "state types, on `stream` (a cudaStream_t as an integer; 0: the legacy default "
+           "stream, or the CPU); returns without waiting for the device.");
   m.def(
       "check_device_errors",
       [](const std::string& device, uintptr_t stream) {

@@ -9,6 +9,7 @@ zero point out of range) are raised by check_errors(), which waits for the strea
 Under torch.compile the calls go through one torch.library custom op, `qatgraph::run`, whose
 fake kernel infers the outputs with the same C++ shape inference, so graphs do not break.
 """
+import atexit
 import json
 
 import torch
@@ -23,6 +24,8 @@ _QG_DTYPE = {
 }
 _TORCH_DTYPE = {name: dtype for dtype, name in _QG_DTYPE.items()}
 _kernels = {}
+# The prepared kernels hold C++ state: drop them before the interpreter tears the module down.
+atexit.register(_kernels.clear)
 
 
 def device_name(device):
@@ -64,13 +67,24 @@ def kernel(op, attrs_str, inputs):
                                   "qatgraph does not take")
             types.append((_QG_DTYPE[t.dtype], list(t.shape)))
         k = _core.Kernel(op, json.loads(attrs_str), types, device_name(device))
+        k = _Prepared(k, [(_TORCH_DTYPE[d], shape) for d, shape in k.output_types],
+                      k.output_types, k.state_specs)
         _kernels[key] = k
     return k
 
 
+class _Prepared:
+    """A kernel with its output and state types read once (torch dtypes for allocation, the
+    qatgraph names for checking caller-given tensors)."""
+    __slots__ = ("kernel", "outputs", "output_types", "state_specs")
+
+    def __init__(self, kernel, outputs, output_types, state_specs):
+        self.kernel, self.outputs = kernel, outputs
+        self.output_types, self.state_specs = output_types, state_specs
+
+
 def empty_outputs(k, device):
-    return [torch.empty(shape, dtype=_TORCH_DTYPE[dtype], device=device)
-            for dtype, shape in k.output_types]
+    return [torch.empty(shape, dtype=dtype, device=device) for dtype, shape in k.outputs]
 
 
 def _stream(device):
@@ -88,12 +102,32 @@ def _operand(t):
     return t
 
 
+def _check_like(op, what, tensors, specs, device):
+    """Caller-given outputs and states must be dense tensors of the kernel's types on its
+    device: the kernel writes through their data pointers."""
+    if len(tensors) != len(specs):
+        raise _core.Error(f"{PREFIX} {op}: takes {len(specs)} {what}s, got {len(tensors)}")
+    for i, (t, spec) in enumerate(zip(tensors, specs)):
+        dtype, shape = spec[-2], spec[-1]
+        if (t.device != device or _QG_DTYPE.get(t.dtype) != dtype or list(t.shape) != shape
+                or not t.is_contiguous()):
+            raise _core.Error(f"{PREFIX} {op}: {what} {i} must be a contiguous {dtype}"
+                              f"{shape} on {device}, got {t.dtype}{list(t.shape)} on {t.device}"
+                              f"{'' if t.is_contiguous() else ' (not contiguous)'}")
+
+
 def run_eager(op, attrs_str, inputs, states=(), outputs=None, training=True):
     inputs = [_operand(t) for t in inputs]
+    device = inputs[0].device
     k = kernel(op, attrs_str, inputs)
     if outputs is None:
-        outputs = empty_outputs(k, inputs[0].device)
-    k.run(inputs, outputs, list(states), training, _stream(inputs[0].device))
+        outputs = empty_outputs(k, device)
+    else:
+        _check_like(op, "output", outputs, k.output_types, device)
+    if states:
+        _check_like(op, "state", states, k.state_specs, device)
+    k.kernel.run([t.data_ptr() for t in inputs], [t.data_ptr() for t in outputs],
+          [t.data_ptr() for t in states], training, _stream(device))
     return outputs
 
 
@@ -109,18 +143,33 @@ def _compiling(inputs):
     return any(type(t) not in _PLAIN for t in inputs)
 
 
-_custom_op = None
+_custom_op = _custom_op_with_states = None
 if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
     from typing import List
 
-    @torch.library.custom_op("qatgraph::run", mutates_args=("states",))
-    def _custom_op(op: str, attrs: str, inputs: List[torch.Tensor], states: List[torch.Tensor],
+    # Two functional custom ops: torch.compile's functionalization takes no mutable tensor
+    # lists, so the stateful form returns the updated states (copies) after the outputs and
+    # run() copies them back into the caller's state tensors.
+    @torch.library.custom_op("qatgraph::run", mutates_args=())
+    def _custom_op(op: str, attrs: str, inputs: List[torch.Tensor],
                    training: bool) -> List[torch.Tensor]:
-        return run_eager(op, attrs, inputs, states, None, training)
+        return run_eager(op, attrs, inputs, (), None, training)
 
     @_custom_op.register_fake
-    def _(op, attrs, inputs, states, training):
+    def _(op, attrs, inputs, training):
         return empty_outputs(kernel(op, attrs, inputs), inputs[0].device)
+
+    @torch.library.custom_op("qatgraph::run_with_states", mutates_args=())
+    def _custom_op_with_states(op: str, attrs: str, inputs: List[torch.Tensor],
+                               states: List[torch.Tensor],
+                               training: bool) -> List[torch.Tensor]:
+        after = [t.clone() for t in states]
+        return run_eager(op, attrs, inputs, after, None, training) + after
+
+    @_custom_op_with_states.register_fake
+    def _(op, attrs, inputs, states, training):
+        outs = empty_outputs(kernel(op, attrs, inputs), inputs[0].device)
+        return outs + [torch.empty_like(t) for t in states]
 
 
 def run(op, attrs, inputs, states=(), outputs=None, training=True):
@@ -129,7 +178,14 @@ def run(op, attrs, inputs, states=(), outputs=None, training=True):
     order) are updated in place; empty: the op's initial states."""
     attrs_str = attrs if isinstance(attrs, str) else attrs_key(attrs)
     if _custom_op is not None and _compiling(inputs):
-        result = _custom_op(op, attrs_str, list(inputs), list(states), training)
+        if states:
+            result = _custom_op_with_states(op, attrs_str, list(inputs), list(states), training)
+            n = len(result) - len(states)
+            for dst, src in zip(states, result[n:]):
+                dst.copy_(src)
+            result = result[:n]
+        else:
+            result = _custom_op(op, attrs_str, list(inputs), training)
         if outputs is not None:
             for dst, src in zip(outputs, result):
                 dst.copy_(src)
