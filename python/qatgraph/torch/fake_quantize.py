@@ -128,7 +128,14 @@ class FakeQuantize(tq.FakeQuantizeBase):
         `zero_point`: one qatgraph observer kernel, on x's device, without waiting for it."""
         obs = self.activation_post_process
         kind = _OBSERVER_OPS.get(type(obs))
-        attrs = None if kind is None else self._observer_attrs(kind[1], x.dim())
+        attrs = None
+        if kind is not None:
+            # Read once per input rank (the observer's eps is a tensor: reading it waits for
+            # the device) and again after a state_dict load.
+            key = ("attrs", x.dim())
+            if key not in self._qg_state:
+                self._qg_state[key] = self._observer_attrs(kind[1], x.dim())
+            attrs = self._qg_state[key]
         if attrs is None or torch.jit.is_tracing():
             obs(x)
             self._set_qparams(*self.calculate_qparams())
