@@ -87,8 +87,35 @@ def empty_outputs(k, device):
     return [torch.empty(shape, dtype=dtype, device=device) for dtype, shape in k.outputs]
 
 
+# torch's raw current-stream handle without building a Stream object (a few microseconds a
+# call on the GPU machine's host); torch.cuda.current_stream where the private call is absent.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _stream(device):
-    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    if device.type != "cuda":
+        return 0
+    if _raw_stream is not None:
+        return _raw_stream(device.index if device.index is not None else
+                           torch.cuda.current_device())
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+_constants = {}
+
+
+def constant(value, dtype, device):
+    """A 1-element device tensor holding a Python number, made once per (value, dtype,
+    device): torch.tensor(v, device='cuda') copies from pageable memory, which waits for the
+    device, in every call that passes a Python scale or zero point."""
+    key = (value, dtype, device)
+    t = _constants.get(key)
+    if t is None:
+        if len(_constants) >= 1024:  # many distinct values: start over rather than grow
+            _constants.clear()
+        t = torch.tensor([value], dtype=dtype, device=device)
+        _constants[key] = t
+    return t
 
 
 def _operand(t):
@@ -134,13 +161,16 @@ def run_eager(op, attrs_str, inputs, states=(), outputs=None, training=True):
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
+def tracing():
+    """Whether torch.compile's tracer runs this code."""
+    compiler = getattr(torch, "compiler", None)
+    return compiler is not None and compiler.is_compiling()
+
+
 def _compiling(inputs):
     """Whether the call is being traced: by dynamo, or by AOTAutograd's tracing of a backward
     (whose tensors are fake or functional subclasses, with no memory to hand a kernel)."""
-    compiler = getattr(torch, "compiler", None)
-    if compiler is not None and compiler.is_compiling():
-        return True
-    return any(type(t) not in _PLAIN for t in inputs)
+    return tracing() or any(type(t) not in _PLAIN for t in inputs)
 
 
 _custom_op = _custom_op_with_states = None

@@ -1,6 +1,8 @@
 """Quantization ops as torch.autograd.Functions over qatgraph's kernels, on CPU and CUDA
 tensors, with torch's signatures, results and gradients (the STE backward is PyTorch's
 `dy * mask` bit for bit, signed zeros included)."""
+import functools
+
 import torch
 
 from .. import _core
@@ -35,6 +37,8 @@ def _qparam(value, dtype, shape, what, op, device):
             raise _core.Error(f"{_PREFIX} {op}: '{what}' is on {value.device}, the input on "
                               f"{device}")
         t = value.detach()
+    elif isinstance(value, (int, float)) and not _kernels.tracing():
+        t = _kernels.constant(value, dtype, device)
     else:
         t = torch.tensor(value, device=device)
     n = 1
@@ -95,6 +99,17 @@ def _qparam_shape(x, scope, axis, group_size, op):
     return shape
 
 
+@functools.lru_cache(maxsize=256)
+def _fake_quantize_attrs(scope, axis, group_size, quant_min, quant_max):
+    """fake_quantize's attribute string (the kernel cache key), built once per setting."""
+    attrs = {"scope": scope, "quant_min": quant_min, "quant_max": quant_max}
+    if scope in ("channel", "group"):
+        attrs["axis"] = axis
+    if scope == "group":
+        attrs["group_size"] = group_size
+    return _kernels.attrs_key(attrs)
+
+
 def fake_quantize(x, scale, zero_point, quant_min, quant_max, axis=None, scope=None,
                   group_size=0):
     """Affine fake quantization with the straight-through gradient:
@@ -105,12 +120,9 @@ def fake_quantize(x, scale, zero_point, quant_min, quant_max, axis=None, scope=N
     the traced module holds no Python call and can be saved."""
     scope = scope or ("tensor" if axis is None else "channel")
     op = f"fake_quantize_per_{scope}" + ("_affine" if scope in ("tensor", "channel") else "")
-    attrs = {"scope": scope, "quant_min": int(quant_min), "quant_max": int(quant_max)}
     if scope in ("channel", "group"):
         axis = (-1 if axis is None else axis) % max(x.dim(), 1)
-        attrs["axis"] = axis
-    if scope == "group":
-        attrs["group_size"] = int(group_size)
+    attrs = _fake_quantize_attrs(scope, axis, int(group_size), int(quant_min), int(quant_max))
     shape = _qparam_shape(x, scope, axis, int(group_size), op)
     s = _qparam(scale, torch.float32, shape, "scale", op, x.device)
     zp = _qparam(zero_point, torch.int32, shape, "zero_point", op, x.device)
@@ -118,7 +130,7 @@ def fake_quantize(x, scale, zero_point, quant_min, quant_max, axis=None, scope=N
         if scope == "tensor":
             return torch.fake_quantize_per_tensor_affine(x, s, zp, quant_min, quant_max)
         return torch.fake_quantize_per_channel_affine(x, s, zp, axis, quant_min, quant_max)
-    return _FakeQuantizeFn.apply(x, s, zp, _kernels.attrs_key(attrs))
+    return _FakeQuantizeFn.apply(x, s, zp, attrs)
 
 
 def fake_quantize_per_tensor_affine(input, scale, zero_point, quant_min, quant_max):
