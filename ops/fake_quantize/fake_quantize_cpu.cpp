@@ -133,7 +133,11 @@ void ste_backward_cpu_impl(KernelContext& ctx) {
 }
 }  // namespace
 
-void ste_backward_cpu(KernelContext& ctx) { ste_backward_cpu_impl<false>(ctx); }
-void ste_backward_exact_cpu(KernelContext& ctx) { ste_backward_cpu_impl<true>(ctx); }
+void ste_backward_cpu(KernelContext& ctx) {
+  ste_backward_cpu_impl<false>(ctx);
+}
+void ste_backward_exact_cpu(KernelContext& ctx) {
+  ste_backward_cpu_impl<true>(ctx);
+}
 
 }  // namespace qg

@@ -53,8 +53,8 @@ qg::Tensor view_at(uintptr_t address, const qg::TensorType& type, const qg::Devi
                    const std::string& op, const char* what, size_t i) {
   QG_CHECK(address % 16 == 0 || type.numel() == 0, op, what, " ", i, " at 0x", std::hex, address,
            std::dec, " is not 16-byte aligned (a view into another tensor: pass a copy)");
-  return qg::Tensor::from_external(reinterpret_cast<void*>(address), type.shape, type.dtype,
-                                   device, nullptr);
+  return qg::Tensor::from_external(reinterpret_cast<void*>(address), type.shape, type.dtype, device,
+                                   nullptr);
 }
 
 std::vector<qg::Tensor> views(const std::vector<uintptr_t>& addresses,
@@ -80,8 +80,7 @@ TypeList type_list(const std::vector<qg::TensorType>& types) {
 
 class Kernel {
  public:
-  Kernel(const std::string& op, nb::handle attrs, const TypeList& inputs,
-         const std::string& device)
+  Kernel(const std::string& op, nb::handle attrs, const TypeList& inputs, const std::string& device)
       : device_(parse_device(device)),
         prepared_(op, to_attrs(attrs), input_types(inputs), device_.type) {}
 

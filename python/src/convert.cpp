@@ -39,7 +39,6 @@ dl::dtype dlpack_from_dtype(qg::DType t) {
   QG_FAIL("python", "unknown dtype");
 }
 
-
 using ReadOnlyArray = nb::ndarray<nb::ro>;
 
 // Keeps the Python-side array alive; its last release takes the GIL, since the tensor may
