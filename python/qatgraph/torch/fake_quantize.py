@@ -5,6 +5,7 @@ import torch
 from torch.ao import quantization as tq
 
 from .. import _core
+from ._kernels import attrs_key
 from ._kernels import run as run_kernel
 from .functional import fake_quantize
 
@@ -163,7 +164,11 @@ class FakeQuantize(tq.FakeQuantizeBase):
             if self.scale.shape != torch.Size(shape):
                 self.scale.resize_(shape)
                 self.zero_point.resize_(shape)
-            run_kernel(op, attrs, [x], states, outputs=[self.scale, self.zero_point])
+            key = ("attrs_key", x.dim())
+            if key not in self._qg_state:
+                self._qg_state[key] = attrs_key(attrs)
+            run_kernel(op, self._qg_state[key], [x], states,
+                       outputs=[self.scale, self.zero_point])
 
     def _initialized(self, channels, obs):
         """The moving-average observer's per-channel "has seen a batch" flags: kept beside the
