@@ -166,3 +166,41 @@ def test_jit_trace_gives_a_savable_module():
     torch.jit.save(traced, buffer)
     fn = torch.jit.trace(lambda v: qgt.fake_quantize_per_tensor_affine(v, 0.1, 3, 0, 255), x)
     assert torch.equal(fn(x * 2), torch.fake_quantize_per_tensor_affine(x * 2, 0.1, 3, 0, 255))
+
+
+def test_kept_kernels_follow_switches_loads_and_copies():
+    # From its second call on, FakeQuantize runs kernels it kept with the buffers' pointers;
+    # switching the observer off, loading another module's state and copying the module must
+    # each give torch.ao's results as the full path does.
+    from torch.ao.quantization import FakeQuantize as TorchFakeQuantize
+    cfg = CONFIGS["default_act"]
+    ours, theirs = qgt.FakeQuantize(**cfg), TorchFakeQuantize(**cfg)
+    other = TorchFakeQuantize(**cfg)
+    other(batch(50) * 4)
+
+    def step(k):
+        x = batch(k)
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ya, yb = ours(xa), theirs(xb)
+        ya.backward(torch.ones_like(ya))
+        yb.backward(torch.ones_like(yb))
+        for a, b, what in ((ya, yb, "output"), (xa.grad, xb.grad, "grad"),
+                           (ours.scale, theirs.scale, "scale")):
+            assert torch.equal(a.view(torch.int32), b.view(torch.int32)), (k, what)
+        assert torch.equal(ours.zero_point, theirs.zero_point), k
+
+    for k in range(3):
+        step(k)
+    ours.disable_observer()
+    theirs.disable_observer()
+    step(3)
+    step(4)
+    ours.load_state_dict(other.state_dict())
+    theirs.load_state_dict(other.state_dict())
+    ours.enable_observer()
+    theirs.enable_observer()
+    step(5)
+    step(6)
+    ours = copy.deepcopy(ours)
+    step(7)
+    step(8)

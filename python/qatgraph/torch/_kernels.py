@@ -92,7 +92,7 @@ def empty_outputs(k, device):
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-def _stream(device):
+def stream(device):
     if device.type != "cuda":
         return 0
     if _raw_stream is not None:
@@ -154,7 +154,7 @@ def run_eager(op, attrs_str, inputs, states=(), outputs=None, training=True):
     if states:
         _check_like(op, "state", states, k.state_specs, device)
     k.kernel.run([t.data_ptr() for t in inputs], [t.data_ptr() for t in outputs],
-          [t.data_ptr() for t in states], training, _stream(device))
+          [t.data_ptr() for t in states], training, stream(device))
     return outputs
 
 
@@ -230,4 +230,4 @@ def check_errors(device=None):
     if not torch.cuda.is_available():
         return
     device = torch.device("cuda") if device is None else torch.device(device)
-    _core.check_device_errors(device_name(device), _stream(device))
+    _core.check_device_errors(device_name(device), stream(device))

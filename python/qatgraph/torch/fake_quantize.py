@@ -7,7 +7,8 @@ from torch.ao import quantization as tq
 from .. import _core
 from ._kernels import attrs_key
 from ._kernels import run as run_kernel
-from .functional import fake_quantize
+from . import _kernels
+from .functional import _FakeQuantizeFn, _fake_quantize_attrs, fake_quantize
 
 _PREFIX = "[qatgraph.torch] FakeQuantize"
 _PER_TENSOR = (torch.per_tensor_affine, torch.per_tensor_symmetric)
@@ -28,6 +29,23 @@ def _observer_dtype(observer, kwargs):
     # torch.ao reads the dtype from the kwargs, or from a with_args wrapper's keywords.
     keywords = getattr(getattr(observer, "p", None), "keywords", {})
     return keywords.get("dtype", kwargs.get("dtype", torch.quint8))
+
+
+class _FastFakeQuantizeFn(torch.autograd.Function):
+    """FakeQuantize's fast path: the prepared fake_quantize kernel on the kept qparam pointers;
+    the backward is the functional op's (PyTorch's STE bit for bit)."""
+
+    @staticmethod
+    def forward(ctx, x, prepared, qparams, stream):
+        y, mask = _kernels.empty_outputs(prepared, x.device)
+        prepared.kernel.run([x.data_ptr()] + qparams, [y.data_ptr(), mask.data_ptr()], [], True,
+                            stream)
+        ctx.save_for_backward(mask)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _FakeQuantizeFn.backward(ctx, dy)
 
 
 class FakeQuantize(tq.FakeQuantizeBase):
@@ -109,12 +127,85 @@ class FakeQuantize(tq.FakeQuantizeBase):
     def forward(self, X):
         """Observes X (observer on) into `scale` / `zero_point`, then fake-quantizes X with
         them (fake quant on); X's device, nothing waits for it."""
-        if self._flag("observer"):
+        out = self._fast_forward(X)
+        if out is not None:
+            return out
+        observe, quant = self._flag("observer"), self._flag("fake_quant")
+        if observe:
             self._observe(X.detach())
-        if self._flag("fake_quant"):
+        if quant:
             axis = self.ch_axis if self.is_per_channel else None
-            X = fake_quantize(X, self.scale, self.zero_point, self.quant_min, self.quant_max, axis)
+            Y = fake_quantize(X, self.scale, self.zero_point, self.quant_min, self.quant_max, axis)
+        self._record_fast(X, observe, quant)
+        return Y if quant else X
+
+    # The fast path. A training step calls each quantizer once per batch with the same input
+    # type, so after one call through the checks above, the kernels and the data pointers of
+    # the statistics and qparams are kept; later calls with that input type run the two
+    # kernels directly (the Python around them was most of a call's cost on a GPU host).
+    # The kept pointers are compared with the buffers' current ones on every call, so a
+    # resize, a load or a move takes the full path again.
+    def __getstate__(self):
+        # Copies and pickles leave the kept kernels and pointers behind (they belong to this
+        # process and these buffers); the next forward prepares them again.
+        state = self.__dict__.copy()
+        state["_qg_state"] = {}
+        return state
+
+    def _watched(self):
+        obs = self.activation_post_process
+        return (obs.min_val.data_ptr(), obs.max_val.data_ptr(), self.scale.data_ptr(),
+                self.zero_point.data_ptr(), tuple(self.scale.shape),
+                id(self._qg_state.get("initialized")), id(self._qg_state.get("nonfinite_count")))
+
+    def _fast_forward(self, X):
+        if type(X) not in (torch.Tensor, torch.nn.Parameter) or torch.jit.is_tracing() \
+                or _kernels.tracing():
+            return None
+        observe, quant = self._flag("observer"), self._flag("fake_quant")
+        entry = self._qg_state.get(("fast", X.shape, X.dtype, X.device, observe, quant))
+        if entry is None or entry["watched"] != self._watched():
+            return None
+        if not X.is_contiguous() or X.data_ptr() % 16:
+            return None
+        stream = _kernels.stream(X.device)
+        if observe:
+            entry["observer"].run([X.data_ptr()], entry["qparams"], entry["states"], True, stream)
+        if quant:
+            return _FastFakeQuantizeFn.apply(X, entry["fake_quantize"], entry["qparams"], stream)
         return X
+
+    def _record_fast(self, X, observe, quant):
+        if type(X) not in (torch.Tensor, torch.nn.Parameter) or torch.jit.is_tracing() \
+                or _kernels.tracing() or not X.is_contiguous():
+            return
+        if self.scale.dtype != torch.float32 or self.zero_point.dtype != torch.int32:
+            return
+        entry = {"qparams": [self.scale.data_ptr(), self.zero_point.data_ptr()]}
+        x = X.detach()
+        if observe:
+            obs = self.activation_post_process
+            kind = _OBSERVER_OPS.get(type(obs))
+            attrs = self._qg_state.get(("attrs_key", X.dim()))
+            if kind is None or attrs is None:
+                return  # torch's own observer ran
+            states = [obs.min_val.view(-1), obs.max_val.view(-1)]
+            if kind[0] == "moving_average_observer":
+                states.append(self._qg_state["initialized"])
+            states += [self._qg_state["nonfinite_count"], self.observer_enabled]
+            entry["observer"] = _kernels.kernel(kind[0], attrs, [x]).kernel
+            entry["states"] = [t.data_ptr() for t in states]
+        if quant:
+            axis = self.ch_axis % X.dim() if self.is_per_channel else None
+            scope = "channel" if self.is_per_channel else "tensor"
+            attrs = _fake_quantize_attrs(scope, axis, 0, int(self.quant_min),
+                                         int(self.quant_max))
+            if self.scale.shape != torch.Size([X.shape[axis] if self.is_per_channel else 1]):
+                return
+            entry["fake_quantize"] = _kernels.kernel("fake_quantize", attrs,
+                                                     [x, self.scale, self.zero_point])
+        entry["watched"] = self._watched()
+        self._qg_state[("fast", X.shape, X.dtype, X.device, observe, quant)] = entry
 
     def _set_qparams(self, scale, zero_point):
         with torch.no_grad():

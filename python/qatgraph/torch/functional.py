@@ -37,7 +37,9 @@ def _qparam(value, dtype, shape, what, op, device):
             raise _core.Error(f"{_PREFIX} {op}: '{what}' is on {value.device}, the input on "
                               f"{device}")
         t = value.detach()
-    elif isinstance(value, (int, float)) and not _kernels.tracing():
+    elif isinstance(value, (int, float)) and not _kernels.tracing() \
+            and not torch.jit.is_tracing():
+        # A kept constant; a tracer records a fresh one (the traced graph must not change).
         t = _kernels.constant(value, dtype, device)
     else:
         t = torch.tensor(value, device=device)
