@@ -24,7 +24,8 @@ def bits(t):
 def assert_bits_equal(got, want, what):
     assert got.shape == want.shape, what
     diff = (bits(got) != bits(want)).nonzero()
-    assert diff.numel() == 0, f"{what}: {diff.shape[0]} elements differ, first at {diff[0].tolist()}"
+    assert diff.numel() == 0, (f"{what}: {diff.shape[0]} elements differ, first at "
+                               f"{diff[0].tolist()}")
 
 
 def sample(shape, seed, dtype=torch.float32, scale=3.0):
