@@ -13,19 +13,7 @@ import torch
 from torch.ao.quantization import FakeQuantize, MovingAverageMinMaxObserver
 
 import qatgraph.torch as qgt
-
-
-def timed(fn, reps):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / reps  # us per call
+from cuda_timing import per_call_us
 
 
 def fwd_bwd(op, x, dy):
@@ -75,8 +63,8 @@ def main():
     for name, x, torch_fn, our_fn in cases():
         src = x.detach().clone()
         dst = torch.empty_like(src)
-        copy_us = timed(lambda: dst.copy_(src), args.reps)
-        t_us, q_us = timed(torch_fn, args.reps), timed(our_fn, args.reps)
+        copy_us = per_call_us(lambda: dst.copy_(src), args.reps)
+        t_us, q_us = per_call_us(torch_fn, args.reps), per_call_us(our_fn, args.reps)
         rows.append({"case": name, "torch_us": t_us, "ours_us": q_us, "copy_us": copy_us})
         print(f"| {name} | {t_us:.1f} | {q_us:.1f} | {copy_us:.1f} | {t_us / copy_us:.2f} | "
               f"{q_us / copy_us:.2f} | {t_us / q_us:.2f} |")

@@ -16,6 +16,7 @@ from torch import nn
 from torch.ao import quantization as tq
 
 import qatgraph.torch as qgt
+from cuda_timing import per_call_us
 
 
 def cnn():
@@ -40,16 +41,7 @@ def step_time(model, x, y, reps):
         opt.zero_grad(set_to_none=True)
         loss_fn(model(x), y).backward()
         opt.step()
-    for _ in range(10):
-        step()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        step()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
+    return per_call_us(step, reps) / 1000
 
 
 def main():

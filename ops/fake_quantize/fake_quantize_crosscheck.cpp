@@ -1,6 +1,6 @@
 // `qat crosscheck` cases of fake_quantize beyond its gradient-check samples: halfway ties,
 // NaN/Inf and signed zeros, every scope, sizes that need several blocks and vector tails, and
-// bad qparams (both backends must raise).
+// bad qparams (both backends must raise); ste_backward_exact's non-finite and signed-zero dy.
 #include "ops/common/crosscheck_inputs.h"
 
 namespace qg {
@@ -63,10 +63,24 @@ std::vector<CrosscheckCase> fake_quantize_cases() {
   return c;
 }
 
+// ste_backward_exact: dy with NaN and +/-Inf under random mask bits (a masked-out infinity
+// becomes NaN on both backends), signed zeros, and sizes that end in a partial mask byte.
+std::vector<CrosscheckCase> ste_backward_exact_cases() {
+  std::vector<double> dy = with_non_finite(1001);
+  for (size_t i = 2; i < dy.size(); i += 23) dy[i] = i % 2 ? 0.0 : -0.0;
+  return {
+      {"non-finite and signed-zero dy [1001]",
+       {GradcheckInput(Shape{1001}, DType::f64, 0, 0, dy), fixed({126}, DType::u8, 0, 255)},
+       {}},
+      {"dy [8,129]", {x_in({8, 129}), fixed({130}, DType::u8, 0, 255)}, {}},
+  };
+}
+
 }  // namespace
 
 void add_fake_quantize_crosscheck(OpRegistry& r) {
   set_cases(r, "fake_quantize", fake_quantize_cases);
+  set_cases(r, "ste_backward_exact", ste_backward_exact_cases);
 }
 
 }  // namespace qg

@@ -17,6 +17,7 @@ TEST(CrosscheckSpec, EveryOpKeepsItsCases) {
                                                   {"moving_average_observer", 12},
                                                   {"percentile_observer", 9},
                                                   {"histogram_observer", 7},
+                                                  {"ste_backward_exact", 2},
                                                   {"nf4_quantize_pack", 4},
                                                   {"nf4_unpack_dequantize", 2},
                                                   {"nf4_double_quantize", 1},

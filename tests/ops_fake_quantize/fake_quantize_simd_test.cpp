@@ -301,6 +301,26 @@ TEST(FakeQuantizeSimd, ExactSteOpKeepsTheSignOfZeroAndMakesNaN) {
   EXPECT_EQ(g[3], 5.0f);
 }
 
+// Bad inputs: each a qg::Error naming the op and the sizes, at graph-build time.
+TEST(FakeQuantizeSimd, ExactSteOpRefusesBadMasks) {
+  auto message = [](const std::vector<TensorType>& types) {
+    try {
+      testing::build_op("ste_backward_exact", types);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string wrong_size = message({{DType::f32, {16}}, {DType::u8, {3}}});
+  EXPECT_NE(wrong_size.find("[ste_backward_exact]"), std::string::npos) << wrong_size;
+  EXPECT_NE(wrong_size.find("mask has 3 bytes"), std::string::npos) << wrong_size;
+  EXPECT_NE(wrong_size.find("needs 2"), std::string::npos) << wrong_size;
+  std::string wrong_dtype = message({{DType::f32, {16}}, {DType::f32, {2}}});
+  EXPECT_NE(wrong_dtype.find("1-D u8 bit mask"), std::string::npos) << wrong_dtype;
+  std::string integer_dy = message({{DType::i32, {16}}, {DType::u8, {2}}});
+  EXPECT_NE(integer_dy.find("[ste_backward_exact]"), std::string::npos) << integer_dy;
+}
+
 // Through the op: every scope, with runs that are long, short, unaligned or per-element,
 // against a reference that finds each element's qparams from its own index arithmetic.
 struct ScopeCase {

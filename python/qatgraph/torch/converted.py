@@ -141,16 +141,22 @@ class ConvertedLinear(_ConvertedBase):
         return self._finish(F.linear(self.input_quant(x), self.dequantized_weight(), self.bias))
 
 
+def _weightless_conv(qat):
+    """A float conv module without a weight, shaped as `qat`: it does the padding modes and
+    the call, on the weight a converted module dequantizes."""
+    conv = nn.Conv2d(qat.in_channels, qat.out_channels, qat.kernel_size, qat.stride,
+                     qat.padding, qat.dilation, qat.groups, False, qat.padding_mode,
+                     device="meta")
+    del conv.weight
+    return conv
+
+
 class ConvertedConv2d(_ConvertedBase):
     """A converted QATConv2d: output_quant(relu?(conv2d(input_quant(x), weight, bias)))."""
 
     def __init__(self, qat, where="Conv2d"):
         super().__init__()
-        # A float conv module, weightless, does the padding modes and the call.
-        self.conv = nn.Conv2d(qat.in_channels, qat.out_channels, qat.kernel_size, qat.stride,
-                              qat.padding, qat.dilation, qat.groups, False, qat.padding_mode,
-                              device="meta")
-        del self.conv.weight
+        self.conv = _weightless_conv(qat)
         self._set_common(qat, where)
         self._set_weight(qat.weight, qat.weight_fake_quant, where)
 
@@ -171,10 +177,7 @@ class ConvertedConvBn2d(_ConvertedBase):
 
     def __init__(self, qat, where="ConvBn2d"):
         super().__init__()
-        self.conv = nn.Conv2d(qat.in_channels, qat.out_channels, qat.kernel_size, qat.stride,
-                              qat.padding, qat.dilation, qat.groups, False, qat.padding_mode,
-                              device="meta")
-        del self.conv.weight
+        self.conv = _weightless_conv(qat)
         self._set_common(qat, where)
         with torch.no_grad():
             factor = qat.folding_factor()

@@ -189,12 +189,8 @@ class FakeQuantize(tq.FakeQuantizeBase):
             attrs = self._qg_state.get(("attrs_key", X.dim()))
             if kind is None or attrs is None:
                 return  # torch's own observer ran
-            states = [obs.min_val.view(-1), obs.max_val.view(-1)]
-            if kind[0] == "moving_average_observer":
-                states.append(self._qg_state["initialized"])
-            states += [self._qg_state["nonfinite_count"], self.observer_enabled]
             entry["observer"] = _kernels.kernel(kind[0], attrs, [x]).kernel
-            entry["states"] = [t.data_ptr() for t in states]
+            entry["states"] = [t.data_ptr() for t in self._qg_state["observer_states"]]
         if quant:
             axis = self.ch_axis % X.dim() if self.is_per_channel else None
             scope = "channel" if self.is_per_channel else "tensor"
@@ -251,6 +247,7 @@ class FakeQuantize(tq.FakeQuantizeBase):
             if op == "moving_average_observer":
                 states.append(self._initialized(channels, obs))
             states += [self._nonfinite_count(x.device), self.observer_enabled]
+            self._qg_state["observer_states"] = states  # what the fast path keeps pointers of
             shape = [channels]
             if self.scale.shape != torch.Size(shape):
                 self.scale.resize_(shape)
