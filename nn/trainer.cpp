@@ -11,7 +11,9 @@
 #include "core/printable.h"
 #include "device/communicator.h"
 #include "nn/checkpoint.h"
+#include "runtime/distributed/gather_bytes.h"
 #include "runtime/distributed/gradient_sync.h"
+#include "runtime/distributed/optimizer_sharding.h"
 #include "runtime/passes/pass.h"
 
 namespace qg::nn {
@@ -109,12 +111,6 @@ Trainer::Trainer(const TrainConfig& config, const Dataset& train, const Dataset&
            config.world_size(), " ranks)");
   QG_CHECK(config.world_size() == 1 || config.drop_last, "trainer",
            "data-parallel training drops each epoch's last partial global batch (drop_last)");
-  // The CUDA batch-norm kernels do not all-reduce their statistics yet: rather than train
-  // with per-rank statistics silently, ask for them explicitly.
-  QG_CHECK(config.world_size() == 1 || config.device.is_cpu() || !config.sync_batch_norm, "trainer",
-           "data-parallel training on ", config.device.str(),
-           ": SyncBatchNorm runs on CPU ranks only so far; pass --no-sync-bn (sync_batch_norm "
-           "false) to train with per-rank batch-norm statistics");
   QG_CHECK(!config.comm || config.comm->memory() == config.device.type, "trainer", "the ",
            config.comm ? config.comm->backend() : "", " communicator takes ",
            config.comm ? device_type_name(config.comm->memory()) : "", " buffers, the model is on ",
@@ -137,16 +133,19 @@ Trainer::Program& Trainer::program(int64_t rows) {
   options.device = config_.device;
   if (config_.world_size() > 1) {
     training.gradient_sync = dist::bucketed_all_reduce(config_.bucket_bytes);
+    if (sharded()) {
+      training.optimizer =
+          dist::shard_optimizer_states(training.optimizer, config_.rank(), config_.world_size());
+      std::vector<int64_t> numels;
+      for (ValueId v : p.model.parameters) numels.push_back(p.graph->value(v).type.numel());
+      const dist::ShardPlan plan = dist::plan_optimizer_shards(numels, config_.world_size());
+      for (size_t i = 0; i < p.model.parameters.size(); ++i)
+        optimizer_state_owner_[p.graph->value(p.model.parameters[i]).name + "." +
+                               config_.optimizer.kind + "/"] = plan.owner[i];
+    }
     options.context.communicator = config_.comm;
     options.context.sync_statistics = config_.sync_observers;
     options.context.sync_batch_norm = config_.sync_batch_norm;
-    // The fused CUDA observer + quantizer kernels read x once and quantize in the same pass,
-    // with no point between the statistics and the qparams where the ranks could combine
-    // theirs: with sync on, CUDA ranks run the observer and the quantizer unfused.
-    if (config_.device.is_cuda() && config_.sync_observers) {
-      options.passes.disabled.insert("fuse_observer_quantize");
-      options.passes.disabled.insert("fuse_activation_prologue");
-    }
   }
   options.outputs = {p.model.loss, p.model.logits};
   p.step = std::make_unique<CompiledStep>(*p.graph, training, options);
@@ -343,6 +342,26 @@ std::string Trainer::config_key() const {
   return os.str();
 }
 
+bool Trainer::foreign_optimizer_state(const std::string& key) const {
+  for (const auto& [prefix, owner] : optimizer_state_owner_)
+    if (key.rfind(prefix, 0) == 0) return owner != config_.rank();
+  return false;
+}
+
+bool Trainer::own_optimizer_state(const std::string& key) const {
+  for (const auto& [prefix, owner] : optimizer_state_owner_)
+    if (key.rfind(prefix, 0) == 0) return owner == config_.rank();
+  return false;
+}
+
+int64_t Trainer::optimizer_state_bytes() {
+  int64_t bytes = 0;
+  const std::string suffix = "." + config_.optimizer.kind + "/";
+  for (const auto& [key, t] : state_index(executor()))
+    if (key.find(suffix) != std::string::npos) bytes += static_cast<int64_t>(t->nbytes());
+  return bytes;
+}
+
 void Trainer::save_checkpoint(const std::string& path) {
   std::vector<CheckpointSection> sections;
   std::ostringstream meta;
@@ -354,8 +373,23 @@ void Trainer::save_checkpoint(const std::string& path) {
   sections.push_back({"history", history_text(history_)});
   // Every node state: parameters, optimizer moments and steps, observer statistics; keyed
   // by the nodes as built, so checkpoints do not depend on which fusion passes ran.
-  for (const auto& [key, t] : state_index(executor()))
-    sections.push_back({"state/" + key, encode_tensor(*t)});
+  std::map<std::string, std::string> states;
+  std::vector<CheckpointSection> owned;
+  for (const auto& [key, t] : state_index(executor())) {
+    states["state/" + key] = encode_tensor(*t);
+    if (sharded() && own_optimizer_state(key))
+      owned.push_back({"state/" + key, states["state/" + key]});
+  }
+  // Sharded: the optimizer states live on their owners; every rank sends its own, so rank 0
+  // writes the same file an unsharded run writes (and either kind of run resumes from it).
+  if (sharded()) {
+    main().step->synchronize();
+    for (const std::string& blob :
+         dist::all_gather_bytes(*config_.comm, encode_checkpoint(owned), config_.device))
+      for (CheckpointSection& s : decode_checkpoint(blob, "a rank's optimizer states"))
+        states[s.name] = std::move(s.payload);
+  }
+  for (auto& [name, payload] : states) sections.push_back({name, std::move(payload)});
   // Data parallel: every rank holds the same state, rank 0 writes it (atomically, as
   // write_checkpoint always does), and no rank goes on before the file is complete.
   if (config_.rank() == 0) write_checkpoint(path, sections);
@@ -406,8 +440,13 @@ void Trainer::load_checkpoint_bytes(const std::string& bytes, const std::string&
              dtype_name(dst->dtype()), shape_str(dst->shape()));
     updates.emplace_back(dst, t);
   }
-  QG_CHECK(updates.size() + 3 == sections.size(), "checkpoint", path, ": holds ", sections.size(),
-           " sections, this model needs ", updates.size() + 3);
+  // A sharded rank holds only its own optimizer states; the file has every rank's.
+  size_t foreign = 0;
+  if (sharded())
+    for (const auto& s : sections)
+      if (s.name.rfind("state/", 0) == 0 && foreign_optimizer_state(s.name.substr(6))) ++foreign;
+  QG_CHECK(updates.size() + foreign + 3 == sections.size(), "checkpoint", path, ": holds ",
+           sections.size(), " sections, this model needs ", updates.size() + foreign + 3);
   // 3. commit, in place: compiled steps hold the states' addresses.
   for (auto& [dst, t] : updates)
     copy_bytes(dst->raw_data(), dst->device(), t.raw_data(), t.device(), dst->nbytes());

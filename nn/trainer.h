@@ -51,6 +51,10 @@ struct TrainConfig {
   int64_t bucket_bytes = int64_t{25} << 20;  // gradient all-reduce buckets
   bool sync_observers = true;                // false: each rank keeps its own (as DDP does)
   bool sync_batch_norm = true;               // SyncBatchNorm statistics
+  // ZeRO stage 1 (runtime/distributed/optimizer_sharding.h): each rank holds and updates the
+  // optimizer state of its share of the parameters, and the updated parameters are
+  // all-gathered. Trains bit for bit as without it; checkpoints hold every rank's state.
+  bool shard_optimizer_states = false;
 
   ModelSpec spec() const { return {model, mlp, cnn, transformer}; }
   int world_size() const;
@@ -121,6 +125,9 @@ class Trainer {
   const std::vector<EpochMetrics>& history() const { return history_; }
   int epoch() const { return epoch_; }
   int64_t step() const { return step_; }
+  // Bytes of optimizer state (moments, step counts) this process holds: with
+  // shard_optimizer_states, this rank's share only.
+  int64_t optimizer_state_bytes();
 
  private:
   // The model compiled at one batch size.
@@ -130,6 +137,12 @@ class Trainer {
     std::unique_ptr<CompiledStep> step;
   };
   Program& main() { return programs_.at(config_.mlp.batch); }
+  bool sharded() const { return config_.shard_optimizer_states && config_.world_size() > 1; }
+  // Sharded runs: whether a state key belongs to the optimizer step of a parameter that
+  // another rank owns (its state lives there).
+  bool foreign_optimizer_state(const std::string& key) const;
+  // Sharded runs: this rank's optimizer-state keys (those it holds and others lack).
+  bool own_optimizer_state(const std::string& key) const;
   // The program at `rows` rows, compiled on first use with the main program's states.
   Program& program(int64_t rows);
   // Copies rows [start, start + rows) of `order` (all of `data` when order is empty) into
@@ -149,7 +162,10 @@ class Trainer {
   const Dataset& train_;
   const Dataset& test_;
   std::map<int64_t, Program> programs_;  // by batch size
-  Tensor host_loss_, host_logits_;       // reused for every fetch to the host
+  // Sharded runs: "<parameter>.<optimizer>/", the prefix of a parameter's optimizer-state
+  // keys, and the rank that owns it.
+  std::map<std::string, int> optimizer_state_owner_;
+  Tensor host_loss_, host_logits_;  // reused for every fetch to the host
   Rng rng_;
   int epoch_ = 0;
   int64_t step_ = 0;

@@ -4,8 +4,28 @@
 
 #include "autograd/grad.h"
 #include "core/error.h"
+#include "device/communicator.h"
 
 namespace qg {
+namespace {
+
+// The fused CUDA kernels that read their input once have no point between the statistics and
+// their use where the ranks of a data-parallel run could combine theirs: with the statistics
+// sync on, CUDA ranks run the parts unfused. (On the CPU the fused kernels run the parts'
+// kernels, which sync.)
+PassOptions passes_for(const CompileOptions& o) {
+  PassOptions passes = o.passes;
+  const Communicator* comm = o.context.communicator;
+  if (!o.device.is_cuda() || comm == nullptr || comm->world_size() < 2) return passes;
+  if (o.context.sync_statistics) {
+    passes.disabled.insert("fuse_observer_quantize");
+    passes.disabled.insert("fuse_activation_prologue");
+  }
+  if (o.context.sync_batch_norm) passes.disabled.insert("fuse_channel_div_batch_norm");
+  return passes;
+}
+
+}  // namespace
 
 // One way of running the compiled graph: what it fetches, whether the optimizer nodes run,
 // and the training flag its kernels see. Its StaticRun is built on its second call.
@@ -45,7 +65,7 @@ CompiledStep::CompiledStep(Graph& graph, const TrainingSpec& training,
     updates_ = training.optimizer(graph_, training.parameters, grads);
   }
   // 4. the fusion passes; the fetchable outputs were marked above, so their ids hold.
-  passes_ = optimize(graph_, options_.passes);
+  passes_ = optimize(graph_, passes_for(options_));
   for (size_t i = 0; i < options_.outputs.size(); ++i)
     outputs_[options_.outputs[i]] = graph_.at(output_names[i]);
   exec_ = std::make_unique<Executor>(graph_, options_.device, options_.context);

@@ -35,6 +35,10 @@ void run_timing(const TrainOptions& o) {
       "%.1f us (mean of %d steps after 20 warm-up)\n",
       o.optimizer.c_str(), qc.str().c_str(), t->config().spec().str().c_str(), o.batch,
       t->executor().device().str().c_str(), 1e6 * secs, o.time_steps);
+  if (o.comm != nullptr)
+    std::printf("rank %d of %d: optimizer state %lld bytes%s\n", o.comm->rank(),
+                o.comm->world_size(), static_cast<long long>(t->optimizer_state_bytes()),
+                o.zero1 ? " (its share: --zero1)" : "");
 }
 
 void run_single(const TrainOptions& o) {
@@ -54,8 +58,11 @@ void run_single(const TrainOptions& o) {
   std::printf("data: %lld train / %lld test rows\n", static_cast<long long>(train.size()),
               static_cast<long long>(test.size()));
   if (o.comm != nullptr)
-    std::printf("data parallel: rank %d of %d (%s), global batch %d\n", o.comm->rank(),
-                o.comm->world_size(), o.comm->backend().c_str(), o.batch * o.comm->world_size());
+    std::printf(
+        "data parallel: rank %d of %d (%s), global batch %d, optimizer state %lld bytes%s\n",
+        o.comm->rank(), o.comm->world_size(), o.comm->backend().c_str(),
+        o.batch * o.comm->world_size(), static_cast<long long>(t->optimizer_state_bytes()),
+        o.zero1 ? " (this rank's share: --zero1)" : "");
   if (!o.init.empty()) {
     import_init(o, *t, true);
     if (!qc.quantized())
@@ -221,6 +228,9 @@ void add_train_command(CLI::App& app) {
                 "Data parallel: each rank keeps its own observer statistics (as DDP does)");
   cmd->add_flag("--no-sync-bn", o->no_sync_bn,
                 "Data parallel: batch norms use each rank's batch statistics (no SyncBatchNorm)");
+  cmd->add_flag("--zero1", o->zero1,
+                "Data parallel: each rank keeps the optimizer state of its share of the "
+                "parameters and the updated parameters are all-gathered (ZeRO stage 1)");
   cmd->add_option("--bucket-mb", o->bucket_mb, "Data parallel: gradient all-reduce bucket size")
       ->capture_default_str();
   cmd->callback([o, cmd] {

@@ -44,6 +44,7 @@ nn::TrainConfig make_config(const TrainOptions& o, const nn::QConfig& qc) {
   c.comm = o.comm;
   c.sync_observers = !o.no_sync_observers;
   c.sync_batch_norm = !o.no_sync_bn;
+  c.shard_optimizer_states = o.zero1;
   c.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   QG_CHECK(c.bucket_bytes > 0, "train", "--bucket-mb ", o.bucket_mb, " must be > 0");
   return c;

@@ -54,6 +54,7 @@ struct TrainOptions {
   double dist_timeout = 60;  // seconds a collective may wait before every rank fails
   bool no_sync_observers = false;
   bool no_sync_bn = false;
+  bool zero1 = false;  // shard the optimizer state over the ranks (ZeRO stage 1)
   double bucket_mb = 25;
   Communicator* comm = nullptr;  // set once this process has joined its group
   int local_rank = 0;

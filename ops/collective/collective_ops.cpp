@@ -8,6 +8,11 @@
 //   all_reduce(b'', op avg) -> r                 (every rank's buckets combined)
 //   bucket_get(r, offset n0, shape of g1) -> g1'  (one per gradient; what the optimizer reads)
 //
+// ZeRO stage 1 (runtime/distributed/optimizer_sharding.cpp) adds a second chain after the
+// optimizer steps: each rank packs the parameters it updated into its shard (bucket_begin,
+// bucket_put), all_gather concatenates the shards of all ranks in rank order, and
+// bucket_assign copies each parameter another rank updated out of it, in place.
+//
 // all_reduce calls the communicator of the kernel's DeviceContext (device/communicator.h);
 // with none (one process) it is the identity, so the same graph runs in one process.
 // None of these ops is differentiable: they run after autograd.
@@ -27,7 +32,7 @@ const std::vector<DType> kBucketTypes = {DType::f32, DType::f64};
 // Copies `bytes` on the kernel's device (stream-ordered on CUDA, capturable in a graph).
 void device_copy(KernelContext& ctx, void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
-  const Device d = ctx.outputs[0].device();
+  const Device d = ctx.inputs[0].device();
   if (d.is_cpu())
     std::memcpy(dst, src, bytes);
   else
@@ -144,6 +149,72 @@ void define_all_reduce(OpRegistry& r) {
   op.kernels.push_back({DeviceType::cuda, {}, fn});
 }
 
+// The communicator a collective kernel uses, checked against the ranks the graph was built for.
+Communicator* checked_communicator(KernelContext& ctx, int64_t ranks, const Device& device) {
+  Communicator* comm = ctx.device.communicator();
+  const int64_t world = comm == nullptr ? 1 : comm->world_size();
+  QG_CHECK(world == ranks, ctx.op, "built for ", ranks, " ranks (attribute 'ranks'), the run has ",
+           world);
+  if (comm != nullptr)
+    QG_CHECK(comm->memory() == device.type, ctx.op, "the ", comm->backend(), " communicator takes ",
+             device_type_name(comm->memory()), " buffers, this op runs on ", device.str());
+  return comm;
+}
+
+void define_all_gather(OpRegistry& r) {
+  OpDef& op = r.define("all_gather");
+  op.doc = "Every rank's x (flat), concatenated in rank order: `ranks` x numel(x) elements.";
+  op.inputs = {"x"};
+  op.outputs = {"y"};
+  op.attrs = {int_attr("ranks", std::nullopt, "ranks of the run (the communicator's size)", 1)};
+  op.infer = [](const InferContext& ctx) {
+    expect_rank(ctx, 0, 1);
+    return std::vector<TensorType>{
+        {ctx.inputs[0].dtype, {ctx.attrs.get_int("ranks") * ctx.inputs[0].numel()}}};
+  };
+  KernelFn fn = [](KernelContext& ctx) {
+    const Tensor& x = ctx.inputs[0];
+    Tensor& y = ctx.outputs[0];
+    Communicator* comm = checked_communicator(ctx, ctx.attrs.get_int("ranks"), y.device());
+    if (comm == nullptr) {
+      device_copy(ctx, y.raw_data(), x.raw_data(), x.nbytes());
+      return;
+    }
+    if (x.numel() > 0)
+      comm->all_gather(x.raw_data(), y.raw_data(), static_cast<int64_t>(x.nbytes()),
+                       ctx.device.stream());
+  };
+  op.kernels.push_back({DeviceType::cpu, {}, fn});
+  op.kernels.push_back({DeviceType::cuda, {}, fn});
+}
+
+void define_bucket_assign(OpRegistry& r) {
+  OpDef& op = r.define("bucket_assign");
+  op.doc =
+      "Overwrites target, in place, with the bucket's elements [offset, offset + numel(target)) "
+      "(a parameter another rank updated).";
+  op.inputs = {"target", "bucket"};
+  op.attrs = {int_attr("offset", std::nullopt, "first element", 0)};
+  op.infer = [](const InferContext& ctx) {
+    expect_same_dtype(ctx, 0, 1);
+    expect_rank(ctx, 1, 1);
+    checked_offset(ctx, ctx.inputs[1].numel(), ctx.inputs[0].numel());
+    return std::vector<TensorType>{};
+  };
+  op.side_effects = true;
+  KernelFn fn = [](KernelContext& ctx) {
+    Tensor& target = ctx.inputs[0];
+    QG_CHECK(target.is_contiguous(), ctx.op, "the target ", target.str(), " is not contiguous");
+    if (Communicator* comm = ctx.device.communicator())
+      comm->wait_for(ctx.inputs[1].raw_data(), ctx.device.stream());
+    const auto* src = static_cast<const char*>(ctx.inputs[1].raw_data());
+    device_copy(ctx, target.raw_data(),
+                src + ctx.attrs.get_int("offset") * dtype_size(target.dtype()), target.nbytes());
+  };
+  op.kernels.push_back({DeviceType::cpu, kBucketTypes, fn});
+  op.kernels.push_back({DeviceType::cuda, kBucketTypes, fn});
+}
+
 }  // namespace
 
 void define_collective_ops(OpRegistry& r) {
@@ -151,6 +222,8 @@ void define_collective_ops(OpRegistry& r) {
   define_bucket_put(r);
   define_bucket_get(r);
   define_all_reduce(r);
+  define_all_gather(r);
+  define_bucket_assign(r);
 }
 
 }  // namespace qg

@@ -17,6 +17,7 @@
 // channel_div_grad_kernel's stretch_sums shape (not the per-plane walk of bn_dx_kernel): the
 // elementwise dx values do not depend on the walk, the ds partials do.
 #include "core/graph.h"
+#include "device/communicator.h"
 #include "ops/common/dispatch_f32_f64.h"
 #include "ops/common/exact_divisor.h"
 #include "ops/norm/channel_cuda.cuh"
@@ -90,6 +91,16 @@ __global__ void cdbn_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x
       });
 }
 
+// The fused kernels have no point between a rank's sums and their use where the ranks could
+// combine theirs: compile() leaves this fusion out when SyncBatchNorm is on, and a graph fused
+// by other means is refused rather than run with one rank's statistics.
+void refuse_batch_norm_sync(const KernelContext& ctx) {
+  const Communicator* comm = ctx.device.batch_norm_sync();
+  QG_CHECK(comm == nullptr || comm->world_size() < 2, ctx.op, "SyncBatchNorm over ",
+           comm ? comm->world_size() : 0,
+           " ranks needs channel_div and batch_norm unfused (disable fuse_channel_div_batch_norm)");
+}
+
 template <typename T>
 void forward_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
@@ -97,6 +108,7 @@ void forward_cuda(KernelContext& ctx) {
   ChannelDims d = channel_dims(x.shape());
   auto st = cuda_stream(ctx.device);
   QG_CHECK(d.c <= 65535, ctx.op, "at most 65535 channels (one grid row each), got ", x.str());
+  if (ctx.training) refuse_batch_norm_sync(ctx);
   if (ctx.training)
     QG_CHECK(d.m > 1, ctx.op, "expected more than 1 value per channel when training, got input ",
              x.str());
@@ -131,6 +143,7 @@ void backward_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[1];
   ChannelDims d = channel_dims(x.shape());
   auto st = cuda_stream(ctx.device);
+  refuse_batch_norm_sync(ctx);
   if (d.c == 0) return;
   QG_CHECK(d.c <= 65535, ctx.op, "at most 65535 channels (one grid row each), got ", x.str());
   const T* s = in_ptr<T>(ctx.inputs[2]);

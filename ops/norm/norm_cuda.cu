@@ -7,10 +7,15 @@
 //   channel_div: element-wise; its backward writes dx and the per-channel sums in one pass.
 //   layer_norm:  f32 rows of up to 1024 elements a warp each (the row in registers),
 //                longer or f64 rows a block each; the backward in layer_norm_backward_cuda.cuh.
+// SyncBatchNorm (DeviceContext::batch_norm_sync, as norm_cpu.cpp): the per-channel f64 sums
+// of every rank are added (one NCCL all-reduce) before the finalize kernel, which then sees
+// one stretch per channel and the global count. In the backward, dgamma and dbeta keep this
+// rank's sums (the gradient sync averages them); the dx coefficients take the global ones.
 #include <algorithm>
 #include <type_traits>
 
 #include "core/graph.h"
+#include "device/communicator.h"
 #include "ops/common/dispatch_f32_f64.h"
 #include "ops/norm/channel_cuda.cuh"
 #include "ops/norm/layer_norm_backward_cuda.cuh"
@@ -68,6 +73,37 @@ __global__ void bn_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x,
       });
 }
 
+// Per-channel totals of the stretch partials, in stretch order (as the finalize kernels add).
+__global__ void bn_collapse_kernel(const double2* partial, ChannelDims d, double2* total) {
+  for (int64_t ch = global_thread(); ch < d.c; ch += global_stride()) {
+    double2 s = make_double2(0, 0);
+    for (int i = 0; i < d.splits; ++i) s = add2(s, partial[ch * d.splits + i]);
+    total[ch] = s;
+  }
+}
+
+// The global batch's per-channel sums in place of the partials: one stretch per channel over
+// world x m values. Returns the dims the finalize kernels then read them with.
+ChannelDims sync_channel_sums(Communicator& comm, Tensor& partial, ChannelDims d,
+                              const Device& device, cudaStream_t s, const std::string& op) {
+  Tensor total = Tensor::empty({d.c * 2}, DType::f64, device);
+  auto fin = elementwise_launch(d.c);
+  bn_collapse_kernel<<<fin.blocks, fin.threads, 0, s>>>(in_ptr<double2>(partial), d,
+                                                        out_ptr<double2>(total));
+  QG_CUDA_CHECK_LAUNCH(op);
+  comm.all_reduce(total.raw_data(), 2 * d.c, DType::f64, ReduceOp::sum, s);
+  comm.wait_for(total.raw_data(), s);
+  partial = total;
+  d.splits = 1;
+  d.m *= comm.world_size();
+  return d;
+}
+
+Communicator* bn_sync(const KernelContext& ctx) {
+  Communicator* comm = ctx.device.batch_norm_sync();
+  return comm != nullptr && comm->world_size() > 1 ? comm : nullptr;
+}
+
 template <typename T>
 void batch_norm_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
@@ -86,9 +122,15 @@ void batch_norm_cuda(KernelContext& ctx) {
         in_ptr<T>(x), frozen, d, out_ptr<double2>(partial));
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   }
+  // With `frozen` set (read on the device) the partials are unused, synced or not; every rank
+  // calls the collective either way, as the flag is the same on all of them.
+  ChannelDims fd = d;
+  if (partial.defined())
+    if (Communicator* comm = bn_sync(ctx))
+      fd = sync_channel_sums(*comm, partial, d, x.device(), s, ctx.op);
   auto fin = elementwise_launch(std::max<int64_t>(d.c, 1));
   bn_finalize_kernel<T><<<fin.blocks, fin.threads, 0, s>>>(
-      partial.defined() ? in_ptr<double2>(partial) : nullptr, frozen, ctx.training, d,
+      partial.defined() ? in_ptr<double2>(partial) : nullptr, frozen, ctx.training, fd,
       ctx.attrs.get_real("eps"), ctx.attrs.get_real("momentum"), out_ptr<T>(ctx.inputs[3]),
       out_ptr<T>(ctx.inputs[4]), out_ptr<T>(ctx.outputs[1]), out_ptr<T>(ctx.outputs[2]),
       out_ptr<T>(ctx.outputs[3]));
@@ -124,6 +166,15 @@ void batch_norm_backward_cuda(KernelContext& ctx) {
       in_ptr<double2>(partial), in_ptr<T>(ctx.inputs[2]), invstd, in_ptr<T>(ctx.inputs[5]), d,
       out_ptr<T>(ctx.outputs[1]), out_ptr<T>(ctx.outputs[2]), out_ptr<T>(coef));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
+  if (Communicator* comm = d.m > 0 ? bn_sync(ctx) : nullptr) {
+    // The dx coefficients again, from the global sums; dgamma and dbeta stay this rank's.
+    ChannelDims gd = sync_channel_sums(*comm, partial, d, x.device(), s, ctx.op);
+    Tensor unused = Tensor::empty({2 * d.c}, x.dtype(), x.device());
+    bn_grad_finalize_kernel<T><<<fin.blocks, fin.threads, 0, s>>>(
+        in_ptr<double2>(partial), in_ptr<T>(ctx.inputs[2]), invstd, in_ptr<T>(ctx.inputs[5]), gd,
+        out_ptr<T>(unused), out_ptr<T>(unused) + d.c, out_ptr<T>(coef));
+    QG_CUDA_CHECK_LAUNCH(ctx.op);
+  }
   const int64_t total = x.numel();
   if (total == 0) return;
   auto app = elementwise_launch(total);

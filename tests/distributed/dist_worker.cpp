@@ -37,10 +37,12 @@ std::string hex_of(const Tensor& t) {
   return s;
 }
 
-// FNV-1a over every state of `exec` (parameters, moments, observer statistics).
-std::string state_digest(Executor& exec) {
+// FNV-1a over every state of `exec` (parameters, moments, observer statistics); with
+// `optimizer` false, over all but the optimizer's (Adam's) states.
+std::string state_digest(Executor& exec, bool optimizer = true) {
   uint64_t h = 1469598103934665603ull;
   for (const auto& [key, t] : state_index(exec)) {
+    if (!optimizer && key.find(".adam/") != std::string::npos) continue;
     for (char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
     Tensor c = t->device().is_cpu() ? *t : t->to(Device::cpu());
     const auto* p = static_cast<const unsigned char*>(c.raw_data());
@@ -212,6 +214,43 @@ void train(Communicator* c, const std::string& kind, std::ostream& out) {
   });
 }
 
+// ---- ZeRO-1: the same training with the optimizer state sharded ("on") or not ("off"). Each
+// step prints the loss and the digest of everything but the optimizer state (which a sharded
+// rank holds only in part); then rank 0 writes <dir>/zero1_<arg>.qgck.
+void zero1(Communicator* c, const std::string& arg, const std::string& dir, std::ostream& out,
+           Device device = Device::cpu()) {
+  nn::Dataset all = nn::load_digits();
+  nn::Dataset data = head(all, 240), test = head(all, 48);
+  nn::TrainConfig cfg = small_config("mlp", c, 48);
+  cfg.device = device;
+  cfg.shard_optimizer_states = arg == "on";
+  nn::Trainer t(cfg, data, test);
+  int64_t k = 0;
+  t.train_epoch([&](const nn::StepInfo& info) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.9g", info.loss);
+    out << "step " << ++k << " loss " << buf << " state " << state_digest(t.executor(), false)
+        << '\n';
+  });
+  out << "optimizer_state_bytes " << t.optimizer_state_bytes() << '\n';
+  t.save_checkpoint(dir + "/zero1_" + arg + ".qgck");
+  out << "final " << state_digest(t.executor(), !cfg.shard_optimizer_states) << '\n';
+}
+
+// Loads <dir>/zero1_on.qgck (written by 2 sharded ranks) into this run, sharded ("on") or not
+// ("off"), and prints the digests of what it holds.
+void zero1_resume(Communicator* c, const std::string& arg, const std::string& dir,
+                  std::ostream& out) {
+  nn::Dataset all = nn::load_digits();
+  nn::Dataset data = head(all, 240), test = head(all, 48);
+  nn::TrainConfig cfg = small_config("mlp", c, 48);
+  cfg.shard_optimizer_states = arg == "on";
+  nn::Trainer t(cfg, data, test);
+  t.load_checkpoint(dir + "/zero1_on.qgck");
+  out << "final " << state_digest(t.executor(), !cfg.shard_optimizer_states) << '\n';
+  out << "optimizer_state_bytes " << t.optimizer_state_bytes() << '\n';
+}
+
 // ---- calibration (PTQ): `batches` global batches of 32 rows, each rank observing its share;
 // the observers end as one process's observing the same rows.
 void calibrate(Communicator* c, std::ostream& out) {
@@ -248,8 +287,8 @@ void fault(Communicator* c, const std::string& mode, const std::string& dir, std
   out << "epoch 2 done\n";
 }
 
-// ---- NCCL (2-GPU machine): collectives on device buffers, and W8A8 QAT of a model without
-// batch norms on N GPUs against one GPU (gradients and observer statistics through NCCL).
+// ---- NCCL (2-GPU machine): collectives on device buffers, and W8A8 QAT on N GPUs against
+// one GPU (gradients, observer and batch-norm statistics through NCCL).
 void collectives_cuda(Communicator& c, std::ostream& out) {
   const int r = c.rank(), n = c.world_size();
   const Device dev = Device::cuda(c.rank());
@@ -272,7 +311,6 @@ void train_cuda(Communicator* c, const std::string& kind, int local_rank, std::o
   nn::Dataset data = head(all, 240), test = head(all, 48);
   nn::TrainConfig cfg = small_config(kind, c, 48);
   cfg.device = Device::cuda(local_rank);
-  cfg.sync_batch_norm = false;  // CPU ranks only so far; these models have no batch norm
   nn::Trainer t(cfg, data, test);
   int64_t k = 0;
   double prev = 0;
@@ -321,6 +359,13 @@ int main(int argc, char** argv) {
     else if (scenario == "observers_cuda")
       observers(group && world > 1 ? &group->communicator(Device::cuda(rank)) : nullptr, false, out,
                 Device::cuda(rank));
+    else if (scenario == "zero1")
+      zero1(c, arg, dir, out);
+    else if (scenario == "zero1_cuda")
+      zero1(group && world > 1 ? &group->communicator(Device::cuda(rank)) : nullptr, arg, dir, out,
+            Device::cuda(rank));
+    else if (scenario == "zero1_resume")
+      zero1_resume(c, arg, dir, out);
     else if (scenario == "calibrate")
       calibrate(c, out);
     else if (scenario == "fault")

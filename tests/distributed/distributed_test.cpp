@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "nn/checkpoint.h"
 #include "nn/digits.h"
 #include "nn/trainer.h"
 #include "runtime/distributed/launch.h"
@@ -281,6 +282,58 @@ TEST(DataParallel, CalibrationMatchesOneProcess) {
   for (int k = 0; k < 2; ++k) EXPECT_EQ(read_file(result_file(dir, "calibrate", 2, k)), want);
 }
 
+// ZeRO-1: 2 and 3 sharded ranks train bit for bit as 2 unsharded ranks (the same averaged
+// gradients reach the same update, whichever rank applies it), each holding a share of the
+// optimizer state; rank 0's checkpoint holds the unsharded run's states byte for byte, and resumes
+// into one process and into 3 sharded ranks.
+TEST(DataParallel, ShardedOptimizerStateTrainsAsUnsharded) {
+  SKIP_WITHOUT_GLOO();
+  const std::string dir = scratch("zero1");
+  ASSERT_EQ(run_workers(2, {"zero1", dir, "off"}).failed_rank, -1)
+      << read_file(dir + "/err_r0.txt");
+  const std::vector<std::string> plain = lines_of(result_file(dir, "zero1_off", 2, 0));
+  ASSERT_EQ(plain.size(), 7u);  // 5 steps, the state bytes, the final digest
+  const int64_t full = std::stoll(plain[5].substr(plain[5].find(' ') + 1));
+  for (int n : {3, 2}) {  // 2 last: its checkpoint is the one the resumes below load
+    ASSERT_EQ(run_workers(n, {"zero1", dir, "on"}).failed_rank, -1)
+        << read_file(dir + "/err_r0.txt") << read_file(dir + "/err_r1.txt");
+    int64_t held = 0;
+    for (int k = 0; k < n; ++k) {
+      const std::vector<std::string> mine = lines_of(result_file(dir, "zero1_on", n, k));
+      ASSERT_EQ(mine.size(), plain.size());
+      // Two ranks: each step's loss (on this rank's shard) and state as unsharded. Three ranks
+      // sum the gradients in another order: their states agree among themselves.
+      const std::vector<std::string> ref = n == 2 ? lines_of(result_file(dir, "zero1_off", 2, k))
+                                                  : lines_of(result_file(dir, "zero1_on", 3, 0));
+      for (size_t i = 0; i < 5; ++i) {
+        if (n == 2) EXPECT_EQ(mine[i], ref[i]) << "rank " << k << " of " << n;
+        EXPECT_EQ(mine[i].substr(mine[i].find("state")), ref[i].substr(ref[i].find("state")))
+            << "rank " << k << " of " << n;
+      }
+      const int64_t bytes = std::stoll(mine[5].substr(mine[5].find(' ') + 1));
+      EXPECT_LT(bytes, full) << "rank " << k << " of " << n;
+      held += bytes;
+    }
+    EXPECT_EQ(held, full) << n << " ranks";
+  }
+  // Section for section (the history differs in its wall times only).
+  const std::vector<nn::CheckpointSection> a = nn::read_checkpoint(dir + "/zero1_on.qgck"),
+                                           b = nn::read_checkpoint(dir + "/zero1_off.qgck");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name, b[i].name);
+    if (a[i].name != "history") EXPECT_TRUE(a[i].payload == b[i].payload) << a[i].name;
+  }
+  ASSERT_EQ(run_workers(1, {"zero1_resume", dir, "off"}).failed_rank, -1)
+      << read_file(dir + "/err_r0.txt");
+  EXPECT_EQ(lines_of(result_file(dir, "zero1_resume_off", 1, 0))[0], plain[6]);
+  ASSERT_EQ(run_workers(3, {"zero1_resume", dir, "on"}).failed_rank, -1)
+      << read_file(dir + "/err_r0.txt");
+  const std::string params = lines_of(result_file(dir, "zero1_on", 2, 0))[6];
+  for (int k = 0; k < 3; ++k)
+    EXPECT_EQ(lines_of(result_file(dir, "zero1_resume_on", 3, k))[0], params) << "rank " << k;
+}
+
 // ---------------------------------------------------------------- faults
 // Rank 1 fails in the second epoch. Every rank exits non-zero on its own (not stopped by the
 // launcher) with an error, and the checkpoint of the first epoch, written by rank 0, loads
@@ -359,12 +412,11 @@ TEST(Nccl, ObserversOnTwoGpusMatchOne) {
   for (int k = 0; k < 2; ++k) EXPECT_EQ(lines_of(result_file(dir, "observers_cuda", 2, k)), want);
 }
 
-// W8A8 QAT of models without batch norms (SyncBatchNorm runs on CPU ranks only so far): the
-// gradients and the observer statistics go through NCCL, so two GPUs match one on the global
-// batch.
+// W8A8 QAT: the gradients, the observer statistics and (CNN) the batch-norm statistics go
+// through NCCL, so two GPUs match one on the global batch.
 TEST(Nccl, QatTrainingOnTwoGpusMatchesOne) {
   if (!two_gpus()) GTEST_SKIP() << "needs NCCL and QG_TEST_GPUS >= 2";
-  for (const std::string model : {"mlp", "transformer"}) {
+  for (const std::string model : {"mlp", "transformer", "cnn"}) {
     const std::string dir = scratch("nccl_train_" + model);
     dist::LaunchResult one = run_workers(1, {"train_cuda", dir, model});
     ASSERT_EQ(one.failed_rank, -1) << one.what << read_file(dir + "/err_r0.txt");
@@ -389,6 +441,35 @@ TEST(Nccl, QatTrainingOnTwoGpusMatchesOne) {
       EXPECT_NEAR((lb + lc) / 2, la, 1e-4 * std::fabs(la)) << model << " step " << i + 1;
     }
   }
+}
+
+// ZeRO-1 on two GPUs: the sharded run's states equal the unsharded run's after every step,
+// each GPU holds a share of the Adam state, and the checkpoints hold the same states.
+TEST(Nccl, ShardedOptimizerStateOnTwoGpusTrainsAsUnsharded) {
+  if (!two_gpus()) GTEST_SKIP() << "needs NCCL and QG_TEST_GPUS >= 2";
+  const std::string dir = scratch("nccl_zero1");
+  for (const char* arg : {"off", "on"}) {
+    dist::LaunchResult r = run_workers(2, {"zero1_cuda", dir, arg});
+    ASSERT_EQ(r.failed_rank, -1) << r.what << read_file(dir + "/err_r0.txt");
+  }
+  int64_t full = 0, held = 0;
+  for (int k = 0; k < 2; ++k) {
+    const auto off = lines_of(result_file(dir, "zero1_cuda_off", 2, k));
+    const auto on = lines_of(result_file(dir, "zero1_cuda_on", 2, k));
+    ASSERT_EQ(off.size(), 7u);
+    ASSERT_EQ(on.size(), off.size());
+    for (size_t i = 0; i < 5; ++i) EXPECT_EQ(on[i], off[i]) << "rank " << k;
+    full = std::stoll(off[5].substr(off[5].find(' ') + 1));
+    const int64_t mine = std::stoll(on[5].substr(on[5].find(' ') + 1));
+    EXPECT_LT(mine, full);
+    held += mine;
+  }
+  EXPECT_EQ(held, full);
+  const auto a = nn::read_checkpoint(dir + "/zero1_on.qgck"),
+             b = nn::read_checkpoint(dir + "/zero1_off.qgck");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].name != "history") EXPECT_TRUE(a[i].payload == b[i].payload) << a[i].name;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "nn/trainer.h"
 #include "runtime/compile.h"
 #include "runtime/distributed/gradient_sync.h"
+#include "runtime/distributed/optimizer_sharding.h"
 #include "tests/core/test_util.h"
 
 namespace qg {
@@ -77,6 +78,76 @@ TEST(GradientSync, OneProcessIsTheIdentityAndBucketsFollowTheCap) {
   }
 }
 
+// ZeRO-1's plan, hand-checked: largest first onto the least-loaded rank, every rank owning
+// one parameter at least, offsets in parameter order within a shard.
+TEST(OptimizerSharding, PlanBalancesWholeParameters) {
+  dist::ShardPlan p = dist::plan_optimizer_shards({12, 4, 8, 4}, 2);
+  // 12 -> rank 0; 8 -> rank 1 (owns nothing yet); the first 4 -> rank 1 (load 8 < 12); the
+  // second 4 -> rank 0 (loads 12 and 12: the lower rank).
+  EXPECT_EQ(p.owner, (std::vector<int>{0, 1, 1, 0}));
+  EXPECT_EQ(p.offset, (std::vector<int64_t>{0, 0, 4, 12}));
+  EXPECT_EQ(p.shard_elements, 16);
+  dist::ShardPlan q = dist::plan_optimizer_shards({100, 1, 1}, 3);
+  EXPECT_EQ(q.owner, (std::vector<int>{0, 1, 2}));  // the empty ranks take the small ones
+  EXPECT_EQ(q.shard_elements, 100);
+  expect_error(
+      [] {
+        dist::plan_optimizer_shards({5, 5}, 3);
+      },
+      {"zero1", "2 parameters", "3 ranks"});
+}
+
+// In one process the sharded optimizer is the whole optimizer plus an all-gather that is a
+// copy: the parameters and moments equal the plain optimizer's, bit for bit.
+TEST(OptimizerSharding, OneRankTrainsAsTheUnshardedOptimizer) {
+  Model plain, sharded;
+  TrainingSpec a{plain.loss, plain.params, nn::optimizer_nodes({"adam", 1e-2}), {}};
+  TrainingSpec b{sharded.loss,
+                 sharded.params,
+                 dist::shard_optimizer_states(nn::optimizer_nodes({"adam", 1e-2}), 0, 1),
+                 {}};
+  CompileOptions options;
+  options.passes.disabled = {"all"};
+  CompiledStep sa(plain.g, a, options), sb(sharded.g, b, options);
+  EXPECT_EQ(count_ops(sharded.g, "all_gather"), 1);
+  EXPECT_EQ(count_ops(sharded.g, "adam"), 3);
+  for (int step = 0; step < 3; ++step) {
+    sa.train(feeds(), {});
+    sb.train(feeds(), {});
+  }
+  auto sa_states = state_index(sa.executor()), sb_states = state_index(sb.executor());
+  ASSERT_EQ(sa_states.size(), sb_states.size());
+  for (const auto& [key, t] : sa_states) {
+    ASSERT_TRUE(sb_states.count(key)) << key;
+    const Tensor& u = *sb_states.at(key);
+    ASSERT_EQ(t->nbytes(), u.nbytes()) << key;
+    EXPECT_EQ(std::memcmp(t->raw_data(), u.raw_data(), u.nbytes()), 0) << key;
+  }
+}
+
+// A rank of two owns w2 and b1 (12 elements): only their steps are built, and the others'
+// parameters are copied out of the gathered shards at their owners' offsets.
+TEST(OptimizerSharding, ARankBuildsOnlyItsStepsAndCopiesTheRest) {
+  Model m;
+  OptimizerNodes sharded = dist::shard_optimizer_states(nn::optimizer_nodes({"adam", 1e-2}), 1, 2);
+  std::vector<NodeId> targets = sharded(m.g, m.params, m.params);  // any f32 values as grads
+  EXPECT_EQ(count_ops(m.g, "adam"), 2);
+  EXPECT_EQ(count_ops(m.g, "bucket_assign"), 1);
+  EXPECT_EQ(targets.size(), 3u);
+  const Node& assign = m.g.node(targets.back());
+  EXPECT_EQ(assign.op->name, "bucket_assign");
+  EXPECT_EQ(assign.inputs[0], m.params[0]);  // w1, rank 0's, at offset 0 of rank 0's shard
+  EXPECT_EQ(assign.attrs.get_int("offset"), 0);
+  const TensorType gathered = m.g.value(assign.inputs[1]).type;
+  EXPECT_EQ(gathered.shape, (Shape{2 * 12}));  // shards padded to the larger one (12, 12)
+  expect_error([] { dist::shard_optimizer_states({}, 0, 2); }, {"zero1", "no optimizer"});
+  expect_error(
+      [] {
+        dist::shard_optimizer_states(nn::optimizer_nodes({"adam", 1e-2}), 2, 2);
+      },
+      {"zero1", "rank 2 of 2"});
+}
+
 TEST(CollectiveOps, BadOffsetsAndShapesAreErrorsNamingTheValues) {
   Graph g;
   ValueId x = g.input("x", {DType::f32, {2, 3}});
@@ -101,6 +172,32 @@ TEST(CollectiveOps, BadOffsetsAndShapesAreErrorsNamingTheValues) {
         g.apply1("all_reduce", {x}, {{"op", std::string("mean")}});
       },
       {"all_reduce", "mean"});
+  expect_error(
+      [&] {
+        g.apply1("all_gather", {x}, {{"ranks", int64_t{2}}});
+      },
+      {"all_gather", "rank"});
+  expect_error(
+      [&] {
+        g.apply1("all_gather", {b}, {{"ranks", int64_t{0}}});
+      },
+      {"all_gather", "ranks"});
+  ValueId y = g.input("y", {DType::f32, {4}});
+  expect_error(
+      [&] {
+        g.apply("bucket_assign", {y, b}, {{"offset", int64_t{7}}});
+      },
+      {"bucket_assign", "offset' = 7", "4 elements", "bucket of 10"});
+  // A graph built for two ranks, run in one process: an error naming both counts.
+  Graph h;
+  ValueId v = h.input("v", {DType::f32, {3}});
+  ValueId all = h.apply1("all_gather", {v}, {{"ranks", int64_t{2}}});
+  Executor ex(h, Device::cpu());
+  expect_error(
+      [&] {
+        ex.run({{"v", Tensor::from_doubles({3}, {1, 2, 3}, DType::f32)}}, {all});
+      },
+      {"all_gather", "built for 2 ranks", "has 1"});
 }
 
 // A stand-in group of two, for the trainer's checks (no collective is ever called).
@@ -144,9 +241,6 @@ TEST(DataParallelTrainer, RefusesWhatItCannotDoRight) {
   c.drop_last = true;
   c.mlp.batch = 40;  // a global batch of 80 rows > 64
   expect_error([&] { nn::Trainer t(c, data, data); }, {"64 rows", "40 x 2 ranks"});
-  c.mlp.batch = 16;
-  c.device = Device::cuda();  // SyncBatchNorm on CUDA ranks is not there yet
-  expect_error([&] { nn::Trainer t(c, data, data); }, {"SyncBatchNorm", "--no-sync-bn"});
 }
 
 }  // namespace
