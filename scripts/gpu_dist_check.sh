@@ -15,6 +15,8 @@ build=${BUILD_DIR:-build-dist}
 summary=()
 note() { summary+=("$1"); echo "$1"; }
 [ -d .glooroot ] && cp -rn .glooroot/. / 2>/dev/null
+# The build dependencies the image lacks (scripts/pack_gpu_deps.sh).
+if [ -d .gpudeps/root ] && [ ! -f /usr/include/eigen3/Eigen/Core ]; then cp -rn .gpudeps/root/. /; fi
 # The digits data: the GPU image's sklearn ships the same CSV.
 if [ -z "${QG_DIGITS_CSV:-}" ] && [ ! -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ]; then
   QG_DIGITS_CSV=$(python3 -c "import os, sklearn; print(os.path.join(os.path.dirname(sklearn.__file__), 'datasets', 'data', 'digits.csv.gz'))" 2>/dev/null) && export QG_DIGITS_CSV
@@ -63,7 +65,11 @@ for spec in "${specs[@]}"; do
   timeout 180 "$qat" train --model "$model" "${q[@]}" --device cuda --batch "$batch" \
     --time-steps "$steps" --nproc 2 --no-sync-observers --no-sync-bn >"$out/step_${model}_2gpu_nosync.log" 2>&1
   t3=$(grep -oE '[0-9.]+ us' "$out/step_${model}_2gpu_nosync.log" | tr '\n' ' ')
-  note "$model W8A8 QAT step, batch $batch per GPU: 1 GPU $t1; 2 GPUs (global batch $((2 * batch))) statistics sync on $t2; off $t3"
+  timeout 180 "$qat" train --model "$model" "${q[@]}" --device cuda --batch "$batch" \
+    --time-steps "$steps" --nproc 2 --zero1 >"$out/step_${model}_2gpu_zero1.log" 2>&1
+  t4=$(grep -oE '[0-9.]+ us' "$out/step_${model}_2gpu_zero1.log" | tr '\n' ' ')
+  note "$model W8A8 QAT step, batch $batch per GPU: 1 GPU $t1; 2 GPUs (global batch $((2 * batch))) statistics sync on $t2; off $t3; sync on + --zero1 $t4"
+  note "  optimizer state per rank: $(grep -ohE 'optimizer state [0-9]+ bytes' "$out/step_${model}_2gpu.log" | head -1 | tr -dc '0-9') bytes; --zero1: $(grep -ohE 'optimizer state [0-9]+ bytes' "$out/step_${model}_2gpu_zero1.log" | tr -dc '0-9 ' | tr -s ' ')"
   grep -m1 -i "error" "$out/step_${model}_2gpu.log"
   if [ -z "${SKIP_TORCH:-}" ]; then
     timeout 120 python3 scripts/torch_ddp_qat_bench.py --model "$model" --batch "$batch" --world 1 \
