@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -86,7 +87,26 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const LaunchEnv& env,
   return g;
 }
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+  // The watchdog says goodbye first, then rank 0 keeps the store up until every watched peer
+  // has said its own (or is gone), so no peer still finishing takes the store's exit for
+  // rank 0's death.
+  watchdog_.reset();
+  if (server_) server_->wait_for_watchers(env_.rank, options_.timeout);
+}
+
+void ProcessGroup::start_watchdog(Watchdog::Handler on_failure) {
+  if (watchdog_ || env_.world_size == 1) return;
+  if (!on_failure)
+    on_failure = [](const std::string& message) {
+      std::fprintf(stderr, "qatgraph watchdog: %s; ending this process\n", message.c_str());
+      std::fflush(stderr);
+      std::_Exit(3);
+    };
+  watchdog_ = std::make_unique<Watchdog>(env_.master_addr, env_.master_port, env_.rank,
+                                         env_.world_size, options_.timeout,
+                                         std::chrono::milliseconds(200), std::move(on_failure));
+}
 
 Communicator& ProcessGroup::communicator(Device device) {
   if (device.is_cpu()) {
@@ -107,6 +127,8 @@ Communicator& ProcessGroup::communicator(Device device) {
       cuda_ =
           make_nccl_communicator(env_.rank, env_.world_size, device.index, *client_,
                                  options_.timeout, [self] { return self->reported_failures(); });
+      const char* off = std::getenv("QG_DIST_WATCHDOG");
+      if (off == nullptr || std::string(off) != "0") start_watchdog();
 #endif
     }
   }

@@ -9,7 +9,9 @@
 // overrides). A rank that raises calls report_failure() before it exits, and its peers'
 // collectives then fail at once (its connections close) with an error that quotes the
 // report; a rank that dies without reporting is named by the launcher (qat train --nproc),
-// and its peers fail with a "peer closed the connection" error.
+// and its peers fail with a "peer closed the connection" error. NCCL collectives wait on the
+// GPU, where no timeout reaches: there the watchdog (watchdog.h) ends every rank whose peer
+// failed or died.
 #pragma once
 
 #include <chrono>
@@ -20,6 +22,7 @@
 #include "device/communicator.h"
 #include "runtime/distributed/launch_env.h"
 #include "runtime/distributed/tcp_store.h"
+#include "runtime/distributed/watchdog.h"
 
 namespace qg::dist {
 
@@ -48,6 +51,10 @@ class ProcessGroup {
   // "rank 1 reported: ..." for every rank that reported a failure; empty when none did or
   // the store cannot be reached.
   std::string reported_failures() noexcept;
+  // Starts the watchdog (watchdog.h) if it is not running, in a group of more than one. The
+  // NCCL communicator starts it with the default handler, which prints the message and ends
+  // the process with exit code 3 (QG_DIST_WATCHDOG=0 leaves it off).
+  void start_watchdog(Watchdog::Handler on_failure = {});
 
  private:
   ProcessGroup() = default;
@@ -57,6 +64,7 @@ class ProcessGroup {
   std::unique_ptr<TcpStoreClient> client_;
   std::unique_ptr<Communicator> cpu_;
   std::unique_ptr<Communicator> cuda_;
+  std::unique_ptr<Watchdog> watchdog_;
 };
 
 // Whether this build has each backend.

@@ -16,7 +16,7 @@
 namespace qg::dist {
 namespace {
 
-constexpr uint8_t kSet = 1, kGet = 2, kAdd = 3;
+constexpr uint8_t kSet = 1, kGet = 2, kAdd = 3, kWatch = 4, kBye = 5;
 // No key or value of a rendezvous comes near this; a larger length is a corrupt stream.
 constexpr uint32_t kMaxLength = 64u << 20;
 
@@ -141,7 +141,37 @@ void TcpStoreServer::accept_loop() {
   }
 }
 
+bool TcpStoreServer::wait_for_watchers(int except, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      bool any = false;
+      for (const auto& [rank, open] : watched_) any = any || (rank != except && open > 0);
+      if (!any) return true;
+    }
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 void TcpStoreServer::serve(int fd) {
+  // The rank this connection watches for (-1: none), and whether it said bye; a watched
+  // connection that ends any other way marks its rank gone.
+  int watched = -1;
+  bool said_bye = false;
+  struct Leave {
+    TcpStoreServer* server;
+    const int& watched;
+    const bool& said_bye;
+    ~Leave() {
+      if (watched < 0) return;
+      std::lock_guard<std::mutex> lock(server->mutex_);
+      --server->watched_[watched];
+      if (!said_bye && !server->stopping_)
+        server->data_["qg/gone/" + std::to_string(watched)] = "1";
+    }
+  } leave{this, watched, said_bye};
   // A malformed request or a closed connection ends this client's session only.
   while (!stopping_) {
     uint8_t command = 0;
@@ -165,6 +195,17 @@ void TcpStoreServer::serve(int fd) {
         }
       } else if (command == kAdd) {
         reply = i64_bytes(counters_[key] += bytes_i64(value));
+      } else if (command == kWatch && watched < 0) {
+        try {
+          watched = std::stoi(key);
+        } catch (const std::exception&) {
+          return;
+        }
+        ++watched_[watched];
+        reply = std::string(1, '\1');
+      } else if (command == kBye) {
+        said_bye = true;
+        reply = std::string(1, '\1');
       } else {
         return;
       }
@@ -262,6 +303,14 @@ std::string TcpStoreClient::get(const std::string& key, std::chrono::millisecond
 
 int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
   return bytes_i64(request(kAdd, key, i64_bytes(delta), false));
+}
+
+void TcpStoreClient::watch(int rank) {
+  request(kWatch, std::to_string(rank), "", false);
+}
+
+void TcpStoreClient::bye() {
+  request(kBye, "", "", false);
 }
 
 void TcpStoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {

@@ -8,6 +8,10 @@
 //   set  (1): stores value under key                  -> u8 1
 //   get  (2): value if the key is present             -> u8 found [, u32 length, bytes]
 //   add  (3): adds the i64 in value to the counter    -> i64 new value
+//   watch (4): this connection is rank <key>'s watch   -> u8 1
+//   bye   (5): the watched rank is leaving cleanly     -> u8 1
+// A watched connection that closes without `bye` marks its rank gone: the server sets
+// "qg/gone/<rank>", which the other ranks' watchdogs (watchdog.h) read.
 // Integers are little-endian. Waiting for a key is the client polling `get` until it is
 // there or the timeout passes, so the server never blocks on one client.
 #pragma once
@@ -33,6 +37,11 @@ class TcpStoreServer {
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
   int port() const { return port_; }
+  // Waits until no rank other than `except` holds a watched connection (every one said bye
+  // or is gone), up to `timeout`; false if some still do then. Rank 0 calls it before the
+  // store goes away, so a peer still finishing its run does not take the store's exit for
+  // rank 0's death.
+  bool wait_for_watchers(int except, std::chrono::milliseconds timeout);
 
  private:
   void accept_loop();
@@ -45,6 +54,7 @@ class TcpStoreServer {
   std::map<std::string, std::string> data_;
   std::map<std::string, int64_t> counters_;
   std::vector<int> clients_;
+  std::map<int, int> watched_;  // rank -> its open watched connections
   std::vector<std::thread> threads_;
   std::thread acceptor_;
 };
@@ -65,6 +75,10 @@ class TcpStoreClient {
   int64_t add(const std::string& key, int64_t delta);
   // Waits until every key is present; throws naming the first missing one.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // Makes this connection rank `rank`'s watch (closing it without bye() marks the rank gone),
+  // and says the clean goodbye.
+  void watch(int rank);
+  void bye();
 
   std::chrono::milliseconds timeout() const { return timeout_; }
   const std::string& endpoint() const { return endpoint_; }

@@ -251,6 +251,20 @@ void zero1_resume(Communicator* c, const std::string& arg, const std::string& di
   out << "optimizer_state_bytes " << t.optimizer_state_bytes() << '\n';
 }
 
+// ---- the watchdog: rank 1 dies; rank 0 sleeps as if in a GPU collective that never ends, and
+// its watchdog writes the message and ends it (exit code 3) long before the sleep is over.
+void watchdog(dist::ProcessGroup& group, const std::string& dir) {
+  const int rank = group.rank();
+  group.start_watchdog([dir, rank](const std::string& message) {
+    std::ofstream(dir + "/err_r" + std::to_string(rank) + ".txt") << message << '\n';
+    std::_Exit(3);
+  });
+  group.store().set("ready/" + std::to_string(rank), "1");
+  group.store().wait({"ready/0", "ready/1"}, std::chrono::seconds(30));
+  if (rank == 1) std::raise(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::seconds(40));
+}
+
 // ---- calibration (PTQ): `batches` global batches of 32 rows, each rank observing its share;
 // the observers end as one process's observing the same rows.
 void calibrate(Communicator* c, std::ostream& out) {
@@ -366,6 +380,8 @@ int main(int argc, char** argv) {
             Device::cuda(rank));
     else if (scenario == "zero1_resume")
       zero1_resume(c, arg, dir, out);
+    else if (scenario == "watchdog")
+      watchdog(*group, dir);
     else if (scenario == "calibrate")
       calibrate(c, out);
     else if (scenario == "fault")

@@ -7,9 +7,12 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "nn/checkpoint.h"
@@ -19,6 +22,7 @@
 #include "runtime/distributed/launch_env.h"
 #include "runtime/distributed/process_group.h"
 #include "runtime/distributed/tcp_store.h"
+#include "runtime/distributed/watchdog.h"
 
 namespace qg {
 namespace {
@@ -110,6 +114,62 @@ TEST(TcpStore, ServerGoneIsAnError) {
   server.reset();
   std::string v;
   EXPECT_THROW(a.try_get("k", v), Error);
+}
+
+// A connection watched for a rank marks it gone when it closes without a goodbye, and not
+// when it says one; rank 0's exit waits for the watched peers.
+TEST(TcpStore, WatchedConnectionsMarkTheirRankGoneUnlessTheySayBye) {
+  dist::TcpStoreServer server(0);
+  dist::TcpStoreClient reader("127.0.0.1", server.port(), 2s);
+  std::string v;
+  {
+    dist::TcpStoreClient one("127.0.0.1", server.port(), 2s), two("127.0.0.1", server.port(), 2s);
+    one.watch(1);
+    two.watch(2);
+    two.bye();
+    EXPECT_FALSE(server.wait_for_watchers(0, 50ms));  // both connections still open
+  }
+  EXPECT_TRUE(server.wait_for_watchers(0, 2s));
+  EXPECT_TRUE(reader.try_get("qg/gone/1", v));
+  EXPECT_FALSE(reader.try_get("qg/gone/2", v));
+}
+
+// The watchdog names the peer that reported a failure, the peer that died, and rank 0's store
+// going away, each through its handler.
+TEST(Watchdog, NamesTheFailedDeadOrVanishedRank) {
+  auto server = std::make_unique<dist::TcpStoreServer>(0);
+  const int port = server->port();
+  auto expect_message = [&](dist::Watchdog& w, const std::string& needle) {
+    std::string m;
+    for (int i = 0; i < 200 && m.empty(); ++i) {
+      m = w.check_once();
+      if (m.empty()) std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_NE(m.find(needle), std::string::npos) << m;
+  };
+  std::mutex mu;
+  std::string handled;
+  dist::Watchdog w0("127.0.0.1", port, 0, 3, 2s, 20ms, [&](const std::string& m) {
+    std::lock_guard<std::mutex> lock(mu);
+    handled = m;
+  });
+  EXPECT_EQ(w0.check_once(), "");
+  {
+    dist::TcpStoreClient rank2("127.0.0.1", port, 2s);
+    rank2.watch(2);
+  }  // rank 2 ends without a goodbye
+  expect_message(w0, "rank 2 ended without a goodbye");
+  auto handled_now = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return handled;
+  };
+  for (int i = 0; i < 200 && handled_now().empty(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_NE(handled_now().find("rank 0 of 3: rank 2 ended"), std::string::npos) << handled_now();
+  dist::Watchdog w1("127.0.0.1", port, 1, 2, 2s, 1h, [](const std::string&) {});
+  dist::TcpStoreClient(("127.0.0.1"), port, 2s).set("qg/failed/0", "boom");
+  expect_message(w1, "rank 0 reported: boom");
+  server.reset();
+  expect_message(w1, "stopped answering: rank 0 died");
 }
 
 struct EnvGuard {
@@ -335,6 +395,22 @@ TEST(DataParallel, ShardedOptimizerStateTrainsAsUnsharded) {
 }
 
 // ---------------------------------------------------------------- faults
+// The watchdog (what NCCL ranks run): rank 1 is killed while rank 0 waits where no timeout
+// reaches (a sleep stands for a GPU collective that never ends). Rank 0's watchdog ends it
+// within seconds, naming rank 1; no store timeout is involved (it is 60 s here).
+TEST(Faults, WatchdogEndsTheRanksOfADeadPeer) {
+  const std::string dir = scratch("watchdog");
+  const auto t0 = std::chrono::steady_clock::now();
+  dist::LaunchResult r = run_workers(2, {"watchdog", dir}, 60s, {{"QG_DIST_TIMEOUT", "60"}});
+  const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.codes.size(), 2u);
+  EXPECT_EQ(r.codes[0], 3) << r.what;
+  EXPECT_EQ(r.codes[1], 128 + SIGKILL) << r.what;
+  EXPECT_LT(seconds, 20.0);
+  const std::string err0 = read_file(dir + "/err_r0.txt");
+  EXPECT_NE(err0.find("rank 0 of 2: rank 1 ended without a goodbye"), std::string::npos) << err0;
+}
+
 // Rank 1 fails in the second epoch. Every rank exits non-zero on its own (not stopped by the
 // launcher) with an error, and the checkpoint of the first epoch, written by rank 0, loads
 // (into one process with the same global batch: another rank count).
