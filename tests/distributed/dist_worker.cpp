@@ -320,7 +320,10 @@ void collectives_cuda(Communicator& c, std::ostream& out) {
   out << "ok\n";
 }
 
-void train_cuda(Communicator* c, const std::string& kind, int local_rank, std::ostream& out) {
+// kind "mlp_kill": rank 1 is killed in the third step (the NCCL fault test).
+void train_cuda(Communicator* c, std::string kind, int local_rank, std::ostream& out) {
+  const bool kill = kind == "mlp_kill";
+  if (kill) kind = "mlp";
   nn::Dataset all = nn::load_digits();
   nn::Dataset data = head(all, 240), test = head(all, 48);
   nn::TrainConfig cfg = small_config(kind, c, 48);
@@ -329,6 +332,7 @@ void train_cuda(Communicator* c, const std::string& kind, int local_rank, std::o
   int64_t k = 0;
   double prev = 0;
   t.train_epoch([&](const nn::StepInfo& info) {
+    if (kill && c != nullptr && c->rank() == 1 && info.step_in_epoch == 2) std::raise(SIGKILL);
     ++k;
     const double loss = info.loss * static_cast<double>(k) - prev * static_cast<double>(k - 1);
     prev = info.loss;

@@ -519,6 +519,22 @@ TEST(Nccl, QatTrainingOnTwoGpusMatchesOne) {
   }
 }
 
+// A GPU rank killed mid-training: its peer, waiting in NCCL on the GPU where no timeout
+// reaches, is ended by its watchdog within seconds (the store timeout is 60 s).
+TEST(Nccl, KilledRankEndsItsPeer) {
+  if (!two_gpus()) GTEST_SKIP() << "needs NCCL and QG_TEST_GPUS >= 2";
+  const std::string dir = scratch("nccl_kill");
+  const auto t0 = std::chrono::steady_clock::now();
+  dist::LaunchResult r =
+      run_workers(2, {"train_cuda", dir, "mlp_kill"}, 60s, {{"QG_DIST_TIMEOUT", "60"}});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.codes.size(), 2u);
+  EXPECT_EQ(r.codes[1], 128 + SIGKILL) << r.what;
+  EXPECT_EQ(r.codes[0], 3) << r.what;
+  EXPECT_LT(seconds, 30.0) << r.what;
+}
+
 // ZeRO-1 on two GPUs: the sharded run's states equal the unsharded run's after every step,
 // each GPU holds a share of the Adam state, and the checkpoints hold the same states.
 TEST(Nccl, ShardedOptimizerStateOnTwoGpusTrainsAsUnsharded) {
