@@ -16,6 +16,12 @@ For f32 the results and gradients are PyTorch's bit for bit; f64 inputs do their
 (SEMANTICS.md), where PyTorch takes 1/scale in f32. Under torch.compile the kernels are one
 torch.library custom op with a fake kernel, so fullgraph=True does not break.
 """
+from .dynamic_quantizers import (
+    GroupFloatZeroFakeQuantize,
+    GroupSymmetricFakeQuantize,
+    PerTokenFakeQuantize,
+    QuantizedWeight,
+)
 from .converted import ConvertedConv2d, ConvertedConvBn2d, ConvertedLinear, FrozenFakeQuantize
 from .fake_quantize import FakeQuantize
 from .functional import (
@@ -34,7 +40,7 @@ from .functional import (
 )
 from .prepare import convert, prepare_qat
 from .qat_modules import QATConv2d, QATConvBn2d, QATLinear, freeze_bn_stats, update_bn_stats
-from .recipes import RECIPES, Recipe
+from .recipes import GROUP_SIZES, RECIPES, Recipe, recipe
 
 __all__ = [
     "FakeQuantize",
@@ -54,6 +60,12 @@ __all__ = [
     "convert",
     "Recipe",
     "RECIPES",
+    "GROUP_SIZES",
+    "recipe",
+    "PerTokenFakeQuantize",
+    "GroupSymmetricFakeQuantize",
+    "GroupFloatZeroFakeQuantize",
+    "QuantizedWeight",
     "QATLinear",
     "QATConv2d",
     "QATConvBn2d",

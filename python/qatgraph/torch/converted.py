@@ -2,7 +2,10 @@
 
 Each holds its weight as integer codes (`weight_int`, int8 or uint8) with `weight_scale`,
 `weight_zero_point` and `weight_axis`, dequantized in forward, and applies its input / output
-quantizers as FrozenFakeQuantize modules (fixed qparams). A weight whose quantizer has no
+quantizers as FrozenFakeQuantize modules (fixed qparams). A weight whose quantizer computes
+its qparams from the weight (the torchao recipes' group-wise ones) is kept as that
+quantizer's QuantizedWeight (`weight_quantized.int_data`, `.scale`, `.zero_point`); their
+dynamic per-token input quantizer stays as it is. A weight whose quantizer has no
 affine qparams, is switched off, or is not f32 is kept as a float buffer `weight` holding the
 value the QAT module used. Batch norm runs with its running statistics whatever train() says.
 """
@@ -11,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import _core
+from .dynamic_quantizers import _bits_equal
 from .functional import fake_quantize, run
 
 _PREFIX = "[qatgraph.torch] convert"
@@ -80,6 +84,17 @@ class _ConvertedBase(nn.Module):
         weight = weight.detach()
         qparams = _affine_qparams(quantizer)
         self.weight_axis = None
+        self.weight_quantized = None
+        if hasattr(quantizer, "freeze_weight") and getattr(quantizer, "enabled", True):
+            self.weight_int = None
+            self.weight_quantized = quantizer.freeze_weight(weight)
+            with torch.no_grad():
+                want = quantizer(weight)
+            if not _bits_equal(self.weight_quantized(), want):
+                raise _core.Error(f"{_PREFIX}: {where}: the dequantized integer weight differs "
+                                  "from the fake-quantized one (a qatgraph bug; please report "
+                                  "it)")
+            return
         if (qparams is None or weight.dtype != torch.float32 or
                 int(quantizer.fake_quant_enabled[0]) == 0 or not _fits_8_bits(*qparams[2:4])):
             with torch.no_grad():
@@ -105,6 +120,8 @@ class _ConvertedBase(nn.Module):
     def dequantized_weight(self):
         """The float weight the module computes with: (weight_int - zero_point) * scale, or
         the stored float weight."""
+        if getattr(self, "weight_quantized", None) is not None:
+            return self.weight_quantized()
         if self.weight_int is None:
             return self.weight
         shape = [1] * self.weight_int.dim()

@@ -18,14 +18,17 @@ _CONVERTED = (ConvertedLinear, ConvertedConv2d, ConvertedConvBn2d)
 _OPAQUE = (tq.FakeQuantizeBase, tq.ObserverBase) + _QAT + _CONVERTED
 
 
-def prepare_qat(model, recipe="default", inplace=False):
+def prepare_qat(model, recipe="default", inplace=False, **options):
     """Returns `model` ready for quantization-aware training, as torch.ao's eager prepare_qat
     with the recipe's quantizers (qatgraph's FakeQuantize in the built-in recipes).
 
     recipe: a name from qatgraph.torch.RECIPES ("default": torch.ao's default fbgemm QAT
-        qconfig), a qatgraph.torch.Recipe, or a torch.ao QConfig.
+        qconfig; "8da4w", "int4_weight_only", "w8a8_dynamic": torchao's QAT numerics, on
+        nn.Linear only), a qatgraph.torch.Recipe, or a torch.ao QConfig.
     inplace: modify `model` itself rather than a deep copy. A model that is itself a swapped
         module (a bare nn.Linear) is replaced, so always use the returned model.
+    options: the named recipe's options, as qatgraph.torch.recipe(name, **options) takes them
+        (group_size for "8da4w" and "int4_weight_only").
 
     Swaps nn.Linear for QATLinear and nn.Conv2d for QATConv2d; fuses Conv2d, BatchNorm2d (and
     a ReLU after them) in an nn.Sequential into one QATConvBn2d, leaving nn.Identity in the
@@ -43,7 +46,7 @@ def prepare_qat(model, recipe="default", inplace=False):
     if not isinstance(model, nn.Module):
         raise _core.Error(f"{_PREFIX} prepare_qat: model must be a torch.nn.Module, got "
                           f"{type(model).__name__}")
-    recipe = _recipes.resolve(recipe)
+    recipe = _recipes.resolve(recipe, options)
     if not inplace:
         model = copy.deepcopy(model)
     swapped = []
@@ -86,8 +89,10 @@ def _swap(module, recipe, path):
     kind = type(module)  # exact types, as torch.ao: a subclass may change forward
     linear, conv = nn.Linear in recipe.modules, nn.Conv2d in recipe.modules
     if kind is nn.Linear and linear:
+        _check(recipe, module, path)
         return QATLinear.from_float(module, recipe)
     if kind is nni.LinearReLU and linear:
+        _check(recipe, module[0], path)
         return QATLinear.from_float(module[0], recipe, relu=True)
     if kind is nn.Conv2d and conv:
         return QATConv2d.from_float(module, recipe)
@@ -104,6 +109,12 @@ def _swap(module, recipe, path):
         return QATConvBn2d.from_float(module[0], module[1], recipe,
                                       relu=kind is nni.ConvBnReLU2d)
     return None
+
+
+def _check(recipe, module, path):
+    """The recipe's own check of a module it is about to swap (it names the path)."""
+    if recipe.check is not None:
+        recipe.check(module, path)
 
 
 def _excluded(module):

@@ -15,6 +15,8 @@ from . import recipes as _recipes
 
 def _attach_quantizers(module, recipe, relu):
     recipe = _recipes.resolve(recipe)
+    if recipe.check is not None:
+        recipe.check(module, type(module).__name__)
     module.relu = bool(relu)
     module.input_fake_quant = (None if recipe.input is None
                                else _recipes.build(recipe.input, "input", recipe))

@@ -1,0 +1,240 @@
+"""The torchao recipes of qatgraph.torch.prepare_qat against torchao 0.18's own QAT modules,
+bit for bit: the qparams, the fake-quantized activations and weights, and the whole QAT
+Linear's forward, in f32, bf16 and f16, on CUDA when there is one, else on the CPU. Gradients
+agree within the rounding of torchao's differentiated composition (see assert_grad_close).
+Skipped where torchao cannot be imported (it needs a recent torch: Debian's 1.13 is too old).
+
+Run it on the GPU machine (torch 2.11), with torchao's wheel unzipped, not installed, from the
+repository root:
+
+    python3 -m zipfile -e .gpudeps/wheels/torchao-0.18.0-*.whl .gpudeps/torchao
+    PYTHONPATH=build-gpu/python:.gpudeps/torchao python3 -m pytest -q -rs \
+        python/tests/test_torch_torchao_conformance.py
+
+(`pip download torchao==0.18.0 --no-deps -d .gpudeps/wheels` fetches the wheel, the
+cp310-abi3 manylinux one; build-gpu is the build tree of scripts/gpu_suite.sh: any build
+with the Python module will do; CUDA_VISIBLE_DEVICES= runs it on the CPU.)
+"""
+import copy
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import torchao
+        from torchao.quantization.qat import (
+            FakeQuantizedLinear,
+            Int4WeightOnlyQATQuantizer,
+            Int8DynActInt4WeightQATQuantizer,
+            IntxFakeQuantizeConfig,
+        )
+except Exception as error:  # an old torch fails inside torchao with other errors too
+    pytest.skip(f"torchao cannot be imported: {error!r}", allow_module_level=True)
+
+import qatgraph.torch as qgt  # noqa: E402
+from torch import nn  # noqa: E402
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+GROUP_SIZES = (32, 64, 128, 256)
+IN_FEATURES, OUT_FEATURES = 256, 48  # torchao's int4 QAT linear wants in_features % 128 == 0
+
+
+def test_the_torchao_under_test():
+    assert torchao.__version__.startswith("0.18"), torchao.__version__
+
+
+def bits(t):
+    return t.contiguous().view({torch.float32: torch.int32}.get(t.dtype, torch.int16))
+
+
+def assert_bits_equal(ours, theirs, what):
+    assert ours.dtype == theirs.dtype, (what, ours.dtype, theirs.dtype)
+    assert ours.shape == theirs.shape, (what, ours.shape, theirs.shape)
+    differ = bits(ours) != bits(theirs)
+    assert not differ.any(), (
+        f"{what}: {int(differ.sum())} of {differ.numel()} elements differ, first at "
+        f"{differ.nonzero()[0].tolist()}: ours {ours[differ][0].item()!r}, torchao's "
+        f"{theirs[differ][0].item()!r}")
+
+
+def assert_grad_close(ours, theirs, scale, dtype, what):
+    """Ours is dy * mask exactly; torchao's is dy * scale, rounded to the tensor's dtype (to a
+    subnormal, or to zero, where the product is that small), times 1 / scale (or / scale),
+    rounded again. So |ours - theirs| <= rtol * |theirs| + 2 * (smallest subnormal) / scale,
+    with `scale` broadcast to the gradient (None: no quantizer, the gradients are equal)."""
+    if scale is None:
+        assert_bits_equal(ours, theirs, what)
+        return
+    rtol = {torch.float32: 1e-6, torch.bfloat16: 2 ** -6, torch.float16: 2 ** -9}[dtype]
+    subnormal = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps
+    ours, theirs = ours.double(), theirs.double()
+    bound = rtol * theirs.abs() + 2 * subnormal / scale.double()
+    excess = (ours - theirs).abs() - bound
+    assert (excess <= 0).all(), (
+        f"{what}: {int((excess > 0).sum())} elements past the bound, worst at "
+        f"{excess.argmax().item()}: ours {ours.flatten()[excess.argmax()].item()!r}, "
+        f"torchao's {theirs.flatten()[excess.argmax()].item()!r}")
+    # The masks agree: where ours is 0 (a clamped element), torchao's is 0 too.
+    assert (theirs[ours == 0] == 0).all(), what
+
+
+def weight_scale_per_element(quantizer, w):
+    """The weight quantizer's scale of each element of w (as f32)."""
+    scale = quantizer.qparams(w)[0].float()
+    if scale.dim() == 1:  # per output channel
+        return scale.reshape(-1, 1).expand(w.shape)
+    return scale.repeat_interleave(w.shape[1] // scale.shape[1], dim=1)
+
+
+def activations(dtype, seed=0):
+    """[4, 9, IN_FEATURES]: rows of many ranges, and rows that are all zero, constant, all
+    positive, all negative, or one outlier."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, 9, IN_FEATURES, generator=g)
+    x = x * torch.logspace(-3, 2, 36).reshape(4, 9, 1)
+    x[0, 0] = 0.0
+    x[0, 1] = 0.75
+    x[0, 2] = x[0, 2].abs() + 0.1
+    x[0, 3] = -x[0, 3].abs()
+    x[0, 4, 7] = 1e4
+    return x.to(dtype).to(DEVICE)
+
+
+def weights(dtype, seed=1):
+    """[OUT_FEATURES, IN_FEATURES] with row and group scales, an all-zero group, an all-positive
+    group, a constant group and values on scale ties."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(OUT_FEATURES, IN_FEATURES, generator=g) * 0.05
+    w = w * torch.logspace(-2, 1, OUT_FEATURES).reshape(-1, 1)
+    w[0, :32] = 0.0
+    w[1, :32] = w[1, :32].abs()
+    w[2, 32:64] = -0.25
+    w[3, :32] = torch.arange(32) * 0.5 - 7.5  # amax 7.5: int4 scale 1, ties at every .5
+    return w.to(dtype).to(DEVICE)
+
+
+def their_8da4w(group_size, model):
+    return Int8DynActInt4WeightQATQuantizer(groupsize=group_size).prepare(model)
+
+
+def their_int4_weight_only(group_size, model):
+    return Int4WeightOnlyQATQuantizer(groupsize=group_size).prepare(model)
+
+
+def their_w8a8_dynamic(group_size, model):
+    # torchao's QAT has no w8a8 quantizer class: its configurable QAT linear with 8da4w's
+    # activation config and per-channel symmetric int8 weights.
+    activation = IntxFakeQuantizeConfig(
+        torch.int8, "per_token", is_symmetric=False, scale_precision=torch.float32,
+        zero_point_precision=torch.float32, eps=torch.finfo(torch.float32).eps)
+    weight = IntxFakeQuantizeConfig(torch.int8, "per_channel")
+    for name, child in model.named_children():
+        if type(child) is nn.Linear:
+            setattr(model, name, FakeQuantizedLinear.from_linear(child, activation, weight))
+    return model
+
+
+THEIRS = {"8da4w": their_8da4w, "int4_weight_only": their_int4_weight_only,
+          "w8a8_dynamic": their_w8a8_dynamic}
+CASES = ([("8da4w", g) for g in GROUP_SIZES] + [("int4_weight_only", g) for g in GROUP_SIZES]
+         + [("w8a8_dynamic", None)])
+
+
+def float_model(name, dtype, seed=2):
+    torch.manual_seed(seed)
+    bias = name != "int4_weight_only"  # torchao's int4 QAT swaps only bias-free linears
+    return nn.Sequential(nn.Linear(IN_FEATURES, OUT_FEATURES, bias=bias)).to(dtype).to(DEVICE)
+
+
+def prepared(name, group_size, dtype):
+    """(ours, torchao's) QAT models of one float model; their weight is the same tensor."""
+    model = float_model(name, dtype)
+    options = {} if group_size is None else {"group_size": group_size}
+    ours = qgt.prepare_qat(model, name, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = THEIRS[name](group_size, copy.deepcopy(model))
+    assert type(ours[0]) is qgt.QATLinear
+    assert isinstance(theirs[0], FakeQuantizedLinear), type(theirs[0])
+    return ours, theirs
+
+
+def case_id(case):
+    return f"{case[0]}-{case[1]}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_weight_qparams_and_fake_quant(case, dtype):
+    name, group_size = case
+    ours, theirs = prepared(name, group_size, dtype)
+    w = weights(dtype)
+    ours_q, theirs_q = ours[0].weight_fake_quant, theirs[0].weight_fake_quantizer
+    theirs_y = theirs_q(w)
+    assert_bits_equal(ours_q(w), theirs_y, "fake-quantized weight")
+    scale, zero_point = ours_q.qparams(w)
+    theirs_scale = theirs_q.scale.reshape(scale.shape)
+    assert_bits_equal(scale, theirs_scale, "weight scale")
+    if name == "int4_weight_only":
+        assert_bits_equal(zero_point, theirs_q.zero_point.reshape(scale.shape), "float zero")
+    else:  # integer zero points, held as floats (8da4w) or int32 (per-channel) by torchao
+        assert torch.equal(zero_point.to(torch.float64),
+                           theirs_q.zero_point.reshape(scale.shape).to(torch.float64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["8da4w", "w8a8_dynamic"])
+def test_activation_qparams_and_fake_quant(name, dtype):
+    ours, theirs = prepared(name, 32 if name == "8da4w" else None, dtype)
+    ours_q, theirs_q = ours[0].input_fake_quant, theirs[0].activation_fake_quantizer
+    for seed in range(3):
+        x = activations(dtype, seed)
+        theirs_y = theirs_q(x)
+        assert_bits_equal(ours_q(x), theirs_y, f"fake-quantized activation (seed {seed})")
+        scale, zero_point = ours_q.qparams(x)
+        assert_bits_equal(scale, theirs_q.scale.reshape(scale.shape), "activation scale")
+        assert torch.equal(zero_point.to(torch.float32),
+                           theirs_q.zero_point.reshape(scale.shape).to(torch.float32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_qat_linear_forward_and_gradients(case, dtype):
+    name, group_size = case
+    ours, theirs = prepared(name, group_size, dtype)
+    x = activations(dtype)
+    ours_x = x.clone().requires_grad_()
+    theirs_x = x.clone().requires_grad_()
+    ours_y, theirs_y = ours(ours_x), theirs(theirs_x)
+    assert_bits_equal(ours_y, theirs_y, "QAT linear output")
+    dy = torch.randn(ours_y.shape, generator=torch.Generator().manual_seed(3)).to(dtype)
+    ours_y.backward(dy.to(DEVICE))
+    theirs_y.backward(dy.to(DEVICE))
+    quantizer = ours[0].input_fake_quant
+    x_scale = None if quantizer is None else quantizer.qparams(x)[0].unsqueeze(-1)
+    assert_grad_close(ours_x.grad, theirs_x.grad, x_scale, dtype, "input gradient")
+    w = ours[0].weight
+    assert_grad_close(w.grad, theirs[0].weight.grad,
+                      weight_scale_per_element(ours[0].weight_fake_quant, w.detach()), dtype,
+                      "weight gradient")
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_state_dicts_load_both_ways(case):
+    name, group_size = case
+    ours, theirs = prepared(name, group_size, torch.float32)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    with torch.no_grad():
+        theirs[0].weight.mul_(0.5)
+    ours.load_state_dict(theirs.state_dict())
+    x = activations(torch.float32)
+    assert_bits_equal(ours(x), theirs(x), "output after loading torchao's state_dict")
+    with torch.no_grad():
+        ours[0].weight.mul_(2.0)
+    theirs.load_state_dict(ours.state_dict())
+    assert_bits_equal(ours(x), theirs(x), "output after loading our state_dict")
