@@ -360,7 +360,11 @@ int main(int argc, char** argv) {
       rank = env->rank;
       world = env->world_size;
     }
-    Communicator* c = group && world > 1 ? &group->communicator(Device::cpu()) : nullptr;
+    // The CPU communicator (Gloo) only for the scenarios that run on the CPU, so the NCCL
+    // scenarios also run in a build without Gloo.
+    const bool on_cuda = scenario.find("cuda") != std::string::npos || scenario == "watchdog";
+    Communicator* c =
+        group && world > 1 && !on_cuda ? &group->communicator(Device::cpu()) : nullptr;
     std::ofstream out(dir + "/" + scenario + (arg.empty() ? "" : "_" + arg) + "_w" +
                       std::to_string(world) + "_r" + std::to_string(rank) + ".txt");
     if (scenario == "collectives")
