@@ -1,0 +1,119 @@
+"""A Llama-architecture language model's training step in PyTorch on CUDA, in one run: the
+float (bf16) model, torchao's 8da4w QAT (Int8DynActInt4WeightQATQuantizer) and
+qatgraph.torch.prepare_qat(model, "8da4w"), the one-line swap.
+
+    PYTHONPATH=<build>/python:<torchao> python3 bench/torch_llama_qat_bench.py [--layers 12]
+
+The model: transformers' LlamaForCausalLM with random weights, vocab 32000, hidden 1024,
+intermediate 2816, 16 heads, 8 KV heads, RMSNorm eps 1e-5, rope_theta 10000, untied lm_head
+(12 layers: 207M parameters), bf16 parameters, SDPA attention; batch 8 x 1024 tokens; fused
+AdamW. Each variant starts from the same weights and steps on the same random tokens: forward
+with the loss, backward, optimizer step. Timed with CUDA events over `steps` steps after
+`warmup`; peak memory is torch's max_memory_allocated over the timed and warm-up steps. The
+losses of the first and last steps show that each variant trains. MFU counts 6 N tokens plus
+the causal attention's FLOPs (6 x 2 x layers x batch x seq^2 x hidden / 2) against `--peak`
+TFLOP/s of dense bf16.
+"""
+import argparse
+import gc
+
+import torch
+
+import qatgraph.torch as qgt
+
+
+def llama(layers):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
+                         num_hidden_layers=layers, num_attention_heads=16,
+                         num_key_value_heads=8, rms_norm_eps=1e-5, rope_theta=10000.0,
+                         max_position_embeddings=2048, tie_word_embeddings=False)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).to(device="cuda", dtype=torch.bfloat16)
+
+
+def torchao_8da4w(model, group_size):
+    from torchao.quantization.qat import Int8DynActInt4WeightQATQuantizer
+    return Int8DynActInt4WeightQATQuantizer(groupsize=group_size).prepare(model)
+
+
+def qatgraph_8da4w(model, group_size):
+    return qgt.prepare_qat(model, "8da4w", inplace=True, group_size=group_size)
+
+
+def measure(prepare, args):
+    model = llama(args.layers)
+    if prepare is not None:
+        model = prepare(model, args.group_size)
+    model.train()
+    params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    ids = torch.randint(0, 32000, (args.batch, args.seq), device="cuda", generator=gen)
+    losses = []
+
+    def step():
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(args.warmup):
+        step()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(args.steps):
+        step()
+    end.record()
+    torch.cuda.synchronize()
+    ms = start.elapsed_time(end) / args.steps
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    first, last = losses[0].item(), losses[-1].item()
+    del model, opt, losses
+    gc.collect()
+    torch.cuda.empty_cache()
+    return params, ms, peak, first, last
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=1024)
+    parser.add_argument("--group-size", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--peak", type=float, default=989.0, help="dense bf16 TFLOP/s")
+    parser.add_argument("--skip-torchao", action="store_true")
+    args = parser.parse_args()
+    variants = [("float (bf16)", None)]
+    if not args.skip_torchao:
+        variants.append((f"torchao 8da4w QAT (group {args.group_size})", torchao_8da4w))
+    variants.append((f"qatgraph.torch 8da4w QAT (group {args.group_size})", qatgraph_8da4w))
+    tokens = args.batch * args.seq
+    print(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}; LlamaForCausalLM "
+          f"{args.layers} layers, batch {args.batch} x {args.seq}, bf16, SDPA, fused AdamW\n")
+    print("| step | ms/step | / float | tokens/s | MFU | peak GiB | loss first -> last |")
+    print("|---|---|---|---|---|---|---|")
+    float_ms = None
+    for name, prepare in variants:
+        try:
+            params, ms, peak, first, last = measure(prepare, args)
+        except Exception as e:  # a variant that cannot run is a row saying why
+            print(f"| {name} | failed: {type(e).__name__}: {str(e)[:160]} | | | | | |")
+            continue
+        float_ms = float_ms or ms
+        flops = 6 * params * tokens + 6 * args.layers * args.batch * args.seq**2 * 1024
+        mfu = flops / (ms / 1000) / (args.peak * 1e12)
+        print(f"| {name} | {ms:.1f} | {ms / float_ms:.2f}x | {tokens / ms * 1000:,.0f} | "
+              f"{100 * mfu:.0f}% | {peak:.1f} | {first:.3f} -> {last:.3f} |", flush=True)
+    print(f"\n{params / 1e6:.0f}M parameters")
+
+
+if __name__ == "__main__":
+    main()
