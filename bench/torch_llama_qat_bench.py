@@ -80,6 +80,29 @@ def measure(prepare, args):
     return params, ms, peak, first, last
 
 
+def profile(args):
+    """Where the qatgraph variant's step goes: the GPU kernels by total time, and the host time
+    per step against the device time."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    model = qatgraph_8da4w(llama(args.layers), args.group_size).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    ids = torch.randint(0, 32000, (args.batch, args.seq), device="cuda")
+
+    def step():
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--layers", type=int, default=12)
@@ -90,7 +113,12 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--peak", type=float, default=989.0, help="dense bf16 TFLOP/s")
     parser.add_argument("--skip-torchao", action="store_true")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile 3 steps of the qatgraph variant; print the top kernels")
     args = parser.parse_args()
+    if args.profile:
+        profile(args)
+        return
     variants = [("float (bf16)", None)]
     if not args.skip_torchao:
         variants.append((f"torchao 8da4w QAT (group {args.group_size})", torchao_8da4w))
