@@ -37,6 +37,7 @@ constexpr OpFamily kOpFamilies[] = {
     QG_OP_FAMILY(lsq),
     QG_OP_FAMILY(quantize),
     QG_OP_FAMILY(dynamic_quant),
+    QG_OP_FAMILY(dynamic_fake_quantize),
     QG_OP_FAMILY(int4),
     QG_OP_FAMILY(nf4),
     QG_OP_FAMILY(optim),

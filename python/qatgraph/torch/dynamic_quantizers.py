@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .. import _core
-from .functional import fake_quantize
+from .functional import dynamic_fake_quantize, fake_quantize
 
 _PREFIX = "[qatgraph.torch]"
 # The dtypes torchao's quantize primitives take.
@@ -101,6 +101,9 @@ class PerTokenFakeQuantize(_Switch):
         """x fake-quantized per token with its own qparams (x itself when disabled)."""
         if not self.enabled:
             return x
+        if x.is_cuda:  # one kernel: the same qparams as qparams(), as PyTorch's CUDA ops give
+            _check_float(x, f"recipe '{self.recipe}' activation quantizer", "input")
+            return dynamic_fake_quantize(x, self.quant_min, self.quant_max, eps=self.eps)[0]
         scale, zero_point = self.qparams(x)
         return fake_quantize(x, scale, zero_point, self.quant_min, self.quant_max,
                              scope="token")
@@ -174,6 +177,11 @@ class GroupSymmetricFakeQuantize(_WeightQuantizer):
         """w fake-quantized with its own qparams (w itself when disabled)."""
         if not self.enabled:
             return w
+        if w.is_cuda:  # one kernel: the same qparams as qparams(), as PyTorch's CUDA ops give
+            size = self._groups(w)
+            return dynamic_fake_quantize(
+                w, self.quant_min, self.quant_max, group_size=0 if self.group_size is None else size,
+                symmetric=True, eps=torch.finfo(w.dtype).smallest_normal)[0]
         return self._fake_quantize(w, *self.qparams(w))
 
     def freeze_weight(self, w):

@@ -137,6 +137,44 @@ def fake_quantize(x, scale, zero_point, quant_min, quant_max, axis=None, scope=N
     return _FakeQuantizeFn.apply(x, s, zp, attrs)
 
 
+class _DynamicFakeQuantizeFn(torch.autograd.Function):
+    """dynamic_fake_quantize: the qparams from x itself and the fake quantization, one kernel;
+    backward _SteFn. The qparams are returned too (no gradient)."""
+
+    @staticmethod
+    def forward(ctx, x, attrs):
+        y, mask, scale, zero_point = _kernels.run("dynamic_fake_quantize", attrs, [x])
+        ctx.save_for_backward(mask)
+        ctx.mark_non_differentiable(scale, zero_point)
+        return y, scale, zero_point
+
+    @staticmethod
+    def backward(ctx, dy, dscale, dzero_point):
+        (mask,) = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            return _SteFn.apply(dy, mask), None
+        return _kernels.run("ste_backward_exact", None, [dy, mask])[0], None
+
+
+@functools.lru_cache(maxsize=256)
+def _dynamic_attrs(group_size, symmetric, quant_min, quant_max, eps):
+    return _kernels.attrs_key({"group_size": group_size, "quant_min": quant_min,
+                               "quant_max": quant_max, "eps": eps,
+                               "mode": "symmetric" if symmetric else "asymmetric"})
+
+
+def dynamic_fake_quantize(x, quant_min, quant_max, group_size=0, symmetric=False, eps=None):
+    """Fake quantization with qparams computed from x itself, one (scale, zero point) per
+    `group_size` consecutive elements of the last dimension (0: per row, i.e. per token of an
+    activation or per output channel of a [out, in] weight), with torchao's QAT arithmetic
+    in x's dtype (its 8da4w activations: asymmetric; its int4 weights: symmetric), in one
+    kernel. eps: the scale's floor (default: f32's epsilon). Returns (y, scale, zero_point);
+    the gradient of y is the straight-through estimator dy * mask."""
+    eps = torch.finfo(torch.float32).eps if eps is None else float(eps)
+    attrs = _dynamic_attrs(int(group_size), bool(symmetric), int(quant_min), int(quant_max), eps)
+    return _DynamicFakeQuantizeFn.apply(x, attrs)
+
+
 def fake_quantize_per_tensor_affine(input, scale, zero_point, quant_min, quant_max):
     """torch.fake_quantize_per_tensor_affine's signature and results."""
     return fake_quantize(input, scale, zero_point, quant_min, quant_max)

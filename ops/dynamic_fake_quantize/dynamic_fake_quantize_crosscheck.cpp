@@ -1,0 +1,53 @@
+// `qat crosscheck` cases of dynamic_fake_quantize beyond its gradient-check samples: the
+// recipes' shapes (per-token int8 rows of 1024 and 2816, int4 groups of 32 of a weight),
+// rows that are not a multiple of 32 (partial mask words), all-zero and one-signed rows
+// (the eps floor and the zero point's clamp), and a NaN in one row (both must raise).
+#include "ops/common/crosscheck_inputs.h"
+
+namespace qg {
+namespace {
+
+using namespace crosscheck_spec;
+
+Attrs token8() {
+  return {{"quant_min", -128}, {"quant_max", 127}};
+}
+
+Attrs group4(int64_t g) {
+  return {
+      {"group_size", g}, {"mode", std::string("symmetric")}, {"quant_min", -8}, {"quant_max", 7}};
+}
+
+std::vector<CrosscheckCase> cases() {
+  std::vector<CrosscheckCase> c;
+  c.push_back({"token s8 [64,1024]", {x_in({64, 1024})}, token8(), true});
+  c.push_back({"token s8 [3,5,2816]", {x_in({3, 5, 2816}, -0.5, 2)}, token8(), true});
+  c.push_back({"token u8 [7,37]", {x_in({7, 37})}, {{"quant_min", 0}, {"quant_max", 255}}, true});
+  c.push_back({"group 32 s4 symmetric [96,1024]", {x_in({96, 1024}, -0.2, 0.2)}, group4(32), true});
+  c.push_back({"group 3 s4 symmetric [5,12]", {x_in({5, 12})}, group4(3), true});
+  c.push_back({"per channel s8 symmetric [40,100]",
+               {x_in({40, 100})},
+               {{"mode", std::string("symmetric")}, {"quant_min", -128}, {"quant_max", 127}},
+               true});
+  std::vector<double> rows(4 * 40, 0.0);  // zeros; then positive, negative and tiny rows
+  for (int i = 0; i < 40; ++i) {
+    rows[40 + i] = 0.5 + 0.01 * i;
+    rows[80 + i] = -0.5 - 0.01 * i;
+    rows[120 + i] = 1e-9 * (i - 20);
+  }
+  c.push_back(
+      {"zero, one-signed and tiny rows", {fixed({4, 40}, DType::f64, 0, 0, rows)}, token8(), true});
+  c.push_back({"NaN and Inf rows (both must raise)",
+               {fixed({4, 30}, DType::f64, 0, 0, with_non_finite(120))},
+               token8(),
+               false});
+  return c;
+}
+
+}  // namespace
+
+void add_dynamic_fake_quantize_crosscheck(OpRegistry& r) {
+  set_cases(r, "dynamic_fake_quantize", cases);
+}
+
+}  // namespace qg

@@ -1,0 +1,223 @@
+// dynamic_fake_quantize(x) -> (y, mask, scale, zero_point): fake quantization whose qparams
+// come from x itself on every call, one (scale, zero point) per group of `group_size`
+// consecutive elements of the last axis (the whole last axis when group_size is 0: per
+// token for activations, per output channel for a [out, in] weight), with torchao's QAT
+// arithmetic (dynamic_fake_quantize_math.h): its 8da4w recipe's per-token asymmetric int8
+// activations and per-group symmetric int4 weights, in the input's dtype. The element math
+// is fake_quantize's (qmath::fake_quant in the math type, y rounded to x's dtype once), and
+// the mask is its bit-packed in-range mask, so the STE backward is ste_backward's.
+// One kernel reads x once: the qparams never round-trip through memory before use.
+#include <cmath>
+
+#include "core/graph.h"
+#include "core/half.h"
+#include "core/thread_pool.h"
+#include "ops/common/bitmask.h"
+#include "ops/common/quant_attrs.h"
+#include "ops/common/schema_helpers.h"
+#include "ops/dynamic_fake_quantize/dynamic_fake_quantize_args.h"
+
+namespace qg {
+namespace {
+
+dfq::Rounding rounding_of(DType t) {
+  if (t == DType::bf16) return dfq::Rounding::bf16;
+  if (t == DType::f16) return dfq::Rounding::f16;
+  return dfq::Rounding::none;
+}
+
+// The range, mode and eps, checked when the node is built and again when it is prepared.
+void check_attrs(const std::string& op, const Attrs& attrs) {
+  const int64_t qmin = attrs.get_int("quant_min"), qmax = attrs.get_int("quant_max");
+  QG_CHECK(qmin < qmax, op, "quant_min = ", qmin, " must be below quant_max = ", qmax);
+  QG_CHECK(qmin >= -(int64_t{1} << 16) && qmax <= (int64_t{1} << 16), op,
+           "[quant_min, quant_max] = [", qmin, ", ", qmax, "] is wider than 17 bits");
+  QG_CHECK(attrs.get_string("mode") != "symmetric" || (qmin < 0 && qmax > 0), op,
+           "attribute 'mode' = symmetric needs a signed range around 0, got [", qmin, ", ", qmax,
+           "]");
+  const double eps = attrs.get_real("eps");
+  QG_CHECK(std::isfinite(eps) && eps >= 0, op, "attribute 'eps' = ", eps,
+           " must be finite and >= 0");
+}
+
+std::shared_ptr<const KernelArgs> parse_args(const ArgsSource& s) {
+  auto a = std::make_shared<DynamicFakeQuantizeArgs>();
+  const TensorType& x = s.inputs.at(0);
+  QG_CHECK(!x.shape.empty(), s.op,
+           "x must have at least one axis (groups run along the last), got ", x.str());
+  const int64_t last = x.shape.back();
+  QG_CHECK(last > 0, s.op, "the last axis of x is empty: ", x.str());
+  const int64_t g = s.attrs.get_int("group_size");
+  QG_CHECK(g == 0 || (last > 0 && last % g == 0), s.op, "attribute 'group_size' = ", g,
+           " does not divide the last axis of ", x.str());
+  check_attrs(s.op, s.attrs);
+  const int64_t qmin = s.attrs.get_int("quant_min"), qmax = s.attrs.get_int("quant_max");
+  const bool symmetric = s.attrs.get_string("mode") == "symmetric";
+  const double eps = s.attrs.get_real("eps");
+  a->group_len = g == 0 ? last : g;
+  a->groups = x.numel() / a->group_len;
+  a->config.qmin = static_cast<int32_t>(qmin);
+  a->config.qmax = static_cast<int32_t>(qmax);
+  a->config.symmetric = symmetric;
+  a->config.eps = eps;
+  a->config.rounding = rounding_of(x.dtype);
+  // The divisor as torch holds a Python float (f64), converted to the math type; its
+  // reciprocal is taken in the math type (PyTorch's CUDA division by a CPU scalar).
+  const double range = static_cast<double>(qmax - qmin) / (symmetric ? 2.0 : 1.0);
+  if (x.dtype == DType::f64)
+    a->config.inv_range = 1.0 / range;
+  else
+    a->config.inv_range = static_cast<double>(1.0f / static_cast<float>(range));
+  return a;
+}
+
+std::vector<TensorType> infer(const InferContext& ctx) {
+  expect_float(ctx, 0);
+  check_attrs(ctx.op, ctx.attrs);
+  const TensorType& x = ctx.inputs[0];
+  QG_CHECK(!x.shape.empty(), ctx.op, "x must have at least one axis, got ", x.str());
+  const int64_t g = ctx.attrs.get_int("group_size");
+  const int64_t last = x.shape.back();
+  QG_CHECK(last > 0, ctx.op, "the last axis of x is empty: ", x.str());
+  QG_CHECK(g == 0 || (last > 0 && last % g == 0), ctx.op, "attribute 'group_size' = ", g,
+           " does not divide the last axis of ", x.str());
+  Shape qshape(x.shape.begin(), x.shape.end() - 1);
+  if (g != 0) qshape.push_back(last / g);
+  return {x, TensorType{DType::u8, {bitmask_bytes(x.numel())}}, TensorType{DType::f32, qshape},
+          TensorType{DType::i32, qshape}};
+}
+
+template <typename T>
+void cpu_typed(KernelContext& ctx) {
+  using M = math_t<T>;
+  const DynamicFakeQuantizeArgs& a = ctx.args<DynamicFakeQuantizeArgs>();
+  const T* x = ctx.inputs[0].data<T>();
+  T* y = ctx.outputs[0].data<T>();
+  uint8_t* mask = ctx.outputs[1].data<uint8_t>();
+  float* scale = ctx.outputs[2].data<float>();
+  int32_t* zp = ctx.outputs[3].data<int32_t>();
+  const int64_t len = a.group_len, n = ctx.inputs[0].numel();
+  std::fill(mask, mask + bitmask_bytes(n), uint8_t{0});
+  // Groups are checked first, in order, so the error names the first bad one.
+  std::vector<dfq::QParams<M>> qp(static_cast<size_t>(a.groups));
+  parallel_for(a.groups, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(len, 1)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t q = b; q < e; ++q) {
+                   const T* g = x + q * len;
+                   M mn = static_cast<M>(g[0]), mx = mn;
+                   // torch.amin / amax: a NaN anywhere is the result.
+                   for (int64_t i = 1; i < len && !qmath::is_nan(mn); ++i) {
+                     const M v = static_cast<M>(g[i]);
+                     if (qmath::is_nan(v)) {
+                       mn = mx = v;
+                     } else {
+                       mn = v < mn ? v : mn;
+                       mx = v > mx ? v : mx;
+                     }
+                   }
+                   qp[q] = dfq::qparams(mn, mx, a.config);
+                 }
+               });
+  for (int64_t q = 0; q < a.groups; ++q)
+    if (!qp[q].valid) check_scale_value(ctx.op, static_cast<double>(qp[q].scale), q);
+  const M qmin = static_cast<M>(a.config.qmin), qmax = static_cast<M>(a.config.qmax);
+  for (int64_t q = 0; q < a.groups; ++q) {
+    scale[q] = static_cast<float>(qp[q].scale);
+    zp[q] = static_cast<int32_t>(qp[q].zero_point);
+  }
+  // Elements in runs of whole mask bytes, so no two threads write one byte.
+  parallel_for(bitmask_bytes(n), std::max<int64_t>(1, kElementGrain / 8),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t i = b * 8; i < std::min(n, e * 8); ++i) {
+                   const dfq::QParams<M>& p = qp[i / len];
+                   const M s = p.scale, inv = M(1) / s;
+                   qmath::FakeQuantResult<M> r =
+                       qmath::fake_quant(static_cast<M>(x[i]), inv, s, p.zero_point, qmin, qmax);
+                   y[i] = static_cast<T>(r.y);
+                   if (r.in_range) mask[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+                 }
+               });
+}
+
+void dynamic_fake_quantize_cpu(KernelContext& ctx) {
+  if (ctx.inputs[0].numel() == 0) return;
+  dispatch_float(ctx.inputs[0].dtype(), ctx.op.c_str(),
+                 [&](auto tag) { cpu_typed<decltype(tag)>(ctx); });
+}
+
+// The gradient check's reference: dx = dy where x's code lies in [qmin, qmax] under the
+// qparams the op computes (the STE), recomputed here from the same qparam math.
+std::vector<Tensor> ste_reference(const std::vector<Tensor>& in, const Tensor& dy,
+                                  const Attrs& attrs) {
+  const std::vector<TensorType> types = {{in[0].dtype(), in[0].shape()}};
+  const std::string op = "dynamic_fake_quantize";
+  auto parsed = parse_args(ArgsSource{op, attrs, types, {}});
+  const auto& a = static_cast<const DynamicFakeQuantizeArgs&>(*parsed);
+  Tensor dx = Tensor::zeros(in[0].shape(), DType::f64);
+  for (int64_t q = 0; q < a.groups; ++q) {
+    double mn = in[0].at(q * a.group_len), mx = mn;
+    for (int64_t i = 0; i < a.group_len; ++i) {
+      mn = std::min(mn, in[0].at(q * a.group_len + i));
+      mx = std::max(mx, in[0].at(q * a.group_len + i));
+    }
+    dfq::QParams<double> p = dfq::qparams(mn, mx, a.config);
+    for (int64_t i = 0; i < a.group_len; ++i) {
+      const int64_t k = q * a.group_len + i;
+      const double code = std::nearbyint(in[0].at(k) * (1.0 / p.scale)) + p.zero_point;
+      dx.data<double>()[k] = code >= a.config.qmin && code <= a.config.qmax ? dy.at(k) : 0.0;
+    }
+  }
+  return {dx};
+}
+
+GradcheckSample sample(const std::string& label, Shape x, Attrs attrs) {
+  GradcheckSample s(label, {GradcheckInput{x, DType::f64, -3.0, 3.0, {}}}, std::move(attrs));
+  s.reference = ste_reference;
+  return s;
+}
+
+}  // namespace
+
+void add_dynamic_fake_quantize_cuda_kernels(OpRegistry& r);  // dynamic_fake_quantize_cuda.cu
+void add_dynamic_fake_quantize_crosscheck(OpRegistry& r);    // dynamic_fake_quantize_crosscheck.cpp
+
+void define_dynamic_fake_quantize_ops(OpRegistry& r) {
+  OpDef& op = r.define("dynamic_fake_quantize");
+  op.doc =
+      "Fake quantization with qparams from x itself per group of the last axis, torchao's QAT "
+      "arithmetic in x's dtype; outputs y, the bit-packed in-range mask, scale and zero_point.";
+  op.inputs = {"x"};
+  op.outputs = {"y", "mask", "scale", "zero_point"};
+  op.attrs = {
+      int_attr("group_size", 0, "elements per group along the last axis; 0: the whole axis", 0),
+      string_attr("mode", std::string("asymmetric"), {"asymmetric", "symmetric"},
+                  "asymmetric: range [min(x, 0), max(x, 0)]; symmetric: max |x|, zero point 0"),
+      int_attr("quant_min", std::nullopt, "smallest code"),
+      int_attr("quant_max", std::nullopt, "largest code"),
+      real_attr("eps", 1.1920928955078125e-07,
+                "the scale's floor (torchao: f32's epsilon for activations, the dtype's smallest "
+                "normal for weights)")};
+  op.parse_args = parse_args;
+  op.differentiable_inputs = {true};
+  op.infer = infer;
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, dynamic_fake_quantize_cpu});
+  op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
+    return {c.graph.apply1("ste_backward", {c.grad_or_zeros(0), c.node.outputs[1]})};
+  };
+  op.gradcheck_samples = [] {
+    return std::vector<GradcheckSample>{
+        sample("per token s8 [3,8]", {3, 8}, {{"quant_min", -128}, {"quant_max", 127}}),
+        sample("group 4 symmetric s4 [2,8]", {2, 8},
+               {{"group_size", 4},
+                {"mode", std::string("symmetric")},
+                {"quant_min", -8},
+                {"quant_max", 7}}),
+    };
+  };
+#ifdef QG_WITH_CUDA
+  add_dynamic_fake_quantize_cuda_kernels(r);
+#endif
+  add_dynamic_fake_quantize_crosscheck(r);
+}
+
+}  // namespace qg
