@@ -22,9 +22,18 @@ note "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); $(pyt
 t0=$(date +%s)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_BENCH=OFF \
   -DPython_EXECUTABLE="$(command -v python3)" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-cmake --build "$build" -j "$(nproc)" --target _core qatgraph_python_files >"$out/build.log" 2>&1 ||
+cmake --build "$build" -j "$(nproc)" --target _core qatgraph_python_files qat ${EXTRA_TARGETS:-} >"$out/build.log" 2>&1 ||
   { grep -E "error" -A4 "$out/build.log" | head -40; echo "SUMMARY: build failed"; exit 1; }
-note "build of the Python module: $(($(date +%s) - t0)) s"
+note "build of the Python module and qat: $(($(date +%s) - t0)) s"
+# The C++ checks of the ops the torch recipes run on: each CHECK_OPS op's crosscheck cases,
+# and each EXTRA_TARGETS test binary.
+for op in ${CHECK_OPS:-}; do
+  note "qat crosscheck --op $op: $("$build"/apps/qat crosscheck --op "$op" 2>&1 | tail -1)"
+done
+for t in ${EXTRA_TARGETS:-}; do
+  timeout 120 "$build/tests/$t" >"$out/$t.log" 2>&1
+  note "$t: rc=$?; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')"
+done
 export PYTHONPATH="$build/python:$torchao"
 timeout "${T_PYTEST:-200}" python3 -m pytest -q -rs -p no:cacheprovider \
   python/tests/test_torch_cuda.py python/tests/test_torch_recipes.py python/tests/test_torch_prepare.py \

@@ -8,6 +8,8 @@
 // one aligned mask word; other group lengths leave y and the mask to a per-mask-byte kernel
 // reading the stored qparams. Bit-identical to the CPU kernel: the same qparam and element
 // math (qmath::fake_quant) in the same math type, y narrowed once.
+#include <type_traits>
+
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/dynamic_fake_quantize/dynamic_fake_quantize_args.h"
@@ -36,10 +38,12 @@ struct LaunchArgs {
   int32_t node;
 };
 
+// scale_m: the scales in the math type for byte_kernel (f64's would lose bits as f32), or null.
 template <typename T>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     group_kernel(const T* __restrict__ x, T* __restrict__ y, uint32_t* __restrict__ mask,
-                 float* __restrict__ scale, int32_t* __restrict__ zp, LaunchArgs a) {
+                 float* __restrict__ scale, int32_t* __restrict__ zp, math_of<T>* scale_m,
+                 LaunchArgs a) {
   using M = math_of<T>;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
@@ -62,6 +66,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       if (!p.valid) report_device_error(a.err, kBadScale, a.node, q, static_cast<double>(p.scale));
       scale[q] = static_cast<float>(p.scale);
       zp[q] = static_cast<int32_t>(p.zero_point);
+      if (scale_m != nullptr) scale_m[q] = p.scale;
     }
     if (!a.quantize) continue;
     const M inv = M(1) / p.scale;
@@ -81,7 +86,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // y and the mask for group lengths that split mask words: one thread per mask byte.
 template <typename T>
 __global__ void byte_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ mask,
-                            const float* __restrict__ scale, const int32_t* __restrict__ zp,
+                            const math_of<T>* __restrict__ scale, const int32_t* __restrict__ zp,
                             int64_t n, LaunchArgs a) {
   using M = math_of<T>;
   const M qmin = static_cast<M>(a.cfg.qmin), qmax = static_cast<M>(a.cfg.qmax);
@@ -89,8 +94,7 @@ __global__ void byte_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t*
     uint8_t bits = 0;
     for (int64_t i = b * 8; i < n && i < b * 8 + 8; ++i) {
       const int64_t q = i / a.len;
-      // The stored qparams are the values of T the group kernel computed (exact in f32).
-      const M s = static_cast<M>(scale[q]), z = static_cast<M>(zp[q]);
+      const M s = scale[q], z = static_cast<M>(zp[q]);
       const qmath::FakeQuantResult<M> r =
           qmath::fake_quant(to_math(x[i]), M(1) / s, s, z, qmin, qmax);
       y[i] = from_math<T>(r.y);
@@ -112,15 +116,29 @@ void dynamic_fake_quantize_cuda(KernelContext& ctx) {
     using T = decltype(tag);
     const int64_t blocks = std::min<int64_t>((p.groups + kWarpsPerBlock - 1) / kWarpsPerBlock,
                                              int64_t{32} * multiprocessor_count());
+    using M = math_of<T>;
+    // Mask words split by groups: byte_kernel quantizes from the scales in the math type
+    // (the f32 scale output itself, or an f64 copy).
+    Tensor scale_m;
+    M* scale_m_ptr = nullptr;
+    if (!a.quantize) {
+      if constexpr (std::is_same_v<M, float>) {
+        scale_m_ptr = out_ptr<float>(ctx.outputs[2]);
+      } else {
+        scale_m = Tensor::empty({p.groups}, DType::f64, x.device());
+        scale_m_ptr = out_ptr<double>(scale_m);
+      }
+    }
     group_kernel<T><<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
         in_ptr<T>(x), out_ptr<T>(ctx.outputs[0]), out_ptr<uint32_t>(ctx.outputs[1]),
-        out_ptr<float>(ctx.outputs[2]), out_ptr<int32_t>(ctx.outputs[3]), a);
+        out_ptr<float>(ctx.outputs[2]), out_ptr<int32_t>(ctx.outputs[3]),
+        std::is_same_v<M, float> ? nullptr : scale_m_ptr, a);
     QG_CUDA_CHECK_LAUNCH(ctx.op);
     if (a.quantize) return;
     auto shape = elementwise_launch((n + 7) / 8);
     byte_kernel<T><<<shape.blocks, shape.threads, 0, stream>>>(
-        in_ptr<T>(x), out_ptr<T>(ctx.outputs[0]), out_ptr<uint8_t>(ctx.outputs[1]),
-        in_ptr<float>(ctx.outputs[2]), in_ptr<int32_t>(ctx.outputs[3]), n, a);
+        in_ptr<T>(x), out_ptr<T>(ctx.outputs[0]), out_ptr<uint8_t>(ctx.outputs[1]), scale_m_ptr,
+        in_ptr<int32_t>(ctx.outputs[3]), n, a);
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
 }

@@ -53,7 +53,11 @@ TEST(CrosscheckSpec, EveryOpKeepsItsCases) {
       EXPECT_LE(c.inputs.size(), op->inputs.size()) << op->name << ": " << c.label;
     }
   }
-  EXPECT_EQ(found, expected);
+  // The families listed above are pinned here; a family added since pins its own count in
+  // its test folder (tests/ops_<family>), so adding a family touches its folders and the op
+  // table's row only. Every op pinned here must still have exactly its cases.
+  for (const auto& [op, count] : expected) EXPECT_EQ(found[op], count) << op;
+  for (const auto& [op, count] : found) EXPECT_GT(count, 0u) << op;
 }
 
 // Every output compared to rounding, with the relative tolerance of its dtype; every other

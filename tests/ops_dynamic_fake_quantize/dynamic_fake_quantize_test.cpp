@@ -93,6 +93,14 @@ TEST(DynamicFakeQuantize, GradientIsTheStraightThroughEstimator) {
   EXPECT_EQ(got[0].to_doubles(), (std::vector<double>{1, 1, 1, 0}));
 }
 
+// Pinned, so that no `qat crosscheck` case goes missing unnoticed.
+TEST(DynamicFakeQuantize, KeepsItsCrosscheckCases) {
+  const OpDef& op = OpRegistry::instance().get("dynamic_fake_quantize");
+  ASSERT_TRUE(static_cast<bool>(op.crosscheck.cases));
+  EXPECT_EQ(op.crosscheck.cases().size(), 8u);
+  EXPECT_TRUE(op.crosscheck.rounded_outputs.empty());  // every output bit for bit
+}
+
 TEST(DynamicFakeQuantize, PassesTheGradientCheck) {
   const OpDef& op = OpRegistry::instance().get("dynamic_fake_quantize");
   for (const GradcheckSample& s : op.gradcheck_samples()) {

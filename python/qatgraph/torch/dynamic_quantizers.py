@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .. import _core
-from .functional import dynamic_fake_quantize, fake_quantize
+from .functional import _dynamic_attrs, dynamic_fake_quantize, fake_quantize
 
 _PREFIX = "[qatgraph.torch]"
 # The dtypes torchao's quantize primitives take.
@@ -97,12 +97,19 @@ class PerTokenFakeQuantize(_Switch):
             zero_point = torch.clamp(zero_point, self.quant_min, self.quant_max)
         return scale.to(torch.float32), zero_point.to(torch.int32)
 
+    def dynamic_attrs(self, x):
+        """dynamic_fake_quantize's attribute key for x when this quantizer runs it (enabled, x on
+        CUDA), else None; QATLinear then fuses it into one autograd node with the linear."""
+        if not (self.enabled and x.is_cuda):
+            return None
+        _check_float(x, f"recipe '{self.recipe}' activation quantizer", "input")
+        return _dynamic_attrs(0, False, self.quant_min, self.quant_max, self.eps)
+
     def forward(self, x):
         """x fake-quantized per token with its own qparams (x itself when disabled)."""
         if not self.enabled:
             return x
         if x.is_cuda:  # one kernel: the same qparams as qparams(), as PyTorch's CUDA ops give
-            _check_float(x, f"recipe '{self.recipe}' activation quantizer", "input")
             return dynamic_fake_quantize(x, self.quant_min, self.quant_max, eps=self.eps)[0]
         scale, zero_point = self.qparams(x)
         return fake_quantize(x, scale, zero_point, self.quant_min, self.quant_max,
@@ -183,6 +190,15 @@ class GroupSymmetricFakeQuantize(_WeightQuantizer):
                 w, self.quant_min, self.quant_max, group_size=0 if self.group_size is None else size,
                 symmetric=True, eps=torch.finfo(w.dtype).smallest_normal)[0]
         return self._fake_quantize(w, *self.qparams(w))
+
+    def dynamic_attrs(self, w):
+        """dynamic_fake_quantize's attribute key for w when this quantizer runs it (enabled, w on
+        CUDA), else None (see PerTokenFakeQuantize.dynamic_attrs)."""
+        if not (self.enabled and w.is_cuda):
+            return None
+        size = self._groups(w)
+        return _dynamic_attrs(0 if self.group_size is None else size, True, self.quant_min,
+                              self.quant_max, torch.finfo(w.dtype).smallest_normal)
 
     def freeze_weight(self, w):
         """The integer form of w that convert stores: a QuantizedWeight whose forward gives

@@ -4,6 +4,7 @@ tensors, with torch's signatures, results and gradients (the STE backward is PyT
 import functools
 
 import torch
+import torch.nn.functional as F
 
 from .. import _core
 from . import _kernels
@@ -173,6 +174,47 @@ def dynamic_fake_quantize(x, quant_min, quant_max, group_size=0, symmetric=False
     eps = torch.finfo(torch.float32).eps if eps is None else float(eps)
     attrs = _dynamic_attrs(int(group_size), bool(symmetric), int(quant_min), int(quant_max), eps)
     return _DynamicFakeQuantizeFn.apply(x, attrs)
+
+
+def _ste(dy, mask):
+    if torch.is_grad_enabled():  # create_graph=True: a differentiable STE
+        return _SteFn.apply(dy, mask)
+    return _kernels.run("ste_backward_exact", None, [dy, mask])[0]
+
+
+class _DynamicQATLinearFn(torch.autograd.Function):
+    """linear(dynamic_fake_quantize(x), dynamic_fake_quantize(w), b) as one autograd node:
+    the two fake quantizations (one kernel each) and the GEMM forward; backward the GEMMs
+    PyTorch's linear runs and the STE of each input. One node instead of three keeps the
+    host's per-layer work small, which a language model's step (hundreds of linears) is
+    bound by."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, x_attrs, w_attrs):
+        xq, x_mask = _kernels.run("dynamic_fake_quantize", x_attrs, [x])[:2]
+        wq, w_mask = _kernels.run("dynamic_fake_quantize", w_attrs, [w])[:2]
+        ctx.save_for_backward(xq, wq, x_mask, w_mask)
+        ctx.has_bias = b is not None
+        return F.linear(xq, wq, b)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xq, wq, x_mask, w_mask = ctx.saved_tensors
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = _ste(dy.matmul(wq), x_mask)
+        if ctx.needs_input_grad[1]:
+            dy2 = dy.reshape(-1, dy.shape[-1])
+            dw = _ste(dy2.t().mm(xq.reshape(-1, xq.shape[-1])), w_mask)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy.reshape(-1, dy.shape[-1]).sum(0)
+        return dx, dw, db, None, None
+
+
+def dynamic_qat_linear(x, w, b, x_attrs, w_attrs):
+    """The fused QAT linear of the dynamic recipes (8da4w, w8a8_dynamic) on CUDA: x_attrs and
+    w_attrs are dynamic_fake_quantize's attribute keys (the quantizers' dynamic_attrs)."""
+    return _DynamicQATLinearFn.apply(x, w, b, x_attrs, w_attrs)
 
 
 def fake_quantize_per_tensor_affine(input, scale, zero_point, quant_min, quant_max):

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import recipes as _recipes
+from .functional import dynamic_qat_linear
 
 
 def _attach_quantizers(module, recipe, relu):
@@ -38,6 +39,17 @@ def _quantize_input(module, x):
     return x if module.input_fake_quant is None else module.input_fake_quant(x)
 
 
+def _dynamic_linear_attrs(module, x):
+    """(input attrs, weight attrs) when both quantizers of a QATLinear run dynamic_fake_quantize
+    on this call (the 8da4w and w8a8_dynamic recipes on CUDA), else None."""
+    xq, wq = module.input_fake_quant, module.weight_fake_quant
+    if xq is None or not hasattr(xq, "dynamic_attrs") or not hasattr(wq, "dynamic_attrs"):
+        return None
+    xa = xq.dynamic_attrs(x)
+    wa = wq.dynamic_attrs(module.weight) if xa is not None else None
+    return None if wa is None else (xa, wa)
+
+
 def _same_place(module, like):
     """The quantizers on the device of the float module they came from."""
     return module.to(like.weight.device)
@@ -55,6 +67,9 @@ class QATLinear(nn.Linear):
 
     def forward(self, input):
         """relu?(linear(input, weight_fake_quant(weight), bias)), then the output quantizer."""
+        fused = _dynamic_linear_attrs(self, input)
+        if fused is not None:  # the dynamic recipes on CUDA: one autograd node
+            return _finish(self, dynamic_qat_linear(input, self.weight, self.bias, *fused))
         x = _quantize_input(self, input)
         return _finish(self, F.linear(x, self.weight_fake_quant(self.weight), self.bias))
 
