@@ -65,7 +65,7 @@ struct KernelContext {
                 DeviceContext& device_context, bool is_training = true)
       : op(op_name),
         prepared(prepared_args),
-        attrs(resolved_attrs),
+        attrs(prepared_args.parsed ? no_raw_attrs() : resolved_attrs),
         inputs(std::move(input_tensors)),
         outputs(std::move(output_tensors)),
         states(state_tensors),
@@ -74,7 +74,10 @@ struct KernelContext {
 
   const std::string& op;
   const PreparedArgs& prepared;
-  const Attrs& attrs;  // resolved: defaults filled in, validated
+  // Resolved (defaults filled in, validated) for an op that declares no parser; empty for one
+  // that does, so its kernels read its parsed struct (args<T>()) and never an attribute by
+  // name: a read throws "attribute ... is not set".
+  const Attrs& attrs;
   std::vector<Tensor> inputs;
   // Preallocated with the inferred types. A kernel may replace one with another tensor of
   // the same type (a parameter node hands out its state without a copy).
@@ -213,8 +216,8 @@ struct OpDef {
   InferFn infer;
   StateFn states;
   // Parses the resolved attributes (and input types) into the op's KernelArgs struct, once
-  // per call site; kernels read it through KernelContext::args<T>(). Unset: the kernel reads
-  // `attrs` itself.
+  // per call site; kernels read it through KernelContext::args<T>(). Every op that declares
+  // attributes and has kernels sets one (tests/core/op_registry_test.cpp checks).
   ParseArgsFn parse_args;
   std::vector<KernelDef> kernels;
   BackwardFn backward;

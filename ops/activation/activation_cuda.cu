@@ -6,6 +6,7 @@
 #include "ops/activation/activation_fwd.cuh"
 #include "ops/activation/activation_grad.cuh"
 #include "ops/activation/activation_math.h"
+#include "ops/activation/gelu_args.h"
 #include "ops/common/cuda_common.cuh"
 
 namespace qg {
@@ -33,14 +34,14 @@ void add_activation_cuda_kernels(OpRegistry& r) {
                             map_cuda(c, c.inputs[0], c.inputs[1], ReluBackwardF{});
                           }});
   r.get_mutable("gelu").kernels.push_back({DeviceType::cuda, kFloatDTypes, [](KernelContext& c) {
-                                             if (c.attrs.get_string("approximate") == "tanh")
+                                             if (c.args<GeluArgs>().tanh)
                                                map_cuda(c, c.inputs[0], c.inputs[0], GeluTanhF{});
                                              else
                                                map_cuda(c, c.inputs[0], c.inputs[0], GeluErfF{});
                                            }});
   r.get_mutable("gelu_backward")
       .kernels.push_back({DeviceType::cuda, kFloatDTypes, [](KernelContext& c) {
-                            if (c.attrs.get_string("approximate") == "tanh")
+                            if (c.args<GeluArgs>().tanh)
                               map_cuda(c, c.inputs[0], c.inputs[1], GeluTanhBackwardF{});
                             else
                               map_cuda(c, c.inputs[0], c.inputs[1], GeluErfBackwardF{});

@@ -3,6 +3,7 @@
 // ops/activation/activation_math.h.
 #include "core/graph.h"
 #include "ops/activation/activation_math.h"
+#include "ops/activation/gelu_args.h"
 #include "ops/common/cpu_loops.h"
 #include "ops/common/schema_helpers.h"
 
@@ -14,12 +15,8 @@ AttrSpec approximate_attr() {
                      "none: 0.5 x (1 + erf(x / sqrt 2)); tanh: the tanh approximation");
 }
 
-bool tanh_form(const Attrs& a) {
-  return a.get_string("approximate") == "tanh";
-}
-
 void gelu_cpu(KernelContext& ctx) {
-  if (tanh_form(ctx.attrs))
+  if (ctx.args<GeluArgs>().tanh)
     cpu::unary_float("gelu", ctx.inputs[0], ctx.outputs[0],
                      [](auto x) { return act::gelu_tanh(x); });
   else
@@ -28,7 +25,7 @@ void gelu_cpu(KernelContext& ctx) {
 }
 
 void gelu_backward_cpu(KernelContext& ctx) {
-  if (tanh_form(ctx.attrs))
+  if (ctx.args<GeluArgs>().tanh)
     cpu::binary_float("gelu_backward", ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
                       [](auto dy, auto x) { return dy * act::gelu_tanh_grad(x); });
   else
@@ -59,6 +56,7 @@ void define_gelu_ops(OpRegistry& r) {
     expect_float(ctx, 0);
     return same_as_input(ctx);
   };
+  gelu.parse_args = parse_gelu_args;
   gelu.kernels.push_back({DeviceType::cpu, kFloatDTypes, gelu_cpu});
   gelu.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     Attrs a;
@@ -81,6 +79,7 @@ void define_gelu_ops(OpRegistry& r) {
   back.outputs = {"dx"};
   back.attrs = {approximate_attr()};
   back.infer = infer_dy_x;
+  back.parse_args = parse_gelu_args;
   back.kernels.push_back({DeviceType::cpu, kFloatDTypes, gelu_backward_cpu});
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/graph.h"
+#include "ops/arith/reshape_args.h"
 #include "ops/common/cpu_loops.h"
 #include "ops/common/grad_helpers.h"
 #include "ops/common/schema_helpers.h"
@@ -160,6 +161,7 @@ void define_sum_to(OpRegistry& r) {
              " does not broadcast to the input shape ", shape_str(ctx.inputs[0].shape));
     return std::vector<TensorType>{{ctx.inputs[0].dtype, target}};
   };
+  op.parse_args = no_kernel_args;  // the target shape is the output's
   op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                           const Tensor& x = ctx.inputs[0];
                           Tensor& y = ctx.outputs[0];
@@ -200,6 +202,7 @@ void define_broadcast_to(OpRegistry& r) {
              " does not broadcast to ", shape_str(target));
     return std::vector<TensorType>{{ctx.inputs[0].dtype, target}};
   };
+  op.parse_args = no_kernel_args;  // the target shape is the output's
   op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                           const Tensor& x = ctx.inputs[0];
                           Tensor& y = ctx.outputs[0];
@@ -238,6 +241,7 @@ void define_reshape(OpRegistry& r) {
              ctx.inputs[0].str(), " to ", shape_str(target), ": element counts differ");
     return std::vector<TensorType>{{ctx.inputs[0].dtype, target}};
   };
+  op.parse_args = parse_reshape_args;
   op.kernels.push_back({DeviceType::cpu, {}, [](KernelContext& ctx) {
                           ctx.outputs[0] = ctx.inputs[0].reshape(ctx.outputs[0].shape());
                         }});

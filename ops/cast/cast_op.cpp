@@ -50,6 +50,7 @@ void define_cast_ops(OpRegistry& r) {
     DType to = dtype_from_name(ctx.attrs.get_string("dtype"));
     return std::vector<TensorType>{{to, ctx.inputs[0].shape}};
   };
+  op.parse_args = no_kernel_args;  // the target dtype is the output's
   // Reads x through its strides: casting a transposed or sliced view makes it contiguous.
   op.kernels.push_back({DeviceType::cpu, kFloatDTypes, cast_cpu, /*strided=*/true});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {

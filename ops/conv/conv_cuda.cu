@@ -299,7 +299,7 @@ void backward_bias(KernelContext& ctx) {
 }
 
 void conv2d_forward_cuda(KernelContext& ctx) {
-  ConvGeometry g = conv_geometry(ctx.op, ctx.inputs[0].shape(), ctx.inputs[1].shape(), ctx.attrs);
+  const ConvGeometry& g = ctx.args<ConvArgs>().geometry;
   if (ctx.outputs[0].numel() == 0) return;
   if (cudnn_conv::enabled() && g.n > 0) {
     cudnn_conv::forward(ctx.op.c_str(), g, ctx.inputs[0], ctx.inputs[1], &ctx.inputs[2],
@@ -311,8 +311,7 @@ void conv2d_forward_cuda(KernelContext& ctx) {
 }
 
 void conv2d_backward_input_cuda(KernelContext& ctx) {
-  ConvGeometry g =
-      conv_geometry(ctx.op, ctx.attrs.get_ints("input_shape"), ctx.inputs[1].shape(), ctx.attrs);
+  const ConvGeometry& g = ctx.args<ConvArgs>().geometry;
   if (ctx.outputs[0].numel() == 0) return;
   if (cudnn_conv::enabled()) {
     cudnn_conv::backward_data(ctx.op.c_str(), g, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
@@ -324,8 +323,7 @@ void conv2d_backward_input_cuda(KernelContext& ctx) {
 }
 
 void conv2d_backward_weight_cuda(KernelContext& ctx) {
-  ConvGeometry g =
-      conv_geometry(ctx.op, ctx.inputs[1].shape(), ctx.attrs.get_ints("weight_shape"), ctx.attrs);
+  const ConvGeometry& g = ctx.args<ConvArgs>().geometry;
   if (ctx.outputs[0].numel() == 0) return;
   // An empty batch gives dw = 0, which the im2col path writes (cuDNN rejects N = 0).
   if (cudnn_conv::enabled() && g.n > 0) {

@@ -3,9 +3,11 @@
 // The CPU and CUDA kernels share it; it is host-only plain data.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "core/attrs.h"
+#include "core/kernel_args.h"
 #include "core/tensor.h"
 
 namespace qg {
@@ -31,5 +33,13 @@ struct ConvGeometry {
 // validators) and the shapes of x and w; returns the resolved geometry.
 ConvGeometry conv_geometry(const std::string& op, const Shape& x, const Shape& w,
                            const Attrs& attrs);
+
+// The parsed arguments of conv2d and its backward ops: the geometry resolved once from the
+// input shapes and the attributes (input_shape or weight_shape standing in for the tensor
+// the backward op does not take).
+struct ConvArgs : KernelArgs {
+  ConvGeometry geometry;
+};
+std::shared_ptr<const KernelArgs> parse_conv_args(const ArgsSource& source);
 
 }  // namespace qg

@@ -138,6 +138,20 @@ ConvGeometry conv_geometry(const std::string& op, const Shape& x, const Shape& w
   return g;
 }
 
+std::shared_ptr<const KernelArgs> parse_conv_args(const ArgsSource& s) {
+  QG_CHECK(s.inputs.size() >= 2, s.op, "takes at least 2 inputs, got ", s.inputs.size());
+  auto args = std::make_shared<ConvArgs>();
+  if (s.op == "conv2d_backward_input")
+    args->geometry =
+        conv_geometry(s.op, s.attrs.get_ints("input_shape"), s.inputs[1].shape, s.attrs);
+  else if (s.op == "conv2d_backward_weight")
+    args->geometry =
+        conv_geometry(s.op, s.inputs[1].shape, s.attrs.get_ints("weight_shape"), s.attrs);
+  else
+    args->geometry = conv_geometry(s.op, s.inputs[0].shape, s.inputs[1].shape, s.attrs);
+  return args;
+}
+
 void add_conv_cuda_kernels(OpRegistry& r);  // conv_cuda.cu
 void add_conv_crosscheck(OpRegistry& r);    // conv_crosscheck.cpp
 
@@ -158,12 +172,12 @@ void define_conv_ops(OpRegistry& r) {
                "] (O = w.shape[0]), got ", ctx.inputs[2].str());
       return std::vector<TensorType>{{ctx.inputs[0].dtype, g.y_shape()}};
     };
-    op.kernels.push_back(
-        {DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
-           ConvGeometry g =
-               conv_geometry(ctx.op, ctx.inputs[0].shape(), ctx.inputs[1].shape(), ctx.attrs);
-           conv2d_forward_cpu(g, ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[0]);
-         }});
+    op.parse_args = parse_conv_args;
+    op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
+                            const ConvGeometry& g = ctx.args<ConvArgs>().geometry;
+                            conv2d_forward_cpu(g, ctx.inputs[0], ctx.inputs[1], ctx.inputs[2],
+                                               ctx.outputs[0]);
+                          }});
     op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
       ValueId dy = c.grad_or_zeros(0);
       ValueId x = c.node.inputs[0], w = c.node.inputs[1];
@@ -198,12 +212,12 @@ void define_conv_ops(OpRegistry& r) {
       expect_grad_shape(ctx, g);
       return std::vector<TensorType>{{ctx.inputs[0].dtype, g.x_shape()}};
     };
-    op.kernels.push_back(
-        {DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
-           ConvGeometry g = conv_geometry(ctx.op, ctx.attrs.get_ints("input_shape"),
-                                          ctx.inputs[1].shape(), ctx.attrs);
-           conv2d_backward_input_cpu(g, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]);
-         }});
+    op.parse_args = parse_conv_args;
+    op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
+                            const ConvGeometry& g = ctx.args<ConvArgs>().geometry;
+                            conv2d_backward_input_cpu(g, ctx.inputs[0], ctx.inputs[1],
+                                                      ctx.outputs[0]);
+                          }});
   }
   {
     OpDef& op = r.define("conv2d_backward_weight");
@@ -219,12 +233,12 @@ void define_conv_ops(OpRegistry& r) {
       expect_grad_shape(ctx, g);
       return std::vector<TensorType>{{ctx.inputs[0].dtype, g.w_shape()}};
     };
-    op.kernels.push_back(
-        {DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
-           ConvGeometry g = conv_geometry(ctx.op, ctx.inputs[1].shape(),
-                                          ctx.attrs.get_ints("weight_shape"), ctx.attrs);
-           conv2d_backward_weight_cpu(g, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]);
-         }});
+    op.parse_args = parse_conv_args;
+    op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
+                            const ConvGeometry& g = ctx.args<ConvArgs>().geometry;
+                            conv2d_backward_weight_cpu(g, ctx.inputs[0], ctx.inputs[1],
+                                                       ctx.outputs[0]);
+                          }});
   }
   {
     OpDef& op = r.define("conv2d_backward_bias");

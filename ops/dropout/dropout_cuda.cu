@@ -47,7 +47,8 @@ void dropout_cuda(KernelContext& ctx) {
     QG_CUDA_CHECK(ctx.op, cudaMemsetAsync(ctx.outputs[1].raw_data(), 1, n, stream));
     return;
   }
-  const double p = ctx.attrs.get_real("p");
+  const DropoutArgs& args = ctx.args<DropoutArgs>();
+  const double p = args.p;
   int64_t* step = ctx.states[0].data<int64_t>();
   if (n > 0) {
     dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
@@ -55,8 +56,7 @@ void dropout_cuda(KernelContext& ctx) {
       auto shape = elementwise_launch(n);
       dropout_kernel<T><<<shape.blocks, shape.threads, 0, stream>>>(
           in_ptr<T>(x), out_ptr<T>(ctx.outputs[0]), out_ptr<uint8_t>(ctx.outputs[1]), step, n,
-          static_cast<uint64_t>(ctx.attrs.get_int("seed")), philox::drop_threshold(p),
-          static_cast<math_of<T>>(1.0 / (1.0 - p)));
+          args.seed, philox::drop_threshold(p), static_cast<math_of<T>>(1.0 / (1.0 - p)));
       QG_CUDA_CHECK_LAUNCH(ctx.op);
     });
   }

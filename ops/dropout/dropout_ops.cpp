@@ -39,8 +39,9 @@ void dropout_cpu(KernelContext& ctx) {
     std::fill(mask, mask + n, uint8_t{1});
     return;
   }
-  const double p = ctx.attrs.get_real("p");
-  const uint64_t seed = static_cast<uint64_t>(ctx.attrs.get_int("seed"));
+  const DropoutArgs& args = ctx.args<DropoutArgs>();
+  const double p = args.p;
+  const uint64_t seed = args.seed;
   int64_t& step = ctx.states[0].data<int64_t>()[0];
   const uint64_t threshold = philox::drop_threshold(p);
   dispatch_float(x.dtype(), ctx.op.c_str(), [&](auto tag) {
@@ -76,7 +77,14 @@ void dropout_backward_cpu(KernelContext& ctx) {
 }  // namespace
 
 double dropout_backward_scale(const KernelContext& ctx) {
-  return ctx.training ? 1.0 / (1.0 - ctx.attrs.get_real("p")) : 1.0;
+  return ctx.training ? 1.0 / (1.0 - ctx.args<DropoutArgs>().p) : 1.0;
+}
+
+std::shared_ptr<const KernelArgs> parse_dropout_args(const ArgsSource& s) {
+  auto args = std::make_shared<DropoutArgs>();
+  args->p = s.attrs.get_real("p");
+  if (s.attrs.has("seed")) args->seed = static_cast<uint64_t>(s.attrs.get_int("seed"));
+  return args;
 }
 
 std::vector<uint8_t> dropout_reference_mask(int64_t n, double p, int64_t seed, int64_t step) {
@@ -107,6 +115,7 @@ void define_dropout_ops(OpRegistry& r) {
   op.states = [](const InferContext&) {
     return std::vector<StateSpec>{{"step", {DType::i64, {1}}, 0.0}};
   };
+  op.parse_args = parse_dropout_args;
   op.kernels.push_back({DeviceType::cpu, kFloatDTypes, dropout_cpu});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     Attrs a;
@@ -147,6 +156,7 @@ void define_dropout_ops(OpRegistry& r) {
              "mask ", ctx.inputs[1].str(), " must be u8 shaped like dy ", ctx.inputs[0].str());
     return same_as_input(ctx);
   };
+  back.parse_args = parse_dropout_args;
   back.kernels.push_back({DeviceType::cpu, kFloatDTypes, dropout_backward_cpu});
 #ifdef QG_WITH_CUDA
   add_dropout_cuda_kernels(r);

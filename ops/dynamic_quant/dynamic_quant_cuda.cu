@@ -22,6 +22,7 @@
 #include "ops/common/cuda_vec.cuh"
 #include "ops/common/quant_args.h"
 #include "ops/common/quant_attrs.h"
+#include "ops/dynamic_quant/dynamic_quant_args.h"
 #include "ops/dynamic_quant/dynamic_quant_math.h"
 #include "ops/quantize/quantize_math.h"
 
@@ -374,7 +375,7 @@ void dynamic_range_quantize_cuda(KernelContext& ctx) {
             1,
             static_cast<int32_t>(r.qmin),
             static_cast<int32_t>(r.qmax),
-            ctx.attrs.get_string("mode") == "symmetric",
+            ctx.args<DynamicQuantArgs>().symmetric,
             error_record(ctx.device),
             ctx.site};
   a.per_q = elements_per_qparam(a.d);

@@ -12,6 +12,7 @@
 #include "ops/common/quant_attrs.h"
 #include "ops/common/quant_scope.h"
 #include "ops/common/schema_helpers.h"
+#include "ops/dynamic_quant/dynamic_quant_args.h"
 #include "ops/dynamic_quant/dynamic_quant_cpu_runs.h"
 #include "ops/dynamic_quant/dynamic_quant_math.h"
 #include "ops/quantize/quantize_cpu.h"
@@ -51,7 +52,7 @@ void dynamic_typed(KernelContext& ctx, const QuantRange& r, const ScopeLayout& l
   using M = math_t<T>;
   const T* px = ctx.inputs[0].data<T>();
   Q* pq = ctx.outputs[0].data<Q>();
-  const bool symmetric = ctx.attrs.get_string("mode") == "symmetric";
+  const bool symmetric = ctx.args<DynamicQuantArgs>().symmetric;
   float* scale = ctx.outputs[1].data<float>();
   int32_t* zp = ctx.outputs[2].data<int32_t>();
   const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
@@ -143,7 +144,7 @@ void add_dynamic_quant_crosscheck(OpRegistry& r);    // dynamic_quant_crosscheck
 
 void define_dynamic_quant_ops(OpRegistry& r) {
   OpDef& op = r.define("dynamic_range_quantize");
-  op.parse_args = quant_scope_parser(0);
+  op.parse_args = parse_dynamic_quant_args;
   op.doc =
       "Reduce + quantize in one op: per-scope scale (and zero point) from the input's own "
       "range, then s8/u8 codes. Outputs q, scale (f32) and zero_point (i32, all zero when "

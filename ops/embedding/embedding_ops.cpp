@@ -124,6 +124,7 @@ void define_embedding_ops(OpRegistry& r) {
     return std::vector<TensorType>{
         {ctx.inputs[0].dtype, {ctx.attrs.get_int("num_embeddings"), dy.back()}}};
   };
+  back.parse_args = no_kernel_args;  // the row count is the output's
   back.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                             Tensor& dw = ctx.outputs[0];
                             std::vector<int64_t> idx =

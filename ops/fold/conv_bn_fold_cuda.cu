@@ -15,6 +15,7 @@
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/dispatch_f32_f64.h"
+#include "ops/fold/fold_args.h"
 
 namespace qg {
 namespace {
@@ -93,7 +94,7 @@ void forward_cuda(KernelContext& ctx) {
   const int threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, per)));
   fold_forward_kernel<T><<<static_cast<unsigned>(channels), threads, 0, cuda_stream(ctx.device)>>>(
       in_ptr<T>(w), in_ptr<T>(ctx.inputs[1]), in_ptr<T>(ctx.inputs[2]),
-      static_cast<T>(ctx.attrs.get_real("eps")), per, out_ptr<T>(ctx.outputs[0]),
+      static_cast<T>(ctx.args<FoldArgs>().eps), per, out_ptr<T>(ctx.outputs[0]),
       out_ptr<T>(ctx.outputs[1]), out_ptr<T>(ctx.outputs[2]));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }

@@ -32,6 +32,7 @@
 #include "core/graph.h"
 #include "ops/common/dispatch_f32_f64.h"
 #include "ops/common/schema_helpers.h"
+#include "ops/fold/fold_args.h"
 
 namespace qg {
 namespace {
@@ -65,7 +66,7 @@ void fold_forward_typed(KernelContext& ctx) {
   const Tensor& wt = ctx.inputs[0];
   const int64_t channels = wt.shape()[0];
   const int64_t per = channels == 0 ? 0 : wt.numel() / channels;
-  const T eps = static_cast<T>(ctx.attrs.get_real("eps"));
+  const T eps = static_cast<T>(ctx.args<FoldArgs>().eps);
   const T* w = wt.data<T>();
   const T* gamma = ctx.inputs[1].data<T>();
   const T* var = ctx.inputs[2].data<T>();
@@ -127,6 +128,7 @@ void define_fold_ops(OpRegistry& r) {
     const TensorType vec{ctx.inputs[0].dtype, {ctx.inputs[0].shape[0]}};
     return std::vector<TensorType>{ctx.inputs[0], vec, vec};
   };
+  op.parse_args = parse_fold_args;
   op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, [](KernelContext& ctx) {
                           dispatch_f32_f64(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
                             fold_forward_typed<decltype(tag)>(ctx);

@@ -4,6 +4,7 @@
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_context.h"
 #include "device/cuda/launch.h"
+#include "ops/graph_io/graph_io_args.h"
 
 namespace qg {
 namespace {
@@ -26,7 +27,7 @@ void launch_fill(Tensor& t, T value, cudaStream_t s) {
 
 void full_like_cuda(KernelContext& ctx) {
   Tensor& out = ctx.outputs[0];
-  double v = ctx.attrs.get_real("value");
+  const double v = ctx.args<FullLikeArgs>().value;
   auto s = cuda_stream(ctx.device);
   // f16/bf16 fill values are converted on the host (CPU rounding) and stored as raw bits.
   Tensor host = Tensor::from_doubles({}, {v}, out.dtype());

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/graph.h"
 #include "ops/common/schema_helpers.h"
+#include "ops/graph_io/graph_io_args.h"
 
 namespace qg {
 namespace {
@@ -21,6 +22,7 @@ void define_input(OpRegistry& r) {
               ints_attr("shape", std::nullopt, "declared shape")};
   op.is_source = true;
   op.infer = no_infer;
+  op.parse_args = no_kernel_args;  // the declared type is the output's
   op.kernels.push_back({DeviceType::cpu, {}, [](KernelContext& ctx) {
                           QG_CHECK(ctx.feed != nullptr && ctx.feed->defined(), "input",
                                    "missing graph input '", ctx.label(), "': it was not fed");
@@ -75,8 +77,13 @@ void define_full_like(OpRegistry& r) {
   op.outputs = {"y"};
   op.attrs = {real_attr("value", 0.0, "fill value")};
   op.infer = [](const InferContext& ctx) { return same_as_input(ctx); };
+  op.parse_args = [](const ArgsSource& s) -> std::shared_ptr<const KernelArgs> {
+    auto args = std::make_shared<FullLikeArgs>();
+    args->value = s.attrs.get_real("value");
+    return args;
+  };
   op.kernels.push_back({DeviceType::cpu, {}, [](KernelContext& ctx) {
-                          ctx.outputs[0].fill(ctx.attrs.get_real("value"));
+                          ctx.outputs[0].fill(ctx.args<FullLikeArgs>().value);
                         }});
 }
 

@@ -10,6 +10,7 @@
 #include "ops/int4/int4_cpu_runs.h"
 #include "ops/int4/int4_math.h"
 #include "ops/int4/narrow_cast.h"
+#include "ops/int4/packed_args.h"
 
 namespace qg {
 
@@ -34,15 +35,35 @@ ScopeLayout int4_group_layout(const std::string& op, const Attrs& attrs, const S
   return scope_layout(op, group, shape);
 }
 
+std::shared_ptr<const KernelArgs> parse_packed_args(const ArgsSource& s) {
+  auto args = std::make_shared<PackedArgs>();
+  if (s.attrs.has("shape")) {
+    args->layout = int4_group_layout(s.op, s.attrs, s.attrs.get_ints("shape"));
+  } else {
+    QG_CHECK(!s.inputs.empty(), s.op, "has no input to lay the groups out over");
+    args->layout = int4_group_layout(s.op, s.attrs, s.inputs[0].shape);
+  }
+  args->symmetric = s.attrs.has("mode") && s.attrs.get_string("mode") == "symmetric";
+  args->high_first = s.attrs.get_string("nibble_order") == "high_first";
+  return args;
+}
+
+std::shared_ptr<const KernelArgs> parse_block_args(const ArgsSource& s) {
+  auto args = std::make_shared<BlockArgs>();
+  args->block_size = s.attrs.get_int("block_size");
+  return args;
+}
+
 namespace {
 
 template <typename T>
 void quantize_pack_typed(KernelContext& ctx) {
   using M = math_t<T>;
   const Tensor& x = ctx.inputs[0];
-  const ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, x.shape());
-  const bool symmetric = ctx.attrs.get_string("mode") == "symmetric";
-  const bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  const PackedArgs& args = ctx.args<PackedArgs>();
+  const ScopeLayout& l = args.layout;
+  const bool symmetric = args.symmetric;
+  const bool high_first = args.high_first;
   const T* px = x.data<T>();
   uint8_t* packed = ctx.outputs[0].data<uint8_t>();
   M* scale = ctx.outputs[1].data<M>();
@@ -110,8 +131,9 @@ template <typename S, typename T>
 void unpack_dequantize_typed(KernelContext& ctx) {
   using M = S;  // the math runs in the scale's type (f32, or f64 for f64 scales)
   const Tensor& zp_t = ctx.inputs[2];
-  const ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, ctx.outputs[0].shape());
-  const bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  const PackedArgs& args = ctx.args<PackedArgs>();
+  const ScopeLayout& l = args.layout;
+  const bool high_first = args.high_first;
   const uint8_t* packed = ctx.inputs[0].data<uint8_t>();
   const S* scale = ctx.inputs[1].data<S>();
   std::vector<M> zp(static_cast<size_t>(zp_t.numel()));

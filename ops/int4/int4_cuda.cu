@@ -16,6 +16,7 @@
 #include "ops/int4/group_pack.cuh"
 #include "ops/int4/int4_cpu.h"
 #include "ops/int4/int4_math.h"
+#include "ops/int4/packed_args.h"
 
 namespace qg {
 namespace {
@@ -230,10 +231,11 @@ __global__ void unpack_kernel(const uint8_t* packed, const S* scale, const Z* zp
 
 void quantize_pack_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
-  ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, x.shape());
+  const PackedArgs& args = ctx.args<PackedArgs>();
+  const ScopeLayout& l = args.layout;
   ScopeDims d = scope_dims(l);
-  bool symmetric = ctx.attrs.get_string("mode") == "symmetric";
-  bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  bool symmetric = args.symmetric;
+  bool high_first = args.high_first;
   auto s = cuda_stream(ctx.device);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
@@ -271,8 +273,9 @@ void quantize_pack_cuda(KernelContext& ctx) {
 void unpack_dequantize_cuda(KernelContext& ctx) {
   Tensor& y = ctx.outputs[0];
   if (y.numel() == 0) return;
-  ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, y.shape());
-  bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  const PackedArgs& args = ctx.args<PackedArgs>();
+  const ScopeLayout& l = args.layout;
+  bool high_first = args.high_first;
   auto shape = elementwise_launch(y.numel());
   auto st = cuda_stream(ctx.device);
   dispatch_float(y.dtype(), ctx.op, [&](auto ttag) {

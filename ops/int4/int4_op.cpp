@@ -8,6 +8,7 @@
 #include "ops/common/schema_helpers.h"
 #include "ops/int4/int4_cpu.h"
 #include "ops/int4/int4_math.h"
+#include "ops/int4/packed_args.h"
 
 namespace qg {
 namespace {
@@ -79,6 +80,7 @@ void define_int4_ops(OpRegistry& r) {
   q.attrs.push_back(string_attr("mode", "symmetric", {"symmetric", "asymmetric"},
                                 "symmetric (absmax / 7, zp 8) or asymmetric (min/max, zp)"));
   q.infer = infer_quantize_pack;
+  q.parse_args = parse_packed_args;
   q.kernels.push_back({DeviceType::cpu, kFloatDTypes, int4_quantize_pack_cpu});
 
   OpDef& d = r.define("int4_unpack_dequantize");
@@ -94,6 +96,7 @@ void define_int4_ops(OpRegistry& r) {
   d.attrs.push_back(string_attr("dtype", "auto", {"auto", "f32", "f64", "f16", "bf16"},
                                 "output dtype (auto: the scale's dtype)"));
   d.infer = infer_unpack_dequantize;
+  d.parse_args = parse_packed_args;
   d.kernels.push_back({DeviceType::cpu, {DType::u8}, int4_unpack_dequantize_cpu});
 #ifdef QG_WITH_CUDA
   add_int4_cuda_kernels(r);

@@ -8,6 +8,7 @@
 #include "core/half.h"
 #include "ops/common/schema_helpers.h"
 #include "ops/linalg/gemm_blocks.h"
+#include "ops/linalg/matmul_args.h"
 
 namespace qg {
 namespace {
@@ -93,13 +94,15 @@ void define_batched_matmul_op(OpRegistry& r) {
     out.push_back(n);
     return std::vector<TensorType>{{ctx.inputs[0].dtype, out}};
   };
-  op.kernels.push_back(
-      {DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
-         bool ta = ctx.attrs.get_bool("transpose_a"), tb = ctx.attrs.get_bool("transpose_b");
-         dispatch_float(ctx.inputs[0].dtype(), "batched_matmul", [&](auto tag) {
-           batched_matmul_cpu<decltype(tag)>(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0], ta, tb);
-         });
-       }});
+  op.parse_args = parse_matmul_args;
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
+                          const MatmulArgs& args = ctx.args<MatmulArgs>();
+                          const bool ta = args.transpose_a, tb = args.transpose_b;
+                          dispatch_float(ctx.inputs[0].dtype(), "batched_matmul", [&](auto tag) {
+                            batched_matmul_cpu<decltype(tag)>(ctx.inputs[0], ctx.inputs[1],
+                                                              ctx.outputs[0], ta, tb);
+                          });
+                        }});
   // The matmul rule per batch: with y = op(a) op(b), dA = dy op(b)^T (transposed back when
   // a was), dB = op(a)^T dy (likewise).
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {

@@ -7,6 +7,7 @@
 #include "core/graph.h"
 #include "device/cuda/cublas_handle.h"
 #include "ops/common/cuda_common.cuh"
+#include "ops/linalg/matmul_args.h"
 
 namespace qg {
 namespace {
@@ -31,7 +32,8 @@ void matmul_cuda(KernelContext& ctx) {
   const Tensor& a = ctx.inputs[0];
   const Tensor& b = ctx.inputs[1];
   Tensor& y = ctx.outputs[0];
-  bool ta = ctx.attrs.get_bool("transpose_a"), tb = ctx.attrs.get_bool("transpose_b");
+  const MatmulArgs& args = ctx.args<MatmulArgs>();
+  const bool ta = args.transpose_a, tb = args.transpose_b;
   int64_t m = y.size(0), n = y.size(1), k = ta ? a.size(0) : a.size(1);
   if (y.numel() == 0) return;
   auto s = cuda_stream(ctx.device);
@@ -87,7 +89,8 @@ void batched_matmul_cuda(KernelContext& ctx) {
   const Tensor& b = ctx.inputs[1];
   Tensor& y = ctx.outputs[0];
   const int r = y.dim();
-  bool ta = ctx.attrs.get_bool("transpose_a"), tb = ctx.attrs.get_bool("transpose_b");
+  const MatmulArgs& args = ctx.args<MatmulArgs>();
+  const bool ta = args.transpose_a, tb = args.transpose_b;
   int64_t m = y.size(r - 2), n = y.size(r - 1), k = ta ? a.size(r - 2) : a.size(r - 1);
   if (y.numel() == 0) return;
   auto s = cuda_stream(ctx.device);

@@ -7,6 +7,7 @@
 #include "core/half.h"
 #include "ops/common/schema_helpers.h"
 #include "ops/linalg/gemm_blocks.h"
+#include "ops/linalg/matmul_args.h"
 
 namespace qg {
 namespace {
@@ -79,13 +80,15 @@ void define_linalg_ops(OpRegistry& r) {
              ", transpose_b=", tb, ")");
     return std::vector<TensorType>{{ctx.inputs[0].dtype, {m, n}}};
   };
-  op.kernels.push_back(
-      {DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
-         bool ta = ctx.attrs.get_bool("transpose_a"), tb = ctx.attrs.get_bool("transpose_b");
-         dispatch_float(ctx.inputs[0].dtype(), "matmul", [&](auto tag) {
-           matmul_cpu<decltype(tag)>(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0], ta, tb);
-         });
-       }});
+  op.parse_args = parse_matmul_args;
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
+                          const MatmulArgs& args = ctx.args<MatmulArgs>();
+                          const bool ta = args.transpose_a, tb = args.transpose_b;
+                          dispatch_float(ctx.inputs[0].dtype(), "matmul", [&](auto tag) {
+                            matmul_cpu<decltype(tag)>(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
+                                                      ta, tb);
+                          });
+                        }});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     ValueId dy = c.grad_or_zeros(0);
     ValueId a = c.node.inputs[0], b = c.node.inputs[1];

@@ -4,6 +4,7 @@
 // the device error buffer and raised at the end of the run, as the CPU kernel raises it.
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
+#include "ops/loss/loss_args.h"
 
 namespace qg {
 namespace {
@@ -94,7 +95,7 @@ unsigned row_blocks(int64_t n) {
 void ce_forward_cuda(KernelContext& ctx) {
   const Tensor& logits = ctx.inputs[0];
   const Tensor& labels = ctx.inputs[1];
-  bool mean = ctx.attrs.get_string("reduction") == "mean";
+  const bool mean = ctx.args<CrossEntropyArgs>().mean;
   int64_t n = logits.size(0), c = logits.size(1);
   auto s = cuda_stream(ctx.device);
   Tensor rows = Tensor::empty({n}, DType::f64, logits.device());
@@ -118,7 +119,7 @@ void ce_forward_cuda(KernelContext& ctx) {
 void ce_backward_cuda(KernelContext& ctx) {
   const Tensor& logits = ctx.inputs[0];
   const Tensor& labels = ctx.inputs[1];
-  bool mean = ctx.attrs.get_string("reduction") == "mean";
+  const bool mean = ctx.args<CrossEntropyArgs>().mean;
   int64_t n = logits.size(0), c = logits.size(1);
   if (n == 0 || c == 0) return;
   dispatch_float(logits.dtype(), ctx.op, [&](auto tag) {

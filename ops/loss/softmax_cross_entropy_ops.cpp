@@ -7,6 +7,7 @@
 #include "core/graph.h"
 #include "core/half.h"
 #include "ops/common/schema_helpers.h"
+#include "ops/loss/loss_args.h"
 
 namespace qg {
 namespace {
@@ -56,9 +57,10 @@ void define_loss_ops(OpRegistry& r) {
     check_inputs(ctx);
     return std::vector<TensorType>{{ctx.inputs[0].dtype, {}}};
   };
+  op.parse_args = parse_cross_entropy_args;
   op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
                           const Tensor& logits = ctx.inputs[0];
-                          bool mean = ctx.attrs.get_string("reduction") == "mean";
+                          const bool mean = ctx.args<CrossEntropyArgs>().mean;
                           dispatch_float(logits.dtype(), "softmax_cross_entropy", [&](auto tag) {
                             using T = decltype(tag);
                             double total = 0;
@@ -96,10 +98,11 @@ void define_loss_ops(OpRegistry& r) {
              "dloss must be a scalar of the logits' dtype, got ", ctx.inputs[2].str());
     return std::vector<TensorType>{ctx.inputs[0]};
   };
+  back.parse_args = parse_cross_entropy_args;
   back.kernels.push_back(
       {DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
          const Tensor& logits = ctx.inputs[0];
-         bool mean = ctx.attrs.get_string("reduction") == "mean";
+         const bool mean = ctx.args<CrossEntropyArgs>().mean;
          dispatch_float(logits.dtype(), "softmax_cross_entropy_backward", [&](auto tag) {
            using T = decltype(tag);
            int64_t n = logits.size(0), c = logits.size(1);

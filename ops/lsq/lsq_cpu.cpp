@@ -37,6 +37,14 @@ double lsq_grad_factor(const std::string& op, const Attrs& attrs, int64_t numel)
   return 1.0 / std::sqrt(static_cast<double>(numel) * static_cast<double>(r.qmax));
 }
 
+std::shared_ptr<const KernelArgs> parse_lsq_backward_args(const ArgsSource& s) {
+  std::shared_ptr<const KernelArgs> scope = quant_scope_parser(1)(s);
+  auto args = std::make_shared<LsqBackwardArgs>();
+  static_cast<QuantScopeArgs&>(*args) = dynamic_cast<const QuantScopeArgs&>(*scope);
+  args->grad_factor = lsq_grad_factor(s.op, s.attrs, s.inputs[1].numel());
+  return args;
+}
+
 namespace {
 
 template <typename M>
@@ -124,7 +132,7 @@ void backward_typed(KernelContext& ctx) {
   const QuantRange& r = ctx.args<QuantScopeArgs>().range;
   const ScopeLayout& l = ctx.args<QuantScopeArgs>().layout;
   LsqQParams<M> qp = load<M>(ctx.op, ctx.inputs[2], ctx.inputs[3], r);
-  const double g = lsq_grad_factor(ctx.op, ctx.attrs, x.numel());
+  const double g = ctx.args<LsqBackwardArgs>().grad_factor;
   const M qmin = static_cast<M>(r.qmin), qmax = static_cast<M>(r.qmax);
   const T* px = x.data<T>();
   const T* pdy = dy.data<T>();

@@ -322,7 +322,7 @@ void lsq_backward_cuda(KernelContext& ctx) {
   auto* tickets = reinterpret_cast<unsigned*>(static_cast<char*>(scratch.raw_data()) + sums_bytes);
   auto st = cuda_stream(ctx.device);
   QG_CUDA_CHECK(ctx.op, cudaMemsetAsync(tickets, 0, static_cast<size_t>(nq) * 4, st));
-  const double g = lsq_grad_factor(ctx.op, ctx.attrs, x.numel());
+  const double g = ctx.args<LsqBackwardArgs>().grad_factor;
   const unsigned grid = static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);

@@ -146,7 +146,7 @@ void define_lsq_ops(OpRegistry& r) {
   };
 
   OpDef& back = r.define("lsq_backward");
-  back.parse_args = quant_scope_parser(1);
+  back.parse_args = parse_lsq_backward_args;
   back.doc = "Gradients of lsq_fake_quantize: (dx, dscale, dzero_point) from (dy, x, scale, zp).";
   back.inputs = {"dy", "x", "scale", "zero_point"};
   back.outputs = {"dx", "dscale", "dzero_point"};

@@ -8,6 +8,7 @@
 #include "ops/int4/int4_cpu_runs.h"
 #include "ops/int4/int4_math.h"
 #include "ops/int4/narrow_cast.h"
+#include "ops/int4/packed_args.h"
 #include "ops/nf4/nf4_cpu.h"
 #include "ops/nf4/nf4_cpu_runs.h"
 #include "ops/nf4/nf4_math.h"
@@ -19,8 +20,9 @@ template <typename T>
 void quantize_pack_typed(KernelContext& ctx) {
   using M = math_t<T>;
   const Tensor& x = ctx.inputs[0];
-  const ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, x.shape());
-  const bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  const PackedArgs& args = ctx.args<PackedArgs>();
+  const ScopeLayout& l = args.layout;
+  const bool high_first = args.high_first;
   const T* px = x.data<T>();
   uint8_t* packed = ctx.outputs[0].data<uint8_t>();
   M* absmax_out = ctx.outputs[1].data<M>();
@@ -71,8 +73,9 @@ void quantize_pack_typed(KernelContext& ctx) {
 
 template <typename S, typename T>
 void unpack_dequantize_typed(KernelContext& ctx) {
-  const ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, ctx.outputs[0].shape());
-  const bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  const PackedArgs& args = ctx.args<PackedArgs>();
+  const ScopeLayout& l = args.layout;
+  const bool high_first = args.high_first;
   const uint8_t* packed = ctx.inputs[0].data<uint8_t>();
   const S* absmax = ctx.inputs[1].data<S>();
   for (int64_t q = 0; q < ctx.inputs[1].numel(); ++q) {
@@ -93,7 +96,7 @@ template <typename M>
 void double_quantize_typed(KernelContext& ctx) {
   const Tensor& absmax = ctx.inputs[0];
   const int64_t n = absmax.numel();
-  const int64_t bs = ctx.attrs.get_int("block_size");
+  const int64_t bs = ctx.args<BlockArgs>().block_size;
   const M* pa = absmax.data<M>();
   uint8_t* code = ctx.outputs[0].data<uint8_t>();
   M* scale = ctx.outputs[1].data<M>();
@@ -117,7 +120,7 @@ void double_quantize_typed(KernelContext& ctx) {
 template <typename M>
 void double_dequantize_typed(KernelContext& ctx) {
   const int64_t n = ctx.inputs[0].numel();
-  const int64_t bs = ctx.attrs.get_int("block_size");
+  const int64_t bs = ctx.args<BlockArgs>().block_size;
   const uint8_t* code = ctx.inputs[0].data<uint8_t>();
   const M* scale = ctx.inputs[1].data<M>();
   const M* mins = ctx.inputs[2].data<M>();

@@ -13,6 +13,7 @@
 #include "ops/int4/group_pack.cuh"
 #include "ops/int4/int4_cpu.h"
 #include "ops/int4/int4_math.h"
+#include "ops/int4/packed_args.h"
 #include "ops/nf4/nf4_math.h"
 
 namespace qg {
@@ -176,9 +177,10 @@ __global__ void double_dequantize_kernel(const uint8_t* code, const M* scale, co
 
 void quantize_pack_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
-  ScopeLayout l = int4_group_layout(ctx.op, ctx.attrs, x.shape());
+  const PackedArgs& args = ctx.args<PackedArgs>();
+  const ScopeLayout& l = args.layout;
   ScopeDims d = scope_dims(l);
-  bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  bool high_first = args.high_first;
   auto s = cuda_stream(ctx.device);
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
@@ -206,8 +208,9 @@ void quantize_pack_cuda(KernelContext& ctx) {
 void unpack_dequantize_cuda(KernelContext& ctx) {
   Tensor& y = ctx.outputs[0];
   if (y.numel() == 0) return;
-  ScopeDims d = scope_dims(int4_group_layout(ctx.op, ctx.attrs, y.shape()));
-  bool high_first = ctx.attrs.get_string("nibble_order") == "high_first";
+  const PackedArgs& args = ctx.args<PackedArgs>();
+  ScopeDims d = scope_dims(args.layout);
+  bool high_first = args.high_first;
   auto shape = elementwise_launch(y.numel());
   auto st = cuda_stream(ctx.device);
   dispatch_float(y.dtype(), ctx.op, [&](auto ttag) {
@@ -236,7 +239,7 @@ void dispatch_f32_f64(DType d, Fn&& fn) {
 
 void double_quantize_cuda(KernelContext& ctx) {
   const Tensor& a = ctx.inputs[0];
-  int64_t n = a.numel(), bs = ctx.attrs.get_int("block_size");
+  int64_t n = a.numel(), bs = ctx.args<BlockArgs>().block_size;
   if (n == 0) return;
   auto shape = elementwise_launch((n + bs - 1) / bs, 128);
   dispatch_f32_f64(a.dtype(), [&](auto tag) {
@@ -249,7 +252,7 @@ void double_quantize_cuda(KernelContext& ctx) {
 }
 
 void double_dequantize_cuda(KernelContext& ctx) {
-  int64_t n = ctx.inputs[0].numel(), bs = ctx.attrs.get_int("block_size");
+  int64_t n = ctx.inputs[0].numel(), bs = ctx.args<BlockArgs>().block_size;
   if (n == 0) return;
   auto shape = elementwise_launch(n);
   dispatch_f32_f64(ctx.inputs[1].dtype(), [&](auto tag) {

@@ -12,6 +12,7 @@
 #include "ops/common/schema_helpers.h"
 #include "ops/int4/int4_cpu.h"
 #include "ops/int4/int4_math.h"
+#include "ops/int4/packed_args.h"
 #include "ops/nf4/nf4_cpu.h"
 
 namespace qg {
@@ -107,6 +108,7 @@ void define_nf4_ops(OpRegistry& r) {
   q.outputs = {"packed", "absmax"};
   q.attrs = layout_attrs();
   q.infer = infer_quantize_pack;
+  q.parse_args = parse_packed_args;
   q.kernels.push_back({DeviceType::cpu, kFloatDTypes, nf4_quantize_pack_cpu});
 
   OpDef& d = r.define("nf4_unpack_dequantize");
@@ -121,6 +123,7 @@ void define_nf4_ops(OpRegistry& r) {
   d.attrs.push_back(string_attr("dtype", "auto", {"auto", "f32", "f64", "f16", "bf16"},
                                 "output dtype (auto: absmax's dtype)"));
   d.infer = infer_unpack_dequantize;
+  d.parse_args = parse_packed_args;
   d.kernels.push_back({DeviceType::cpu, {DType::u8}, nf4_unpack_dequantize_cpu});
 
   OpDef& dq = r.define("nf4_double_quantize");
@@ -134,6 +137,7 @@ void define_nf4_ops(OpRegistry& r) {
   dq.outputs = {"code", "block_scale", "block_min"};
   dq.attrs = {positive_int_attr("block_size", 256, "absmax values per 8-bit block")};
   dq.infer = infer_double_quantize;
+  dq.parse_args = parse_block_args;
   dq.kernels.push_back({DeviceType::cpu, kF32F64DTypes, nf4_double_quantize_cpu});
 
   OpDef& dd = r.define("nf4_double_dequantize");
@@ -142,6 +146,7 @@ void define_nf4_ops(OpRegistry& r) {
   dd.outputs = {"absmax"};
   dd.attrs = {positive_int_attr("block_size", 256, "absmax values per 8-bit block")};
   dd.infer = infer_double_dequantize;
+  dd.parse_args = parse_block_args;
   dd.kernels.push_back({DeviceType::cpu, {DType::u8}, nf4_double_dequantize_cpu});
 #ifdef QG_WITH_CUDA
   add_nf4_cuda_kernels(r);

@@ -21,6 +21,7 @@
 #include "ops/common/dispatch_f32_f64.h"
 #include "ops/common/exact_divisor.h"
 #include "ops/norm/channel_cuda.cuh"
+#include "ops/norm/norm_args.h"
 
 namespace qg {
 namespace {
@@ -104,7 +105,7 @@ void refuse_batch_norm_sync(const KernelContext& ctx) {
 template <typename T>
 void forward_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
-  const Attrs& bn = ctx.part(1).attrs;
+  const NormArgs& bn = ctx.part(1).args<NormArgs>();
   ChannelDims d = channel_dims(x.shape());
   auto st = cuda_stream(ctx.device);
   QG_CHECK(d.c <= 65535, ctx.op, "at most 65535 channels (one grid row each), got ", x.str());
@@ -125,10 +126,9 @@ void forward_cuda(KernelContext& ctx) {
   }
   auto fin = elementwise_launch(std::max<int64_t>(d.c, 1));
   bn_finalize_kernel<T><<<fin.blocks, fin.threads, 0, st>>>(
-      partial.defined() ? in_ptr<double2>(partial) : nullptr, frozen, ctx.training, d,
-      bn.get_real("eps"), bn.get_real("momentum"), out_ptr<T>(ctx.inputs[4]),
-      out_ptr<T>(ctx.inputs[5]), out_ptr<T>(ctx.outputs[1]), out_ptr<T>(ctx.outputs[2]),
-      out_ptr<T>(ctx.outputs[3]));
+      partial.defined() ? in_ptr<double2>(partial) : nullptr, frozen, ctx.training, d, bn.eps,
+      bn.momentum, out_ptr<T>(ctx.inputs[4]), out_ptr<T>(ctx.inputs[5]), out_ptr<T>(ctx.outputs[1]),
+      out_ptr<T>(ctx.outputs[2]), out_ptr<T>(ctx.outputs[3]));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
   if (d.c == 0 || d.m == 0) return;
   cdbn_apply_kernel<T><<<dim3(d.splits, static_cast<unsigned>(d.c)), kThreads, 0, st>>>(

@@ -8,6 +8,7 @@
 #include "device/communicator.h"
 #include "device/device_context.h"
 #include "ops/common/dispatch_f32_f64.h"
+#include "ops/norm/norm_args.h"
 
 namespace qg::norm {
 namespace {
@@ -45,7 +46,8 @@ void batch_norm_typed(KernelContext& ctx) {
   T* y = ctx.outputs[0].data<T>();
   T* save_mean = ctx.outputs[1].data<T>();
   T* save_invstd = ctx.outputs[2].data<T>();
-  const double eps = ctx.attrs.get_real("eps"), momentum = ctx.attrs.get_real("momentum");
+  const NormArgs& args = ctx.args<NormArgs>();
+  const double eps = args.eps, momentum = args.momentum;
   const bool batch = uses_batch_statistics(ctx);
   const int64_t m = l.n * l.s;
   if (batch)
@@ -166,7 +168,7 @@ void layer_norm_typed(KernelContext& ctx) {
   T* y = ctx.outputs[0].data<T>();
   T* mean_out = ctx.outputs[1].data<T>();
   T* rstd_out = ctx.outputs[2].data<T>();
-  const double eps = ctx.attrs.get_real("eps");
+  const double eps = ctx.args<NormArgs>().eps;
   // Rows are independent: chunks of whole rows give the same bytes for any thread count.
   parallel_for(
       rows, layer_norm_row_grain(d),

@@ -19,6 +19,7 @@
 #include "ops/common/dispatch_f32_f64.h"
 #include "ops/norm/channel_cuda.cuh"
 #include "ops/norm/layer_norm_backward_cuda.cuh"
+#include "ops/norm/norm_args.h"
 
 namespace qg {
 namespace {
@@ -131,7 +132,7 @@ void batch_norm_cuda(KernelContext& ctx) {
   auto fin = elementwise_launch(std::max<int64_t>(d.c, 1));
   bn_finalize_kernel<T><<<fin.blocks, fin.threads, 0, s>>>(
       partial.defined() ? in_ptr<double2>(partial) : nullptr, frozen, ctx.training, fd,
-      ctx.attrs.get_real("eps"), ctx.attrs.get_real("momentum"), out_ptr<T>(ctx.inputs[3]),
+      ctx.args<NormArgs>().eps, ctx.args<NormArgs>().momentum, out_ptr<T>(ctx.inputs[3]),
       out_ptr<T>(ctx.inputs[4]), out_ptr<T>(ctx.outputs[1]), out_ptr<T>(ctx.outputs[2]),
       out_ptr<T>(ctx.outputs[3]));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
@@ -319,7 +320,7 @@ void layer_norm_cuda(KernelContext& ctx) {
   const T *xp = in_ptr<T>(x), *gamma = in_ptr<T>(ctx.inputs[1]), *beta = in_ptr<T>(ctx.inputs[2]);
   T *y = out_ptr<T>(ctx.outputs[0]), *mean = out_ptr<T>(ctx.outputs[1]);
   T* rstd = out_ptr<T>(ctx.outputs[2]);
-  const double eps = ctx.attrs.get_real("eps");
+  const double eps = ctx.args<NormArgs>().eps;
   if constexpr (std::is_same_v<T, float>) {
     if (dim <= kWarpRowMax) {
       const int d = static_cast<int>(dim);

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/graph.h"
 #include "ops/common/schema_helpers.h"
+#include "ops/norm/norm_args.h"
 #include "ops/norm/norm_cpu.h"
 
 namespace qg {
@@ -65,6 +66,7 @@ void define_batch_norm(OpRegistry& r) {
   op.states = [](const InferContext&) {
     return std::vector<StateSpec>{{"frozen", {DType::f32, {1}}, 0.0}};
   };
+  op.parse_args = parse_norm_args;
   op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, norm::batch_norm_cpu});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     const Node& n = c.node;
@@ -121,6 +123,7 @@ void define_layer_norm(OpRegistry& r) {
     TensorType rows{x.dtype, Shape(x.shape.begin(), x.shape.end() - 1)};
     return std::vector<TensorType>{x, rows, rows};
   };
+  op.parse_args = parse_norm_args;
   op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, norm::layer_norm_cpu});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     const Node& n = c.node;

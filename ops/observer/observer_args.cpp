@@ -15,6 +15,7 @@ std::shared_ptr<const KernelArgs> parse_observer_args(const ArgsSource& s) {
   if (at.has("upsample_rate")) a->upsample_rate = at.get_int("upsample_rate");
   if (s.op == "histogram_observer") a->dst_nbins = int64_t{1} << at.get_int("bits");
   if (at.has("percentile")) a->percentile = at.get_real("percentile");
+  a->replicated = at.has("replicated") && at.get_bool("replicated");
   if (at.has("qscheme")) a->symmetric = at.get_string("qscheme") == "symmetric";
   return a;
 }

@@ -21,6 +21,7 @@ struct ObserverArgs : KernelArgs {
   int64_t dst_nbins = 0;          // histogram: 2^bits
   double percentile = 0;          // percentile
   bool symmetric = false;         // percentile: qscheme == symmetric
+  bool replicated = false;        // the same input on every rank: statistics are not synced
 };
 
 std::shared_ptr<const KernelArgs> parse_observer_args(const ArgsSource& source);

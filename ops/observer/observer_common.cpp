@@ -145,14 +145,13 @@ void write_qparams(KernelContext& ctx, const std::vector<float>& mn, const std::
 }
 
 Communicator* observer_sync(const KernelContext& ctx, const ScopeLayout& l) {
-  return observer_sync(ctx, l, ctx.attrs);
+  return observer_sync(ctx, l, ctx.args<ObserverArgs>().replicated);
 }
 
-Communicator* observer_sync(const KernelContext& ctx, const ScopeLayout& l,
-                            const Attrs& observer_attrs) {
+Communicator* observer_sync(const KernelContext& ctx, const ScopeLayout& l, bool replicated) {
   Communicator* comm = ctx.device.statistics_sync();
   if (comm == nullptr || comm->world_size() == 1) return nullptr;
-  if (observer_attrs.has("replicated") && observer_attrs.get_bool("replicated")) return nullptr;
+  if (replicated) return nullptr;
   // Statistics indexed by rows of axis 0 (the batch axis) belong to this rank's rows.
   if (l.kind == ScopeKind::token || l.kind == ScopeKind::group ||
       (l.kind == ScopeKind::channel && l.axis == 0))

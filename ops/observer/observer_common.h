@@ -67,11 +67,10 @@ bool should_update(const KernelContext& ctx, const CommonStates& s);
 // An observer whose `replicated` attribute is set (weights: the same on every rank, so the
 // statistics are already the global ones) does not sync either.
 // The communicator the observer syncs through in this call, or null (one process, sync off,
-// a scope of rows, a replicated input). `observer_attrs`: the observer's own attributes, for
-// a fused node whose attributes are not the observer's.
+// a scope of rows, a replicated input). `replicated`: the observer's own flag, for a fused
+// node whose parsed arguments are not the observer's.
 Communicator* observer_sync(const KernelContext& ctx, const ScopeLayout& l);
-Communicator* observer_sync(const KernelContext& ctx, const ScopeLayout& l,
-                            const Attrs& observer_attrs);
+Communicator* observer_sync(const KernelContext& ctx, const ScopeLayout& l, bool replicated);
 // Sums this step's non-finite count (the state's growth since `before`) over the ranks.
 void sync_nonfinite(Communicator& comm, int64_t* nonfinite, int64_t before);
 // Replaces each rank's per-channel finite values by the ranks' concatenation.

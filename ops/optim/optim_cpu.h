@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/graph.h"
 #include "core/thread_pool.h"
+#include "ops/optim/optim_args.h"
 
 namespace qg {
 
@@ -28,17 +29,17 @@ void for_each_param_element(KernelContext& ctx, const Tensor& grad_source, F f) 
   });
 }
 
-// SGD with `a` (an sgd node's attributes) and states {momentum_buffer, step}.
+// SGD with `a` (an sgd node's parsed arguments) and states {momentum_buffer, step}.
 template <typename T, typename GradAt>
-void sgd_update(KernelContext& ctx, const Attrs& a, const Tensor& grad_source, GradAt grad_at) {
-  const T lr = static_cast<T>(a.get_real("lr"));
-  const T mom = static_cast<T>(a.get_real("momentum"));
+void sgd_update(KernelContext& ctx, const SgdArgs& a, const Tensor& grad_source, GradAt grad_at) {
+  const T lr = static_cast<T>(a.lr);
+  const T mom = static_cast<T>(a.momentum);
   // 1 - dampening (and Adam's 1 - beta) are formed in double and rounded once, as PyTorch
   // does with its Python-float hyper-parameters; forming them in f32 from a rounded beta
   // would shift every step by ~1e-7 relative.
-  const T one_minus_damp = static_cast<T>(1.0 - a.get_real("dampening"));
-  const T wd = static_cast<T>(a.get_real("weight_decay"));
-  const bool nesterov = a.get_bool("nesterov");
+  const T one_minus_damp = static_cast<T>(1.0 - a.dampening);
+  const T wd = static_cast<T>(a.weight_decay);
+  const bool nesterov = a.nesterov;
   T* buf = ctx.states[0].data<T>();
   int64_t& step = ctx.states[1].data<int64_t>()[0];
   const bool first = step == 0;
@@ -54,23 +55,23 @@ void sgd_update(KernelContext& ctx, const Attrs& a, const Tensor& grad_source, G
   ++step;
 }
 
-// Adam with `a` (an adam node's attributes) and states {exp_avg, exp_avg_sq, step}.
+// Adam with `a` (an adam node's parsed arguments) and states {exp_avg, exp_avg_sq, step}.
 template <typename T, typename GradAt>
-void adam_update(KernelContext& ctx, const Attrs& a, const Tensor& grad_source, GradAt grad_at) {
-  const double lr = a.get_real("lr");
-  const T b1 = static_cast<T>(a.get_real("beta1"));
-  const T b2 = static_cast<T>(a.get_real("beta2"));
-  const T one_minus_b1 = static_cast<T>(1.0 - a.get_real("beta1"));
-  const T one_minus_b2 = static_cast<T>(1.0 - a.get_real("beta2"));
-  const T eps = static_cast<T>(a.get_real("eps"));
-  const T wd = static_cast<T>(a.get_real("weight_decay"));
+void adam_update(KernelContext& ctx, const AdamArgs& a, const Tensor& grad_source, GradAt grad_at) {
+  const double lr = a.lr;
+  const T b1 = static_cast<T>(a.beta1);
+  const T b2 = static_cast<T>(a.beta2);
+  const T one_minus_b1 = static_cast<T>(1.0 - a.beta1);
+  const T one_minus_b2 = static_cast<T>(1.0 - a.beta2);
+  const T eps = static_cast<T>(a.eps);
+  const T wd = static_cast<T>(a.weight_decay);
   T* m = ctx.states[0].data<T>();
   T* v = ctx.states[1].data<T>();
   int64_t& step = ctx.states[2].data<int64_t>()[0];
   ++step;
   // Bias corrections in double, as PyTorch computes them on the host from a Python float.
-  const double bc1 = 1.0 - std::pow(a.get_real("beta1"), static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(a.get_real("beta2"), static_cast<double>(step));
+  const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(step));
   const T step_size = static_cast<T>(lr / bc1);
   const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
   for_each_param_element<T>(ctx, grad_source, [&](T& p, int64_t i) {

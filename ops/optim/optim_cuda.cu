@@ -17,12 +17,12 @@ struct TensorGrad {
 
 template <typename T>
 void sgd_cuda(KernelContext& ctx) {
-  optim_cuda::launch_sgd<T>(ctx, ctx.attrs, TensorGrad<T>{ctx.inputs[1].data<T>()});
+  optim_cuda::launch_sgd<T>(ctx, ctx.args<SgdArgs>(), TensorGrad<T>{ctx.inputs[1].data<T>()});
 }
 
 template <typename T>
 void adam_cuda(KernelContext& ctx) {
-  optim_cuda::launch_adam<T>(ctx, ctx.attrs, TensorGrad<T>{ctx.inputs[1].data<T>()});
+  optim_cuda::launch_adam<T>(ctx, ctx.args<AdamArgs>(), TensorGrad<T>{ctx.inputs[1].data<T>()});
 }
 
 }  // namespace

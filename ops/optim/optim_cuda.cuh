@@ -8,6 +8,7 @@
 
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
+#include "ops/optim/optim_args.h"
 
 namespace qg::optim_cuda {
 
@@ -55,38 +56,36 @@ __global__ void adam_kernel(T* p, GradAt grad_at, T* m, T* v, const int64_t* ste
   }
 }
 
-// One sgd step of the parameter ctx.inputs[0] with `a` (an sgd node's attributes) and
+// One sgd step of the parameter ctx.inputs[0] with `a` (an sgd node's parsed arguments) and
 // states {momentum_buffer, step}: the update, then the step counter, on the node's stream.
 template <typename T, typename GradAt>
-void launch_sgd(KernelContext& ctx, const Attrs& a, GradAt grad_at) {
+void launch_sgd(KernelContext& ctx, const SgdArgs& a, GradAt grad_at) {
   auto stream = cuda_stream(ctx.device);
   int64_t n = ctx.inputs[0].numel();
   int64_t* step = ctx.states[1].data<int64_t>();
   sgd_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-      ctx.inputs[0].data<T>(), grad_at, ctx.states[0].data<T>(), step, n,
-      static_cast<T>(a.get_real("lr")), static_cast<T>(a.get_real("momentum")),
-      static_cast<T>(1.0 - a.get_real("dampening")), static_cast<T>(a.get_real("weight_decay")),
-      a.get_bool("nesterov"));
+      ctx.inputs[0].data<T>(), grad_at, ctx.states[0].data<T>(), step, n, static_cast<T>(a.lr),
+      static_cast<T>(a.momentum), static_cast<T>(1.0 - a.dampening), static_cast<T>(a.weight_decay),
+      a.nesterov);
   QG_CUDA_CHECK_LAUNCH(ctx.op);
   advance_step<<<1, 1, 0, stream>>>(step);
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
-// One adam step with `a` (an adam node's attributes) and states {exp_avg, exp_avg_sq, step}:
+// One adam step with `a` (an adam node's parsed arguments) and states {exp_avg, exp_avg_sq, step}:
 // the step counter first (the update reads it), then the update.
 template <typename T, typename GradAt>
-void launch_adam(KernelContext& ctx, const Attrs& a, GradAt grad_at) {
+void launch_adam(KernelContext& ctx, const AdamArgs& a, GradAt grad_at) {
   auto stream = cuda_stream(ctx.device);
   int64_t n = ctx.inputs[0].numel();
   int64_t* step = ctx.states[2].data<int64_t>();
   advance_step<<<1, 1, 0, stream>>>(step);
   QG_CUDA_CHECK_LAUNCH(ctx.op);
-  const double beta1 = a.get_real("beta1"), beta2 = a.get_real("beta2");
+  const double beta1 = a.beta1, beta2 = a.beta2;
   adam_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
       ctx.inputs[0].data<T>(), grad_at, ctx.states[0].data<T>(), ctx.states[1].data<T>(), step, n,
-      a.get_real("lr"), beta1, beta2, static_cast<T>(beta1), static_cast<T>(beta2),
-      static_cast<T>(1.0 - beta1), static_cast<T>(1.0 - beta2), static_cast<T>(a.get_real("eps")),
-      static_cast<T>(a.get_real("weight_decay")));
+      a.lr, beta1, beta2, static_cast<T>(beta1), static_cast<T>(beta2), static_cast<T>(1.0 - beta1),
+      static_cast<T>(1.0 - beta2), static_cast<T>(a.eps), static_cast<T>(a.weight_decay));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 

@@ -55,13 +55,13 @@ std::vector<TensorType> infer_step(const InferContext& ctx) {
 template <typename T>
 void sgd_cpu(KernelContext& ctx) {
   const T* g = ctx.inputs[1].data<T>();
-  sgd_update<T>(ctx, ctx.attrs, ctx.inputs[1], [g](int64_t i) { return g[i]; });
+  sgd_update<T>(ctx, ctx.args<SgdArgs>(), ctx.inputs[1], [g](int64_t i) { return g[i]; });
 }
 
 template <typename T>
 void adam_cpu(KernelContext& ctx) {
   const T* g = ctx.inputs[1].data<T>();
-  adam_update<T>(ctx, ctx.attrs, ctx.inputs[1], [g](int64_t i) { return g[i]; });
+  adam_update<T>(ctx, ctx.args<AdamArgs>(), ctx.inputs[1], [g](int64_t i) { return g[i]; });
 }
 
 template <template <typename> class K>
@@ -104,6 +104,7 @@ void define_sgd(OpRegistry& r) {
                                   {"step", {DType::i64, {1}}, 0.0}};
   };
   op.side_effects = true;
+  op.parse_args = parse_sgd_args;
   op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, by_dtype<SgdKernel>()});
 }
 
@@ -123,6 +124,7 @@ void define_adam(OpRegistry& r) {
                                   {"step", {DType::i64, {1}}, 0.0}};
   };
   op.side_effects = true;
+  op.parse_args = parse_adam_args;
   op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, by_dtype<AdamKernel>()});
 }
 

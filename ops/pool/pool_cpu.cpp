@@ -93,7 +93,7 @@ void for_planes(const pool::PoolGeom& g, const Fn& fn) {
 
 void max_pool2d(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
-  const pool::PoolGeom g = pool_geometry(ctx.op, x.shape(), ctx.attrs);
+  const pool::PoolGeom& g = ctx.args<PoolArgs>().geometry;
   int64_t* pi = ctx.outputs[1].data<int64_t>();
   dispatch_float(x.dtype(), ctx.op.c_str(), [&](auto tag) {
     using T = decltype(tag);
@@ -125,7 +125,7 @@ void max_pool2d(KernelContext& ctx) {
 
 void max_pool2d_backward(KernelContext& ctx) {
   const Tensor& dy = ctx.inputs[0];
-  const pool::PoolGeom g = pool_geometry(ctx.op, ctx.attrs.get_ints("input_shape"), ctx.attrs);
+  const pool::PoolGeom& g = ctx.args<PoolArgs>().geometry;
   const int64_t* pi = ctx.inputs[1].data<int64_t>();
   dispatch_float(dy.dtype(), ctx.op.c_str(), [&](auto tag) {
     using T = decltype(tag);
@@ -153,7 +153,7 @@ void max_pool2d_backward(KernelContext& ctx) {
 
 void avg_pool2d(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
-  const pool::PoolGeom g = pool_geometry(ctx.op, x.shape(), ctx.attrs);
+  const pool::PoolGeom& g = ctx.args<PoolArgs>().geometry;
   dispatch_float(x.dtype(), ctx.op.c_str(), [&](auto tag) {
     using T = decltype(tag);
     using M = math_t<T>;
@@ -177,7 +177,7 @@ void avg_pool2d(KernelContext& ctx) {
 
 void avg_pool2d_backward(KernelContext& ctx) {
   const Tensor& dy = ctx.inputs[0];
-  const pool::PoolGeom g = pool_geometry(ctx.op, ctx.attrs.get_ints("input_shape"), ctx.attrs);
+  const pool::PoolGeom& g = ctx.args<PoolArgs>().geometry;
   dispatch_float(dy.dtype(), ctx.op.c_str(), [&](auto tag) {
     using T = decltype(tag);
     using M = math_t<T>;

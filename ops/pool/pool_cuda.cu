@@ -131,7 +131,7 @@ void launch(KernelContext& ctx, int64_t n, K kernel, Args... args) {
 
 void max_pool_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
-  const PoolGeom g = pool_geometry(ctx.op, x.shape(), ctx.attrs);
+  const PoolGeom& g = ctx.args<PoolArgs>().geometry;
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     launch(ctx, ctx.outputs[0].numel(), max_pool_kernel<T>, in_ptr<T>(x),
@@ -140,7 +140,7 @@ void max_pool_cuda(KernelContext& ctx) {
 }
 
 void max_pool_backward_cuda(KernelContext& ctx) {
-  const PoolGeom g = pool_geometry(ctx.op, ctx.attrs.get_ints("input_shape"), ctx.attrs);
+  const PoolGeom& g = ctx.args<PoolArgs>().geometry;
   dispatch_float(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     launch(ctx, ctx.outputs[0].numel(), max_pool_backward_kernel<T>, in_ptr<T>(ctx.inputs[0]),
@@ -150,7 +150,7 @@ void max_pool_backward_cuda(KernelContext& ctx) {
 
 void avg_pool_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
-  const PoolGeom g = pool_geometry(ctx.op, x.shape(), ctx.attrs);
+  const PoolGeom& g = ctx.args<PoolArgs>().geometry;
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     launch(ctx, ctx.outputs[0].numel(), avg_pool_kernel<T>, in_ptr<T>(x),
@@ -159,7 +159,7 @@ void avg_pool_cuda(KernelContext& ctx) {
 }
 
 void avg_pool_backward_cuda(KernelContext& ctx) {
-  const PoolGeom g = pool_geometry(ctx.op, ctx.attrs.get_ints("input_shape"), ctx.attrs);
+  const PoolGeom& g = ctx.args<PoolArgs>().geometry;
   dispatch_float(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     launch(ctx, ctx.outputs[0].numel(), avg_pool_backward_kernel<T>, in_ptr<T>(ctx.inputs[0]),

@@ -77,6 +77,7 @@ void define_max_pool(OpRegistry& r) {
     const Shape out = {x[0], x[1], g.OH, g.OW};
     return std::vector<TensorType>{{ctx.inputs[0].dtype, out}, {DType::i64, out}};
   };
+  op.parse_args = parse_pool_args;
   op.kernels.push_back({DeviceType::cpu, kFloatDTypes, cpu::max_pool2d});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     return {c.graph.apply1("max_pool2d_backward", {c.grad_or_zeros(0), c.node.outputs[1]},
@@ -104,6 +105,7 @@ void define_max_pool(OpRegistry& r) {
   back.attrs = window_attrs(true);
   back.attrs.push_back(ints_attr("input_shape", std::nullopt, "the forward input's NCHW shape"));
   back.infer = infer_pool_backward;
+  back.parse_args = parse_pool_args;
   back.kernels.push_back({DeviceType::cpu, kFloatDTypes, cpu::max_pool2d_backward});
 }
 
@@ -120,6 +122,7 @@ void define_avg_pool(OpRegistry& r) {
     const pool::PoolGeom g = pool_geometry(ctx.op, x, ctx.attrs);
     return std::vector<TensorType>{{ctx.inputs[0].dtype, {x[0], x[1], g.OH, g.OW}}};
   };
+  op.parse_args = parse_pool_args;
   op.kernels.push_back({DeviceType::cpu, kFloatDTypes, cpu::avg_pool2d});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     return {c.graph.apply1("avg_pool2d_backward", {c.grad_or_zeros(0)}, backward_attrs(c))};
@@ -148,6 +151,7 @@ void define_avg_pool(OpRegistry& r) {
   back.attrs = window_attrs(false);
   back.attrs.push_back(ints_attr("input_shape", std::nullopt, "the forward input's NCHW shape"));
   back.infer = infer_pool_backward;
+  back.parse_args = parse_pool_args;
   back.kernels.push_back({DeviceType::cpu, kFloatDTypes, cpu::avg_pool2d_backward});
 }
 
@@ -192,6 +196,7 @@ void define_global_avg_pool(OpRegistry& r) {
              " must be [N, C] of input_shape ", shape_str(in));
     return std::vector<TensorType>{{ctx.inputs[0].dtype, in}};
   };
+  back.parse_args = no_kernel_args;  // the input shape is the output's
   back.kernels.push_back({DeviceType::cpu, kFloatDTypes, cpu::global_avg_pool2d_backward});
 }
 

@@ -4,6 +4,7 @@
 #include "core/graph.h"
 #include "ops/common/cuda_shape.cuh"
 #include "ops/common/schema_helpers.h"
+#include "ops/reduce/reduce_args.h"
 
 namespace qg {
 namespace {
@@ -13,13 +14,7 @@ using namespace cuda;
 void reduce_cuda(KernelContext& ctx, bool mean) {
   const Tensor& x = ctx.inputs[0];
   Tensor& y = ctx.outputs[0];
-  const auto& axes = ctx.attrs.get_ints("axes");
-  Shape keep = x.shape();
-  if (axes.empty()) {
-    std::fill(keep.begin(), keep.end(), 1);
-  } else {
-    for (int64_t a : axes) keep[normalize_axis(ctx.op, "axes", a, x.dim())] = 1;
-  }
+  const Shape& keep = ctx.args<ReduceArgs>().keep;
   double count = y.numel() == 0 ? 0.0 : static_cast<double>(x.numel()) / y.numel();
   dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
     launch_reduce<decltype(tag)>(ctx.op, x, keep, mean, count, y, cuda_stream(ctx.device));

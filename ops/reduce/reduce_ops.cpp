@@ -5,6 +5,7 @@
 #include "ops/common/cpu_loops.h"
 #include "ops/common/grad_helpers.h"
 #include "ops/common/schema_helpers.h"
+#include "ops/reduce/reduce_args.h"
 
 namespace qg {
 namespace {
@@ -41,7 +42,7 @@ Shape reduced_shape(const std::string& op, const Shape& in, const std::vector<in
 void reduce_cpu(KernelContext& ctx, bool mean) {
   const Tensor& x = ctx.inputs[0];
   Tensor& y = ctx.outputs[0];
-  Shape k = keepdim_shape(ctx.op, x.shape(), ctx.attrs.get_ints("axes"));
+  const Shape& k = ctx.args<ReduceArgs>().keep;
   dispatch_float(x.dtype(), ctx.op.c_str(), [&](auto tag) {
     using T = decltype(tag);
     std::vector<double> acc(static_cast<size_t>(y.numel()), 0.0);
@@ -53,6 +54,12 @@ void reduce_cpu(KernelContext& ctx, bool mean) {
     T* py = y.data<T>();
     for (size_t i = 0; i < acc.size(); ++i) py[i] = static_cast<T>(mean ? acc[i] / count : acc[i]);
   });
+}
+
+std::shared_ptr<const KernelArgs> parse_reduce_args(const ArgsSource& s) {
+  auto args = std::make_shared<ReduceArgs>();
+  args->keep = keepdim_shape(s.op, s.inputs.at(0).shape, s.attrs.get_ints("axes"));
+  return args;
 }
 
 void define_reduce(OpRegistry& r, const char* name, bool mean) {
@@ -69,6 +76,7 @@ void define_reduce(OpRegistry& r, const char* name, bool mean) {
                             ctx.attrs.get_bool("keepdim"));
     return std::vector<TensorType>{{ctx.inputs[0].dtype, s}};
   };
+  op.parse_args = parse_reduce_args;
   op.kernels.push_back(
       {DeviceType::cpu, kFloatDTypes, [mean](KernelContext& ctx) { reduce_cpu(ctx, mean); }});
   op.backward = [mean](BackwardContext& c) -> std::vector<ValueId> {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,6 +71,22 @@ inline std::vector<int64_t> perm_of(const std::string& op, const Attrs& attrs, i
   for (int i = 0; i < rank; ++i) perm[i] = i;
   std::swap(perm[d0], perm[d1]);
   return perm;
+}
+
+// The parsed arguments of permute and transpose, read by their CPU and CUDA kernels and by the
+// fused kernels that run a permute or transpose part.
+struct PermuteArgs : KernelArgs {
+  std::vector<int64_t> perm;  // checked against x's rank
+  PermutePlan plan;           // over x's shape
+};
+
+inline std::shared_ptr<const KernelArgs> parse_permute_args(const ArgsSource& s) {
+  QG_CHECK(!s.inputs.empty(), s.op, "has no input to permute");
+  const Shape& x = s.inputs[0].shape;
+  auto args = std::make_shared<PermuteArgs>();
+  args->perm = perm_of(s.op, s.attrs, static_cast<int>(x.size()));
+  args->plan = make_permute_plan(x, args->perm);
+  return args;
 }
 
 }  // namespace qg

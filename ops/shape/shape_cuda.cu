@@ -40,7 +40,7 @@ void permute_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const int64_t n = ctx.outputs[0].numel();
   if (n == 0) return;
-  PermutePlan plan = make_permute_plan(x.shape(), perm_of(ctx.op, ctx.attrs, x.dim()));
+  PermutePlan plan = ctx.args<PermuteArgs>().plan;  // a copy: rewritten in 16-byte units
   GatherDims g = gather_dims(ctx.op, plan, x);
   int64_t units = n;
   if (as_16_byte_units(ctx, dtype_size(x.dtype()), plan, g, units))

@@ -39,7 +39,7 @@ void permute_cpu(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   Tensor& y = ctx.outputs[0];
   if (y.numel() == 0) return;
-  PermutePlan plan = make_permute_plan(x.shape(), perm_of(ctx.op, ctx.attrs, x.dim()));
+  const PermutePlan& plan = ctx.args<PermuteArgs>().plan;
   const void* src = x.raw_data();
   void* dst = y.raw_data();
   switch (dtype_size(x.dtype())) {
@@ -78,6 +78,7 @@ void define_shape_ops(OpRegistry& r) {
                              "a permutation of 0..rank-1 (negative entries count from the end)")};
   permute.differentiable_inputs = {true};
   permute.infer = infer_permuted;
+  permute.parse_args = parse_permute_args;
   permute.kernels.push_back({DeviceType::cpu, {}, permute_cpu});
   permute.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     std::vector<int64_t> perm =
@@ -102,6 +103,7 @@ void define_shape_ops(OpRegistry& r) {
                      int_attr("dim1", std::nullopt, "second axis (negative counts from the end)")};
   transpose.differentiable_inputs = {true};
   transpose.infer = infer_permuted;
+  transpose.parse_args = parse_permute_args;
   transpose.kernels.push_back({DeviceType::cpu, {}, permute_cpu});
   transpose.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     return {c.graph.apply1("transpose", {c.grad_or_zeros(0)}, c.node.attrs)};

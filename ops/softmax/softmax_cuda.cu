@@ -280,7 +280,7 @@ void launch_backward_warp_rows(const T* dy, const T* y, const T* scale, T* dx, i
 void softmax_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   Tensor& y = ctx.outputs[0];
-  SoftmaxColumns c = softmax_columns(ctx.op, ctx.attrs, x);
+  const SoftmaxColumns& c = ctx.args<SoftmaxArgs>().columns;
   const int64_t rows = c.outer * c.inner;
   if (rows == 0 || c.axis_len == 0) return;
   auto s = cuda_stream(ctx.device);
@@ -304,7 +304,7 @@ void softmax_backward_cuda(KernelContext& ctx) {
   const Tensor& dy = ctx.inputs[0];
   const Tensor& y = ctx.inputs[1];
   Tensor& dx = ctx.outputs[0];
-  SoftmaxColumns c = softmax_columns(ctx.op, ctx.attrs, dy);
+  const SoftmaxColumns& c = ctx.args<SoftmaxArgs>().columns;
   const int64_t rows = c.outer * c.inner;
   if (rows == 0 || c.axis_len == 0) return;
   auto s = cuda_stream(ctx.device);
@@ -329,13 +329,13 @@ void softmax_backward_cuda(KernelContext& ctx) {
 // operand (attention's mul(scores, scale)); otherwise the original kernels back to back
 // (same bits; a scale first keeps mul(s, x)'s operand order, which decides a NaN's payload).
 bool single_pass(const KernelContext& ctx, const SoftmaxColumns& c) {
-  return ctx.attrs.get_int("scale_first") == 0 && c.inner == 1 && c.axis_len <= kWarpRowMax;
+  return !ctx.args<SoftmaxArgs>().scale_first && c.inner == 1 && c.axis_len <= kWarpRowMax;
 }
 
 void fused_scaled_softmax_cuda(KernelContext& ctx) {
   check_fused_scaled_softmax_inputs(ctx);
   const Tensor& x = ctx.inputs[0];
-  SoftmaxColumns c = softmax_columns(ctx.op, ctx.attrs, x);
+  const SoftmaxColumns& c = ctx.args<SoftmaxArgs>().columns;
   if (!single_pass(ctx, c)) return run_scaled_softmax_composed(ctx, DeviceType::cuda);
   const int64_t rows = c.outer;
   if (rows == 0 || c.axis_len == 0) return;
@@ -350,7 +350,7 @@ void fused_scaled_softmax_cuda(KernelContext& ctx) {
 void fused_scaled_softmax_backward_cuda(KernelContext& ctx) {
   check_fused_scaled_softmax_inputs(ctx);
   const Tensor& dy = ctx.inputs[0];
-  SoftmaxColumns c = softmax_columns(ctx.op, ctx.attrs, dy);
+  const SoftmaxColumns& c = ctx.args<SoftmaxArgs>().columns;
   if (!single_pass(ctx, c)) return run_scaled_softmax_backward_composed(ctx, DeviceType::cuda);
   const int64_t rows = c.outer;
   if (rows == 0 || c.axis_len == 0) return;

@@ -103,8 +103,9 @@ void define_softmax_ops(OpRegistry& r) {
     softmax_axis(ctx.op, ctx.attrs, static_cast<int>(ctx.inputs[0].shape.size()));
     return same_as_input(ctx);
   };
+  op.parse_args = parse_softmax_args;
   op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
-                          SoftmaxColumns c = softmax_columns(ctx.op, ctx.attrs, ctx.inputs[0]);
+                          const SoftmaxColumns& c = ctx.args<SoftmaxArgs>().columns;
                           dispatch_float(ctx.inputs[0].dtype(), "softmax", [&](auto tag) {
                             softmax_cpu<decltype(tag)>(ctx.inputs[0], ctx.outputs[0], c);
                           });
@@ -135,8 +136,9 @@ void define_softmax_ops(OpRegistry& r) {
     softmax_axis(ctx.op, ctx.attrs, static_cast<int>(ctx.inputs[0].shape.size()));
     return same_as_input(ctx);
   };
+  back.parse_args = parse_softmax_args;
   back.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
-                            SoftmaxColumns c = softmax_columns(ctx.op, ctx.attrs, ctx.inputs[0]);
+                            const SoftmaxColumns& c = ctx.args<SoftmaxArgs>().columns;
                             dispatch_float(ctx.inputs[0].dtype(), "softmax_backward", [&](auto t) {
                               softmax_backward_cpu<decltype(t)>(ctx.inputs[0], ctx.inputs[1],
                                                                 ctx.outputs[0], c);

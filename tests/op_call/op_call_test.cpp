@@ -135,6 +135,50 @@ TEST(OpCall, ArgumentsAreParsedOncePerCallSite) {
       {"scale_by", "'factor' must not be 0"});
 }
 
+// A kernel that reads its attribute by name, as kernels did before parsers.
+OpDef& define_raw_reader(OpRegistry& r) {
+  OpDef& op = r.define("raw_reader");
+  op.inputs = {"x"};
+  op.outputs = {"y"};
+  op.attrs = {AttrSpec{"factor", AttrType::real, Attr(2.0), "multiplier", false, nullptr}};
+  op.infer = [](const InferContext& c) { return std::vector<TensorType>{c.inputs[0]}; };
+  op.kernels.push_back({DeviceType::cpu, {DType::f64}, [](KernelContext& ctx) {
+                          const double f = ctx.attrs.get_real("factor");
+                          const double* x = ctx.inputs[0].data<double>();
+                          double* y = ctx.outputs[0].data<double>();
+                          for (int64_t i = 0; i < ctx.inputs[0].numel(); ++i) y[i] = f * x[i];
+                        }});
+  return op;
+}
+
+TEST(OpCall, KernelsOfAnOpWithAParserSeeNoAttributesByName) {
+  OpRegistry r;
+  OpDef& op = define_raw_reader(r);
+  auto cpu = make_device_context(Device::cpu());
+  std::vector<Tensor> none;
+  Tensor x = Tensor::from_doubles({2}, {1, 2}, DType::f64);
+  PreparedOp unparsed("raw_reader", {{"factor", 3.0}}, {{DType::f64, {2}}}, DeviceType::cpu, r);
+  EXPECT_EQ(unparsed.run(*cpu, {x}, none)[0].to_doubles(), (std::vector<double>{3, 6}));
+  // Once the op parses its arguments, its kernels read the struct: a read by name fails.
+  op.parse_args = no_kernel_args;
+  PreparedOp parsed("raw_reader", {{"factor", 3.0}}, {{DType::f64, {2}}}, DeviceType::cpu, r);
+  expect_error([&] { parsed.run(*cpu, {x}, none); }, {"attribute 'factor' is not set"});
+}
+
+TEST(OpCall, AFusedKernelReadsItsPartsParsedArguments) {
+  int parses = 0;
+  OpRegistry r = counting_registry(parses);
+  KernelPart part{&r.get("scale_by"),
+                  {},
+                  {},
+                  prepare_args(r.get("scale_by"), {{"factor", 4.0}}, {{DType::f64, {3}}}),
+                  0};
+  EXPECT_EQ(part.args<ScaleArgs>().factor, 4.0);
+  struct OtherArgs : KernelArgs {};
+  expect_error([&] { part.args<OtherArgs>(); },
+               {"scale_by", "arguments its part's parser did not produce"});
+}
+
 TEST(OpCall, OutputsGoIntoTheCallersTensors) {
   auto cpu = make_device_context(Device::cpu());
   PreparedOp op("relu", {}, {{DType::f32, {4}}}, DeviceType::cpu);

@@ -216,6 +216,10 @@ TEST(ScaledSoftmaxFusionErrors, KernelsRejectBadInputs) {
       fused.inputs.push_back(g.at(name));
     }
     fused.fused_from = c.from;
+    // Each original reads a value of input 0's type, as a pass records it: the parts' parsers
+    // (softmax's columns, permute's plan) lay their arguments out over it.
+    if (!fused.inputs.empty())
+      for (Node& n : fused.fused_from) n.inputs = {fused.inputs[0]};
     const ValueId out = g.node(g.add_raw_node(fused, {{DType::f32, {2, 8}}})).outputs[0];
     try {
       Executor(g).run(feeds, {out});

@@ -29,6 +29,7 @@
 #include "ops/fused/observe_quantize/cpu_codes.h"
 #include "ops/fused/observe_quantize/cpu_stats.h"
 #include "ops/fused/observe_quantize/observe_quantize.h"
+#include "ops/observer/observer_args.h"
 #include "ops/observer/observer_common.h"
 #include "ops/observer/observer_math.h"
 
@@ -300,7 +301,8 @@ void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange
   // the statistics and the fold. Pieces with their own qparams then cannot be quantized
   // while still in cache (their range needs the other ranks'), so they take the schedule
   // of shared qparams: all statistics, one all-reduce, all quantization.
-  Communicator* comm = o.update ? observer_sync(ctx, l, ctx.part(0).attrs) : nullptr;
+  Communicator* comm =
+      o.update ? observer_sync(ctx, l, ctx.part(0).args<ObserverArgs>().replicated) : nullptr;
   auto sync = [&] {
     if (comm == nullptr) return;
     all_reduce_range_keys(*comm, ranges.lo.data(), ranges.hi.data(), nq);

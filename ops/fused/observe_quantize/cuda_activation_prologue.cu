@@ -6,6 +6,7 @@
 // unfused activation + fused observer + fake-quantize bit for bit. Other layouts fall back
 // to the activation's kernel into a temporary, then the node's usual path.
 #include "ops/activation/activation_fwd.cuh"
+#include "ops/activation/gelu_args.h"
 #include "ops/fused/observe_quantize/cuda_cooperative.cuh"
 
 namespace qg::cuda::fused {
@@ -35,8 +36,8 @@ bool launch_fused_tensor_prologue(KernelContext& ctx, const FusedArgs& a,
   if (op == "relu") return launch_with<ReluF>(ctx, a);
   if (op == "silu") return launch_with<SiluF>(ctx, a);
   if (op == "gelu")  // the same choice as gelu's own CUDA kernel
-    return activation.attrs.get_string("approximate") == "tanh" ? launch_with<GeluTanhF>(ctx, a)
-                                                                : launch_with<GeluErfF>(ctx, a);
+    return activation.args<GeluArgs>().tanh ? launch_with<GeluTanhF>(ctx, a)
+                                            : launch_with<GeluErfF>(ctx, a);
   return false;
 }
 

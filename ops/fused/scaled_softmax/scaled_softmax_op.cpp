@@ -20,13 +20,14 @@
 #include "ops/common/schema_helpers.h"
 #include "ops/fused/common/run_original_kernel.h"
 #include "ops/fused/scaled_softmax/scaled_softmax_fusion.h"
+#include "ops/softmax/softmax_columns.h"
 
 namespace qg {
 namespace {
 
 // The mul's operands in their original order.
 std::vector<Tensor> mul_operands(const KernelContext& ctx, const Tensor& v, const Tensor& s) {
-  if (ctx.attrs.get_int("scale_first") != 0) return {s, v};
+  if (ctx.args<SoftmaxArgs>().scale_first) return {s, v};
   return {v, s};
 }
 
@@ -99,6 +100,7 @@ void define_fused_scaled_softmax_ops(OpRegistry& r) {
     return {};
   };
   op.is_source = false;
+  op.parse_args = parse_softmax_args;
   op.kernels.push_back(
       {DeviceType::cpu, {DType::f32, DType::f64, DType::f16, DType::bf16}, [](KernelContext& c) {
          check_fused_scaled_softmax_inputs(c);
@@ -115,6 +117,7 @@ void define_fused_scaled_softmax_ops(OpRegistry& r) {
   back.attrs = attrs;
   back.infer = op.infer;
   back.is_source = false;
+  back.parse_args = parse_softmax_args;
   back.kernels.push_back(
       {DeviceType::cpu, {DType::f32, DType::f64, DType::f16, DType::bf16}, [](KernelContext& c) {
          check_fused_scaled_softmax_inputs(c);

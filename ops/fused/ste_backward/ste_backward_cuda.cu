@@ -7,6 +7,7 @@
 // GPU; against the CPU it inherits the activation's tolerance (gelu/silu use CUDA's libm).
 #include "core/graph.h"
 #include "ops/activation/activation_grad.cuh"
+#include "ops/activation/gelu_args.h"
 #include "ops/common/cuda_vec.cuh"
 
 namespace qg {
@@ -68,7 +69,7 @@ void fused_ste_backward_cuda(KernelContext& ctx) {
   if (name == "relu_backward") return launch(ctx, ReluBackwardF{});
   if (name == "silu_backward") return launch(ctx, SiluBackwardF{});
   QG_CHECK(name == "gelu_backward", ctx.op, "no CUDA kernel fuses ste_backward with ", name);
-  if (act.attrs.get_string("approximate") == "tanh") return launch(ctx, GeluTanhBackwardF{});
+  if (act.args<GeluArgs>().tanh) return launch(ctx, GeluTanhBackwardF{});
   launch(ctx, GeluErfBackwardF{});
 }
 

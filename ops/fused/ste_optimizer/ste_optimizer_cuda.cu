@@ -22,9 +22,9 @@ void run(KernelContext& ctx) {
   const KernelPart& step = ctx.part(1);
   const MaskedGrad<T> grad{ctx.inputs[1].data<T>(), ctx.inputs[2].data<uint8_t>()};
   if (step.op->name == "sgd")
-    optim_cuda::launch_sgd<T>(ctx, step.attrs, grad);
+    optim_cuda::launch_sgd<T>(ctx, step.args<SgdArgs>(), grad);
   else
-    optim_cuda::launch_adam<T>(ctx, step.attrs, grad);
+    optim_cuda::launch_adam<T>(ctx, step.args<AdamArgs>(), grad);
 }
 
 void fused_ste_optimizer_cuda(KernelContext& ctx) {

@@ -53,9 +53,9 @@ void fused_ste_optimizer_typed(KernelContext& ctx) {
   // writes exactly these bits).
   auto masked = [dy, mask](int64_t i) { return bitmask_get(mask, i) ? dy[i] : T(0); };
   if (step.op->name == "sgd")
-    sgd_update<T>(ctx, step.attrs, ctx.inputs[1], masked);
+    sgd_update<T>(ctx, step.args<SgdArgs>(), ctx.inputs[1], masked);
   else
-    adam_update<T>(ctx, step.attrs, ctx.inputs[1], masked);
+    adam_update<T>(ctx, step.args<AdamArgs>(), ctx.inputs[1], masked);
 }
 
 void fused_ste_optimizer_cpu(KernelContext& ctx) {

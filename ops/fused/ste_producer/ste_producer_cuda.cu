@@ -118,8 +118,7 @@ void launch_permute(KernelContext& ctx) {
   const Tensor& a = ctx.inputs[0];
   const KernelPart& producer = ctx.part(0);
   const int64_t n = ctx.outputs[0].numel();
-  const PermutePlan plan =
-      make_permute_plan(a.shape(), perm_of(producer.op->name, producer.attrs, a.dim()));
+  const PermutePlan& plan = producer.args<PermuteArgs>().plan;
   GatherDims g = gather_dims(ctx.op, plan, a);
   const MaskedStore store{in_ptr<uint8_t>(ctx.inputs[1])};
   int64_t batches = 0, rows = 0, cols = 0;

@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "core/graph.h"
+#include "ops/arith/reshape_args.h"
 #include "ops/common/bitmask.h"
 #include "ops/fused/common/run_original_kernel.h"
 #include "ops/fused/ste_producer/ste_producer_fusion.h"
@@ -76,7 +77,7 @@ namespace {
 // The producer's output shape (the fused node never forms that value, only its masked copy).
 Shape producer_shape(const KernelPart& producer, const Tensor& a) {
   if (producer.op->name == "add") return a.shape();
-  const std::vector<int64_t> perm = perm_of(producer.op->name, producer.attrs, a.dim());
+  const std::vector<int64_t>& perm = producer.args<PermuteArgs>().perm;
   Shape out(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) out[i] = a.shape()[perm[i]];
   return out;
@@ -94,7 +95,7 @@ void fused_ste_producer_cpu(KernelContext& ctx) {
                                  {Tensor::empty(producer_shape(from.front(), a), a.dtype())},
                                  no_states, ctx)[0];
   // Each reshape's kernel is this view of its (contiguous) input.
-  for (size_t i = 1; i + 1 < from.size(); ++i) t = t.reshape(from[i].attrs.get_ints("shape"));
+  for (size_t i = 1; i + 1 < from.size(); ++i) t = t.reshape(from[i].args<ReshapeArgs>().shape);
   ctx.outputs = run_original_kernel(op, from.back(), DeviceType::cpu, a.dtype(), {t, ctx.inputs[1]},
                                     ctx.outputs, no_states, ctx);
 }
