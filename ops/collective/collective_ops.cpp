@@ -29,6 +29,32 @@ namespace {
 
 const std::vector<DType> kBucketTypes = {DType::f32, DType::f64};
 
+// The parsed attributes of every collective op (each reads the fields it declares).
+struct CollectiveArgs : KernelArgs {
+  int64_t offset = 0;               // bucket_begin, bucket_put, bucket_get, bucket_assign
+  ReduceOp reduce = ReduceOp::avg;  // all_reduce
+  int64_t ranks = 1;                // all_gather
+};
+
+ReduceOp reduce_op(const std::string& name) {
+  if (name == "sum") return ReduceOp::sum;
+  if (name == "min") return ReduceOp::min;
+  if (name == "max") return ReduceOp::max;
+  return ReduceOp::avg;
+}
+
+std::shared_ptr<const KernelArgs> parse_collective(const ArgsSource& s) {
+  auto a = std::make_shared<CollectiveArgs>();
+  if (s.attrs.has("offset")) a->offset = s.attrs.get_int("offset");
+  if (s.attrs.has("op")) a->reduce = reduce_op(s.attrs.get_string("op"));
+  if (s.attrs.has("ranks")) a->ranks = s.attrs.get_int("ranks");
+  return a;
+}
+
+int64_t offset_of(const KernelContext& ctx) {
+  return ctx.args<CollectiveArgs>().offset;
+}
+
 // Copies `bytes` on the kernel's device (stream-ordered on CUDA, capturable in a graph).
 void device_copy(KernelContext& ctx, void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
@@ -48,6 +74,7 @@ int64_t checked_offset(const InferContext& ctx, int64_t bucket, int64_t len) {
 
 void define_bucket_begin(OpRegistry& r) {
   OpDef& op = r.define("bucket_begin");
+  op.parse_args = parse_collective;
   op.doc = "A flat bucket of `size` elements holding x (flattened) at `offset`; the rest unset.";
   op.inputs = {"x"};
   op.outputs = {"bucket"};
@@ -61,8 +88,7 @@ void define_bucket_begin(OpRegistry& r) {
   KernelFn fn = [](KernelContext& ctx) {
     const Tensor& x = ctx.inputs[0];
     auto* dst = static_cast<char*>(ctx.outputs[0].raw_data());
-    device_copy(ctx, dst + ctx.attrs.get_int("offset") * dtype_size(x.dtype()), x.raw_data(),
-                x.nbytes());
+    device_copy(ctx, dst + offset_of(ctx) * dtype_size(x.dtype()), x.raw_data(), x.nbytes());
   };
   op.kernels.push_back({DeviceType::cpu, kBucketTypes, fn});
   op.kernels.push_back({DeviceType::cuda, kBucketTypes, fn});
@@ -70,6 +96,7 @@ void define_bucket_begin(OpRegistry& r) {
 
 void define_bucket_put(OpRegistry& r) {
   OpDef& op = r.define("bucket_put");
+  op.parse_args = parse_collective;
   op.doc = "Writes x (flattened) into the bucket at `offset`, in place; the output is the bucket.";
   op.inputs = {"bucket", "x"};
   op.outputs = {"bucket"};
@@ -85,8 +112,7 @@ void define_bucket_put(OpRegistry& r) {
     ctx.outputs[0] = ctx.inputs[0];
     const Tensor& x = ctx.inputs[1];
     auto* dst = static_cast<char*>(ctx.outputs[0].raw_data());
-    device_copy(ctx, dst + ctx.attrs.get_int("offset") * dtype_size(x.dtype()), x.raw_data(),
-                x.nbytes());
+    device_copy(ctx, dst + offset_of(ctx) * dtype_size(x.dtype()), x.raw_data(), x.nbytes());
   };
   op.kernels.push_back({DeviceType::cpu, kBucketTypes, fn});
   op.kernels.push_back({DeviceType::cuda, kBucketTypes, fn});
@@ -94,6 +120,7 @@ void define_bucket_put(OpRegistry& r) {
 
 void define_bucket_get(OpRegistry& r) {
   OpDef& op = r.define("bucket_get");
+  op.parse_args = parse_collective;
   op.doc = "The elements [offset, offset + numel(shape)) of a bucket, shaped `shape`.";
   op.inputs = {"bucket"};
   op.outputs = {"y"};
@@ -110,22 +137,15 @@ void define_bucket_get(OpRegistry& r) {
     if (Communicator* comm = ctx.device.communicator())
       comm->wait_for(ctx.inputs[0].raw_data(), ctx.device.stream());
     const auto* src = static_cast<const char*>(ctx.inputs[0].raw_data());
-    device_copy(ctx, y.raw_data(), src + ctx.attrs.get_int("offset") * dtype_size(y.dtype()),
-                y.nbytes());
+    device_copy(ctx, y.raw_data(), src + offset_of(ctx) * dtype_size(y.dtype()), y.nbytes());
   };
   op.kernels.push_back({DeviceType::cpu, kBucketTypes, fn});
   op.kernels.push_back({DeviceType::cuda, kBucketTypes, fn});
 }
 
-ReduceOp reduce_op(const std::string& name) {
-  if (name == "sum") return ReduceOp::sum;
-  if (name == "min") return ReduceOp::min;
-  if (name == "max") return ReduceOp::max;
-  return ReduceOp::avg;
-}
-
 void define_all_reduce(OpRegistry& r) {
   OpDef& op = r.define("all_reduce");
+  op.parse_args = parse_collective;
   op.doc =
       "x combined over the data-parallel ranks (sum, min, max, or avg = sum / ranks, as DDP "
       "averages gradients); the identity in one process.";
@@ -142,7 +162,7 @@ void define_all_reduce(OpRegistry& r) {
     QG_CHECK(comm->memory() == y.device().type, ctx.op, "the ", comm->backend(),
              " communicator takes ", device_type_name(comm->memory()),
              " buffers, this all_reduce runs on ", y.device().str());
-    comm->all_reduce(y.raw_data(), y.numel(), y.dtype(), reduce_op(ctx.attrs.get_string("op")),
+    comm->all_reduce(y.raw_data(), y.numel(), y.dtype(), ctx.args<CollectiveArgs>().reduce,
                      ctx.device.stream());
   };
   op.kernels.push_back({DeviceType::cpu, {}, fn});
@@ -163,6 +183,7 @@ Communicator* checked_communicator(KernelContext& ctx, int64_t ranks, const Devi
 
 void define_all_gather(OpRegistry& r) {
   OpDef& op = r.define("all_gather");
+  op.parse_args = parse_collective;
   op.doc = "Every rank's x (flat), concatenated in rank order: `ranks` x numel(x) elements.";
   op.inputs = {"x"};
   op.outputs = {"y"};
@@ -175,7 +196,7 @@ void define_all_gather(OpRegistry& r) {
   KernelFn fn = [](KernelContext& ctx) {
     const Tensor& x = ctx.inputs[0];
     Tensor& y = ctx.outputs[0];
-    Communicator* comm = checked_communicator(ctx, ctx.attrs.get_int("ranks"), y.device());
+    Communicator* comm = checked_communicator(ctx, ctx.args<CollectiveArgs>().ranks, y.device());
     if (comm == nullptr) {
       device_copy(ctx, y.raw_data(), x.raw_data(), x.nbytes());
       return;
@@ -190,6 +211,7 @@ void define_all_gather(OpRegistry& r) {
 
 void define_bucket_assign(OpRegistry& r) {
   OpDef& op = r.define("bucket_assign");
+  op.parse_args = parse_collective;
   op.doc =
       "Overwrites target, in place, with the bucket's elements [offset, offset + numel(target)) "
       "(a parameter another rank updated).";
@@ -208,8 +230,8 @@ void define_bucket_assign(OpRegistry& r) {
     if (Communicator* comm = ctx.device.communicator())
       comm->wait_for(ctx.inputs[1].raw_data(), ctx.device.stream());
     const auto* src = static_cast<const char*>(ctx.inputs[1].raw_data());
-    device_copy(ctx, target.raw_data(),
-                src + ctx.attrs.get_int("offset") * dtype_size(target.dtype()), target.nbytes());
+    device_copy(ctx, target.raw_data(), src + offset_of(ctx) * dtype_size(target.dtype()),
+                target.nbytes());
   };
   op.kernels.push_back({DeviceType::cpu, kBucketTypes, fn});
   op.kernels.push_back({DeviceType::cuda, kBucketTypes, fn});

@@ -173,15 +173,12 @@ TEST(RegistrySelfCheck, TheProcessRegistryPasses) {
 
 // Kernels read their arguments as the op's parsed struct, never attributes by name: an op that
 // declares attributes and has kernels must set parse_args, so its attributes are parsed and
-// checked once per call site. The collective ops are converted with the distributed runtime
-// they belong to.
+// checked once per call site.
 TEST(RegistrySelfCheck, EveryOpWithAttributesAndKernelsParsesItsArguments) {
-  const std::set<std::string> not_yet = {"all_gather",   "all_reduce", "bucket_assign",
-                                         "bucket_begin", "bucket_get", "bucket_put"};
   std::string missing;
   for (const OpDef* op : OpRegistry::instance().all()) {
     if (op->name.rfind("test_", 0) == 0 || op->attrs.empty() || op->kernels.empty()) continue;
-    if (!op->parse_args && not_yet.count(op->name) == 0) missing += " " + op->name;
+    if (!op->parse_args) missing += " " + op->name;
   }
   EXPECT_EQ(missing, "") << "ops whose kernels would read raw attributes (set parse_args)";
 }
