@@ -1,10 +1,11 @@
 // The layer-building context on top of core::Graph. A Builder holds the graph, the QConfig,
 // the PrecisionPolicy and the seeded init stream; each layer kind lives in its own file
-// (nn/linear.cpp, nn/conv2d.cpp, nn/conv_bn.cpp, nn/layer_norm.cpp, nn/attention.cpp,
-// nn/transformer_block.cpp, nn/embedding.cpp, nn/pooling.cpp) as a Builder method that
-// creates its parameters and buffers under "<layer name>.<tensor>" (for example
-// "block0.attn.q.weight"), appends its part of the graph, and records what conversion to
-// integer weights needs. Layers never branch on bit widths: they ask for
+// (nn/linear.cpp, nn/conv2d.cpp, nn/conv_bn.cpp, nn/layer_norm.cpp, nn/rms_norm.cpp,
+// nn/rotary.cpp, nn/attention.cpp, nn/transformer_block.cpp, nn/embedding.cpp,
+// nn/pooling.cpp) as a Builder method that creates its parameters and buffers under
+// "<layer name>.<tensor>" (for example "block0.attn.q.weight"), appends its part of the
+// graph, and records what conversion to integer weights needs. Layers never branch on bit
+// widths: they ask for
 //   weight(w)       the QConfig's weight quantizer on a [out, in] (or [out, in, kh, kw]) weight,
 //   act(x)          the static activation quantizer of a layer's output,
 //   gemm_input(x)   the dynamic activation quantizer of a GEMM's input,
@@ -102,6 +103,12 @@ class Builder {
   ValueId max_pool2d(ValueId x, int64_t kernel, const std::string& name);     // nn/pooling.cpp
   ValueId global_avg_pool(ValueId x, const std::string& name);                // [N,C,H,W] -> [N,C]
   ValueId layer_norm(ValueId x, const std::string& name, double eps = 1e-5);  // last axis
+  // Llama's RMSNorm over the last axis, weight "<name>.weight" (nn/rms_norm.cpp).
+  ValueId rms_norm(ValueId x, const std::string& name, double eps = 1e-6);
+  // Rotary position embedding of x [batch, heads, seq, head_dim] at i64 position_ids
+  // [batch or 1, seq], by default 0..seq-1 (nn/rotary.cpp).
+  ValueId rotary(ValueId x, const std::string& name, double rope_theta = 10000.0,
+                 ValueId position_ids = kNoValue);
   // Multi-head self-attention over x [N, T, D] (nn/attention.cpp).
   ValueId attention(ValueId x, int64_t heads, const std::string& name);
   // Pre-norm block: x + MHSA(LN(x)), then x + MLP(LN(x)) with GELU (nn/transformer_block.cpp).

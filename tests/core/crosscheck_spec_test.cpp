@@ -77,6 +77,7 @@ TEST(CrosscheckSpec, RoundedOutputsArePinned) {
       {"batch_norm_backward", -1},
       {"layer_norm", -1},
       {"layer_norm_backward", -1},
+      {"rope", -1},
       {"channel_div_backward", 1},
       {"fused_channel_div_batch_norm", -1},
       {"fused_channel_div_batch_norm_backward", -1},

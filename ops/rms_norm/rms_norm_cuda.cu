@@ -1,0 +1,167 @@
+// CUDA kernels of rms_norm and rms_norm_backward, bit-identical to the CPU kernels: the same
+// arithmetic (rms_norm_math.h) and the same order of every f64 sum.
+//   forward, dx: one warp per row. Lane t sums elements t, t + 32, ... of the row; the xor
+//                shuffles add the lane sums as rms_norm_math.h's halving tree (every lane
+//                ends with the same bits); a second pass over the row, just read and still
+//                in L1/L2, writes y (dx).
+//   dweight:     per-chunk column sums (kRowsPerChunk rows each, in row order), then a fold
+//                over the chunks in order: deterministic, no atomics.
+#include <algorithm>
+
+#include "core/graph.h"
+#include "ops/common/cuda_common.cuh"
+#include "ops/rms_norm/rms_norm_args.h"
+#include "ops/rms_norm/rms_norm_math.h"
+
+namespace qg {
+namespace {
+
+using namespace cuda;
+using namespace rms_norm_math;
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int kColumnThreads = 256;
+
+__device__ __forceinline__ double warp_tree(double v) {
+#pragma unroll
+  for (int off = kLanes / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+unsigned warp_blocks(int64_t rows) {
+  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, 1 << 20)));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                   math_of<T>* __restrict__ rstd, int64_t rows, int64_t dim, double eps) {
+  using M = math_of<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
+  for (int64_t r = int64_t{blockIdx.x} * kWarpsPerBlock + (threadIdx.x >> 5); r < rows;
+       r += warps) {
+    const T* p = x + r * dim;
+    double ss = 0;
+    for (int64_t j = lane; j < dim; j += kLanes) {
+      const double v = static_cast<double>(to_math(p[j]));
+      ss += v * v;
+    }
+    const M rs = inv_rms<M>(warp_tree(ss), dim, eps);
+    if (lane == 0) rstd[r] = rs;
+    T* out = y + r * dim;
+    for (int64_t j = lane; j < dim; j += kLanes) {
+      const T h = from_math<T>(to_math(p[j]) * rs);
+      out[j] = from_math<T>(to_math(w[j]) * to_math(h));
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    dx_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+              const math_of<T>* __restrict__ rstd, T* __restrict__ dx, int64_t rows, int64_t dim) {
+  using M = math_of<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
+  for (int64_t r = int64_t{blockIdx.x} * kWarpsPerBlock + (threadIdx.x >> 5); r < rows;
+       r += warps) {
+    const int64_t o = r * dim;
+    double s = 0;
+    for (int64_t j = lane; j < dim; j += kLanes) {
+      const M g = to_math(from_math<T>(to_math(dy[o + j]) * to_math(w[j])));
+      s += static_cast<double>(g) * static_cast<double>(to_math(x[o + j]));
+    }
+    const M rs = rstd[r], k = dx_factor<M>(warp_tree(s), dim, rs);
+    for (int64_t j = lane; j < dim; j += kLanes) {
+      const M g = to_math(from_math<T>(to_math(dy[o + j]) * to_math(w[j])));
+      dx[o + j] = from_math<T>(rs * g - to_math(x[o + j]) * k);
+    }
+  }
+}
+
+// partial[c * dim + j]: the sum of dy * h over the rows of chunk c, in row order.
+template <typename T>
+__global__ void dweight_partial_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                       const math_of<T>* __restrict__ rstd, int64_t rows,
+                                       int64_t dim, int64_t chunks, double* __restrict__ partial) {
+  const int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (j >= dim) return;
+  for (int64_t c = blockIdx.y; c < chunks; c += gridDim.y) {
+    const int64_t r0 = c * kRowsPerChunk;
+    const int64_t r1 = r0 + kRowsPerChunk < rows ? r0 + kRowsPerChunk : rows;
+    double acc = 0;
+    for (int64_t r = r0; r < r1; ++r) {
+      const T h = from_math<T>(to_math(x[r * dim + j]) * rstd[r]);
+      acc += static_cast<double>(to_math(dy[r * dim + j])) * static_cast<double>(to_math(h));
+    }
+    partial[c * dim + j] = acc;
+  }
+}
+
+template <typename T>
+__global__ void dweight_fold_kernel(const double* __restrict__ partial, int64_t chunks, int64_t dim,
+                                    T* __restrict__ dw) {
+  using M = math_of<T>;
+  for (int64_t j = global_thread(); j < dim; j += global_stride()) {
+    double s = 0;
+#pragma unroll 8
+    for (int64_t c = 0; c < chunks; ++c) s += partial[c * dim + j];
+    dw[j] = from_math<T>(static_cast<M>(s));
+  }
+}
+
+void rms_norm_cuda(KernelContext& ctx) {
+  const RmsNormArgs& a = ctx.args<RmsNormArgs>();
+  if (a.rows == 0) return;
+  cudaStream_t stream = cuda_stream(ctx.device);
+  dispatch_float(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
+    using T = decltype(tag);
+    forward_kernel<T><<<warp_blocks(a.rows), kWarpsPerBlock * 32, 0, stream>>>(
+        in_ptr<T>(ctx.inputs[0]), in_ptr<T>(ctx.inputs[1]), out_ptr<T>(ctx.outputs[0]),
+        out_ptr<math_of<T>>(ctx.outputs[1]), a.rows, a.dim, a.eps);
+    QG_CUDA_CHECK_LAUNCH(ctx.op);
+  });
+}
+
+void rms_norm_backward_cuda(KernelContext& ctx) {
+  const RmsNormArgs& a = ctx.args<RmsNormArgs>();
+  cudaStream_t stream = cuda_stream(ctx.device);
+  if (a.rows == 0) {
+    QG_CUDA_CHECK(ctx.op,
+                  cudaMemsetAsync(ctx.outputs[1].raw_data(), 0, ctx.outputs[1].nbytes(), stream));
+    return;
+  }
+  dispatch_float(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
+    using T = decltype(tag);
+    using M = math_of<T>;
+    const T* dy = in_ptr<T>(ctx.inputs[0]);
+    const T* x = in_ptr<T>(ctx.inputs[1]);
+    const M* rstd = in_ptr<M>(ctx.inputs[3]);
+    dx_kernel<T><<<warp_blocks(a.rows), kWarpsPerBlock * 32, 0, stream>>>(
+        dy, x, in_ptr<T>(ctx.inputs[2]), rstd, out_ptr<T>(ctx.outputs[0]), a.rows, a.dim);
+    QG_CUDA_CHECK_LAUNCH(ctx.op);
+    const int64_t chunks = (a.rows + kRowsPerChunk - 1) / kRowsPerChunk;
+    Tensor partial = Tensor::empty({chunks * a.dim}, DType::f64, ctx.inputs[0].device());
+    dim3 grid(static_cast<unsigned>((a.dim + kColumnThreads - 1) / kColumnThreads),
+              static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
+    dweight_partial_kernel<T><<<grid, kColumnThreads, 0, stream>>>(
+        dy, x, rstd, a.rows, a.dim, chunks, out_ptr<double>(partial));
+    QG_CUDA_CHECK_LAUNCH(ctx.op);
+    auto fold = elementwise_launch(a.dim);
+    dweight_fold_kernel<T><<<fold.blocks, fold.threads, 0, stream>>>(
+        in_ptr<double>(partial), chunks, a.dim, out_ptr<T>(ctx.outputs[1]));
+    QG_CUDA_CHECK_LAUNCH(ctx.op);
+  });
+}
+
+}  // namespace
+
+void add_rms_norm_cuda_kernels(OpRegistry& r) {
+  r.get_mutable("rms_norm").kernels.push_back({DeviceType::cuda, kFloatDTypes, rms_norm_cuda});
+  r.get_mutable("rms_norm_backward")
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, rms_norm_backward_cuda});
+}
+
+}  // namespace qg
