@@ -86,9 +86,11 @@ class Builder {
 
   // --- layers (one file each) ---
   // y = x W^T + b over the last axis of x (nn/linear.cpp). With `relu` the ReLU is fused
-  // before the output activation quantizer; `quantize_output` adds that quantizer.
+  // before the output activation quantizer; `quantize_output` adds that quantizer. Without
+  // `bias` the layer has no "<name>.bias" (Llama's projections) and LinearLayer::bias is
+  // kNoValue.
   ValueId linear(ValueId x, int64_t out_features, const std::string& name, bool relu,
-                 bool quantize_output);
+                 bool quantize_output, bool bias = true);
   // conv2d with bias, weight quantizer, optional fused ReLU and output quantizer
   // (nn/conv2d.cpp). x is [N, C, H, W] and C must equal in_channels (as torch's
   // Conv2d(in_channels, out_channels, kernel) declares it).
@@ -118,6 +120,11 @@ class Builder {
   ValueId token_embedding(ValueId x, int64_t d_model, int64_t max_positions,
                           const std::string& name);
   ValueId cross_entropy(ValueId logits, ValueId labels);
+  // Llama's SwiGLU MLP: down(silu(gate(x)) * up(x)), no biases (nn/swiglu_mlp.cpp).
+  ValueId swiglu_mlp(ValueId x, int64_t intermediate, const std::string& name);
+  // Llama's grouped-query causal self-attention over x [N, T, D] (nn/causal_attention.cpp).
+  ValueId causal_self_attention(ValueId x, int64_t heads, int64_t kv_heads, double rope_theta,
+                                const std::string& name);
 
   // A parameter initialised from the builder's stream: U(-bound, bound), or a constant fill.
   ValueId uniform_parameter(const std::string& name, const Shape& shape, double bound);
