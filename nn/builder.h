@@ -1,11 +1,11 @@
 // The layer-building context on top of core::Graph. A Builder holds the graph, the QConfig,
 // the PrecisionPolicy and the seeded init stream; each layer kind lives in its own file
 // (nn/linear.cpp, nn/conv2d.cpp, nn/conv_bn.cpp, nn/layer_norm.cpp, nn/rms_norm.cpp,
-// nn/rotary.cpp, nn/attention.cpp, nn/transformer_block.cpp, nn/embedding.cpp,
-// nn/pooling.cpp) as a Builder method that creates its parameters and buffers under
-// "<layer name>.<tensor>" (for example "block0.attn.q.weight"), appends its part of the
-// graph, and records what conversion to integer weights needs. Layers never branch on bit
-// widths: they ask for
+// nn/rotary.cpp, nn/attention.cpp, nn/causal_attention.cpp, nn/swiglu_mlp.cpp,
+// nn/transformer_block.cpp, nn/embedding.cpp, nn/pooling.cpp) as a Builder method that
+// creates its parameters and buffers under "<layer name>.<tensor>" (for example
+// "block0.attn.q.weight"), appends its part of the graph, and records what conversion to
+// integer weights needs. Layers never branch on bit widths: they ask for
 //   weight(w)       the QConfig's weight quantizer on a [out, in] (or [out, in, kh, kw]) weight,
 //   act(x)          the static activation quantizer of a layer's output,
 //   gemm_input(x)   the dynamic activation quantizer of a GEMM's input,
