@@ -1,11 +1,11 @@
 // The layer-building context on top of core::Graph. A Builder holds the graph, the QConfig,
 // the PrecisionPolicy and the seeded init stream; each layer kind lives in its own file
 // (nn/linear.cpp, nn/conv2d.cpp, nn/conv_bn.cpp, nn/layer_norm.cpp, nn/rms_norm.cpp,
-// nn/rotary.cpp, nn/attention.cpp, nn/transformer_block.cpp, nn/embedding.cpp,
-// nn/pooling.cpp) as a Builder method that creates its parameters and buffers under
-// "<layer name>.<tensor>" (for example "block0.attn.q.weight"), appends its part of the
-// graph, and records what conversion to integer weights needs. Layers never branch on bit
-// widths: they ask for
+// nn/rotary.cpp, nn/attention.cpp, nn/causal_attention.cpp, nn/swiglu_mlp.cpp,
+// nn/transformer_block.cpp, nn/embedding.cpp, nn/pooling.cpp) as a Builder method that
+// creates its parameters and buffers under "<layer name>.<tensor>" (for example
+// "block0.attn.q.weight"), appends its part of the graph, and records what conversion to
+// integer weights needs. Layers never branch on bit widths: they ask for
 //   weight(w)       the QConfig's weight quantizer on a [out, in] (or [out, in, kh, kw]) weight,
 //   act(x)          the static activation quantizer of a layer's output,
 //   gemm_input(x)   the dynamic activation quantizer of a GEMM's input,
@@ -86,9 +86,11 @@ class Builder {
 
   // --- layers (one file each) ---
   // y = x W^T + b over the last axis of x (nn/linear.cpp). With `relu` the ReLU is fused
-  // before the output activation quantizer; `quantize_output` adds that quantizer.
+  // before the output activation quantizer; `quantize_output` adds that quantizer. Without
+  // `bias` the layer has no "<name>.bias" (Llama's projections) and LinearLayer::bias is
+  // kNoValue.
   ValueId linear(ValueId x, int64_t out_features, const std::string& name, bool relu,
-                 bool quantize_output);
+                 bool quantize_output, bool bias = true);
   // conv2d with bias, weight quantizer, optional fused ReLU and output quantizer
   // (nn/conv2d.cpp). x is [N, C, H, W] and C must equal in_channels (as torch's
   // Conv2d(in_channels, out_channels, kernel) declares it).
@@ -118,6 +120,11 @@ class Builder {
   ValueId token_embedding(ValueId x, int64_t d_model, int64_t max_positions,
                           const std::string& name);
   ValueId cross_entropy(ValueId logits, ValueId labels);
+  // Llama's SwiGLU MLP: down(silu(gate(x)) * up(x)), no biases (nn/swiglu_mlp.cpp).
+  ValueId swiglu_mlp(ValueId x, int64_t intermediate, const std::string& name);
+  // Llama's grouped-query causal self-attention over x [N, T, D] (nn/causal_attention.cpp).
+  ValueId causal_self_attention(ValueId x, int64_t heads, int64_t kv_heads, double rope_theta,
+                                const std::string& name);
 
   // A parameter initialised from the builder's stream: U(-bound, bound), or a constant fill.
   ValueId uniform_parameter(const std::string& name, const Shape& shape, double bound);

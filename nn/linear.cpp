@@ -1,7 +1,7 @@
 // Linear (torch.nn.Linear; under QAT torch.ao.nn.qat.Linear, and LinearReLU when fused):
 // y = x W^T + b over the last axis of x, W fake-quantized by the QConfig's weight quantizer,
 // the input by its GEMM-input quantizer, the output (after the fused ReLU) by its activation
-// quantizer. Parameters "<name>.weight" [out, in] and "<name>.bias" [out].
+// quantizer. Parameters "<name>.weight" [out, in] and "<name>.bias" [out] (none without bias).
 #include <cmath>
 
 #include "core/error.h"
@@ -10,7 +10,7 @@
 namespace qg::nn {
 
 ValueId Builder::linear(ValueId x, int64_t out_features, const std::string& name, bool relu,
-                        bool quantize_output) {
+                        bool quantize_output, bool bias) {
   const Shape xs = shape_of_value(g_, x);
   QG_CHECK(xs.size() >= 2, "nn.linear", "layer '", name, "' needs an input of rank >= 2, got ",
            g_.value(x).type.str());
@@ -25,7 +25,7 @@ ValueId Builder::linear(ValueId x, int64_t out_features, const std::string& name
   // and the bias uses the same bound.
   double bound = 1.0 / std::sqrt(static_cast<double>(l.in_features));
   l.weight = uniform_parameter(name + ".weight", {out_features, l.in_features}, bound);
-  l.bias = uniform_parameter(name + ".bias", {out_features}, bound);
+  if (bias) l.bias = uniform_parameter(name + ".bias", {out_features}, bound);
   ValueId xin = gemm_input(x, name + ".in");
   // Inputs of rank > 2 ([N, T, D] tokens) run as one [N * T, D] GEMM.
   const int64_t rows = shape_numel(xs) / l.in_features;
@@ -38,7 +38,7 @@ ValueId Builder::linear(ValueId x, int64_t out_features, const std::string& name
   xin = to_compute(xin, name + ".in");
   w = to_compute(w, name + ".weight");
   ValueId y = g_.apply1("matmul", {xin, w}, {{"transpose_b", true}}, name + ".matmul");
-  y = g_.apply1("add", {y, to_compute(l.bias, name + ".bias")}, {}, name + ".add_bias");
+  if (bias) y = g_.apply1("add", {y, to_compute(l.bias, name + ".bias")}, {}, name + ".add_bias");
   if (xs.size() > 2) {
     Shape ys = xs;
     ys.back() = out_features;

@@ -88,9 +88,9 @@ void bind_builder(nb::module_& m) {
       .def("weight", &Builder::weight, nb::arg("w"), nb::arg("layer"),
            "The QConfig's weight quantizer on w ([out, in, ...]); recorded for conversion.")
       .def("linear", &Builder::linear, nb::arg("x"), nb::arg("out_features"), nb::arg("name"),
-           nb::arg("relu") = false, nb::arg("quantize_output") = true,
+           nb::arg("relu") = false, nb::arg("quantize_output") = true, nb::arg("bias") = true,
            "y = x W^T + b over the last axis of x, weight quantizer, optional fused ReLU and "
-           "output quantizer; parameters '<name>.weight', '<name>.bias'.")
+           "output quantizer; parameters '<name>.weight', '<name>.bias' (none without bias).")
       .def("conv2d", &Builder::conv2d, nb::arg("x"), nb::arg("in_channels"),
            nb::arg("out_channels"), nb::arg("kernel"), nb::arg("name"), nb::arg("stride") = 1,
            nb::arg("padding") = 0, nb::arg("relu") = false, nb::arg("quantize_output") = true,

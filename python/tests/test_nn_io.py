@@ -158,3 +158,13 @@ def test_io_registry_and_errors(tmp_path):
     qg.io.save_safetensors(tmp_path / "x.safetensors", {"nope": np.zeros(3, np.float32)})
     with pytest.raises(qg.Error, match=r"no state named 'nope'"):
         qg.io.load_state(ex, tmp_path / "x.safetensors")
+
+
+def test_linear_without_bias_has_only_its_weight():
+    g = qg.Graph()
+    b = nn.Builder(g, nn.QConfig.float32(), seed=1)
+    x = g.input("x", "f32", [2, 3])
+    b.linear(x, 4, "proj", bias=False)
+    assert len(b.parameters()) == 1
+    b.linear(x, 4, "with_bias")
+    assert len(b.parameters()) == 3

@@ -1,0 +1,96 @@
+#include "nn/llama_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+
+namespace qg::nn {
+namespace {
+
+constexpr const char* kOp = "nn.llama_config";
+using Json = nlohmann::json;
+
+const Json* field(const Json& j, const char* name, bool required, const std::string& what) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) {
+    QG_CHECK(!required, kOp, what, ": required field '", name, "' is missing");
+    return nullptr;
+  }
+  return &*it;
+}
+
+// A positive integer field; JSON floats such as 32.0 are refused, as transformers would
+// reject a float size.
+void read_size(const Json& j, const char* name, bool required, const std::string& what,
+               int64_t& out) {
+  const Json* v = field(j, name, required, what);
+  if (!v) return;
+  QG_CHECK(v->is_number_integer(), kOp, what, ": field '", name, "' must be an integer, got ",
+           v->dump());
+  out = v->get<int64_t>();
+  QG_CHECK(out > 0, kOp, what, ": field '", name, "' must be positive, got ", out);
+}
+
+void read_positive(const Json& j, const char* name, const std::string& what, double& out) {
+  const Json* v = field(j, name, false, what);
+  if (!v) return;
+  QG_CHECK(v->is_number(), kOp, what, ": field '", name, "' must be a number, got ", v->dump());
+  out = v->get<double>();
+  QG_CHECK(out > 0, kOp, what, ": field '", name, "' must be positive, got ", out);
+}
+
+}  // namespace
+
+LlamaConfig parse_llama_config(const std::string& json_text, const std::string& what) {
+  Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  QG_CHECK(j.is_object(), kOp, what, ": not a JSON object");
+  LlamaConfig c;
+  read_size(j, "hidden_size", true, what, c.hidden_size);
+  read_size(j, "intermediate_size", true, what, c.intermediate_size);
+  read_size(j, "num_hidden_layers", true, what, c.num_hidden_layers);
+  read_size(j, "num_attention_heads", true, what, c.num_attention_heads);
+  read_size(j, "vocab_size", true, what, c.vocab_size);
+  c.num_key_value_heads = c.num_attention_heads;
+  read_size(j, "num_key_value_heads", false, what, c.num_key_value_heads);
+  read_size(j, "max_position_embeddings", false, what, c.max_position_embeddings);
+  read_positive(j, "rms_norm_eps", what, c.rms_norm_eps);
+  read_positive(j, "rope_theta", what, c.rope_theta);
+  if (const Json* v = field(j, "tie_word_embeddings", false, what)) {
+    QG_CHECK(v->is_boolean(), kOp, what,
+             ": field 'tie_word_embeddings' must be true or false, got ", v->dump());
+    c.tie_word_embeddings = v->get<bool>();
+  }
+
+  QG_CHECK(c.hidden_size % c.num_attention_heads == 0, kOp, what, ": field 'num_attention_heads' (",
+           c.num_attention_heads, ") must divide hidden_size (", c.hidden_size, ")");
+  QG_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, kOp, what,
+           ": field 'num_key_value_heads' (", c.num_key_value_heads,
+           ") must divide num_attention_heads (", c.num_attention_heads, ")");
+  QG_CHECK(c.head_dim() % 2 == 0, kOp, what,
+           ": the head dim hidden_size / num_attention_heads = ", c.head_dim(),
+           " must be even (rotary embedding)");
+  if (const Json* v = field(j, "head_dim", false, what))
+    QG_CHECK(v->is_number_integer() && v->get<int64_t>() == c.head_dim(), kOp, what,
+             ": field 'head_dim' = ", v->dump(),
+             " differs from hidden_size / num_attention_heads = ", c.head_dim(),
+             ", which this decoder requires");
+  if (const Json* v = field(j, "hidden_act", false, what))
+    QG_CHECK(*v == "silu", kOp, what, ": field 'hidden_act' = ", v->dump(),
+             " is not supported (only \"silu\")");
+  QG_CHECK(!field(j, "rope_scaling", false, what), kOp, what,
+           ": field 'rope_scaling' = ", j["rope_scaling"].dump(),
+           " is not supported (plain rope_theta only)");
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    if (const Json* v = field(j, bias, false, what))
+      QG_CHECK(*v == false, kOp, what, ": field '", bias, "' = ", v->dump(),
+               " is not supported (projections have no bias)");
+  }
+  return c;
+}
+
+LlamaConfig load_llama_config(const std::string& path) {
+  return parse_llama_config(read_file_bytes(path, kOp), path);
+}
+
+}  // namespace qg::nn
