@@ -8,7 +8,7 @@
 namespace qg::nn {
 
 ValueId Builder::rms_norm(ValueId x, const std::string& name, double eps) {
-  const TensorType& xt = g_.value(x).type;
+  const TensorType xt = g_.value(x).type;  // a copy: adding the weight grows the graph
   QG_CHECK(!xt.shape.empty() && xt.shape.back() > 0, "nn.rms_norm", "layer '", name,
            "' normalises over the last axis, which x ", xt.str(), " lacks or is empty");
   ValueId weight = filled_parameter(name + ".weight", {xt.shape.back()}, 1.0);

@@ -11,7 +11,7 @@ namespace qg::nn {
 
 ValueId Builder::rotary(ValueId x, const std::string& name, double rope_theta,
                         ValueId position_ids) {
-  const TensorType& xt = g_.value(x).type;
+  const TensorType xt = g_.value(x).type;  // a copy: the positions constant grows the graph
   QG_CHECK(xt.shape.size() == 4, "nn.rotary", "layer '", name,
            "' needs [batch, heads, seq, head_dim], got ", xt.str());
   if (position_ids == kNoValue) {
