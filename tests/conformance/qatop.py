@@ -95,3 +95,13 @@ class Tally:
             print("FAIL", f)
         print(f"{self.suite}: {total - len(self.failures)} passed, {len(self.failures)} failed")
         sys.exit(1 if self.failures else 0)
+
+
+def check_bad_input(qat, tally, op, inputs, outputs, attrs, fragment):
+    """Runs `op` on bad input and counts it passed when `qat op` fails with a message naming the
+    op and holding `fragment`."""
+    proc = run_op(qat, op, inputs, outputs, attrs, expect_failure=True)
+    text = proc.stdout + proc.stderr
+    ok = proc.returncode != 0 and op in text and fragment in text
+    tally.check(f"{op} bad input", ok,
+                f"expected a failure naming {op} and '{fragment}', got rc {proc.returncode}: {text}")

@@ -68,6 +68,13 @@ class _SteFn(torch.autograd.Function):
         return _SteFn.apply(ddx, mask), None
 
 
+def _ste(dy, mask):
+    """dx = dy * mask: the kernel, or _SteFn when the backward itself is differentiated."""
+    if torch.is_grad_enabled():  # create_graph=True: a differentiable STE
+        return _SteFn.apply(dy, mask)
+    return _kernels.run("ste_backward_exact", None, [dy, mask])[0]
+
+
 class _FakeQuantizeFn(torch.autograd.Function):
     """y = fake_quantize(x) and its bit-packed in-range mask, one kernel; backward _SteFn."""
 
@@ -80,9 +87,7 @@ class _FakeQuantizeFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (mask,) = ctx.saved_tensors
-        if torch.is_grad_enabled():  # create_graph=True: a differentiable STE
-            return _SteFn.apply(dy, mask), None, None, None
-        return _kernels.run("ste_backward_exact", None, [dy, mask])[0], None, None, None
+        return _ste(dy, mask), None, None, None
 
 
 def _qparam_shape(x, scope, axis, group_size, op):
@@ -152,9 +157,7 @@ class _DynamicFakeQuantizeFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, dscale, dzero_point):
         (mask,) = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            return _SteFn.apply(dy, mask), None
-        return _kernels.run("ste_backward_exact", None, [dy, mask])[0], None
+        return _ste(dy, mask), None
 
 
 @functools.lru_cache(maxsize=256)
@@ -174,12 +177,6 @@ def dynamic_fake_quantize(x, quant_min, quant_max, group_size=0, symmetric=False
     eps = torch.finfo(torch.float32).eps if eps is None else float(eps)
     attrs = _dynamic_attrs(int(group_size), bool(symmetric), int(quant_min), int(quant_max), eps)
     return _DynamicFakeQuantizeFn.apply(x, attrs)
-
-
-def _ste(dy, mask):
-    if torch.is_grad_enabled():  # create_graph=True: a differentiable STE
-        return _SteFn.apply(dy, mask)
-    return _kernels.run("ste_backward_exact", None, [dy, mask])[0]
 
 
 class _DynamicQATLinearFn(torch.autograd.Function):
