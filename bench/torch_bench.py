@@ -55,6 +55,27 @@ def per_token_int8(x):
     return torch.clamp(torch.round(x.float() / s), -127, 127).to(torch.int8), s
 
 
+def dynamic_fq_token(x):
+    """torchao's 8da4w activation fake quantization in torch ops: per-token asymmetric int8
+    qparams from the row's range, then fake quantization with the in-range mask its STE keeps."""
+    mn = x.amin(dim=-1, keepdim=True).clamp(max=0)
+    mx = x.amax(dim=-1, keepdim=True).clamp(min=0)
+    s = ((mx - mn) / 255.0).clamp(min=torch.finfo(torch.float32).eps)
+    zp = (-128 - torch.round(mn / s)).clamp(-128, 127)
+    q = torch.round(x / s) + zp
+    mask = (q >= -128) & (q <= 127)
+    return (q.clamp(-128, 127) - zp) * s, mask
+
+
+def dynamic_fq_group32(x):
+    """torchao's 8da4w weight fake quantization in torch ops: symmetric int4 in groups of 32."""
+    g = x.reshape(-1, 32)
+    s = (g.abs().amax(dim=-1, keepdim=True) / 7.5).clamp(min=torch.finfo(torch.float32).eps)
+    q = torch.round(g / s)
+    mask = (q >= -8) & (q <= 7)
+    return (q.clamp(-8, 7) * s).reshape(x.shape), mask
+
+
 def int4_pack(x):
     g = x.float().reshape(-1, 128)
     s = g.abs().amax(dim=-1, keepdim=True) / 7.0
@@ -132,6 +153,8 @@ def run(device, reps, quick, compile_too, keep=None):
         comp_i4 = torch.compile(int4_pack) if compile_too else None
         add("dynamic int8 per-token", lambda i: per_token_int8(xin[i % len(xin)]),
             (lambda i: comp_tok(xin[i % len(xin)])) if compile_too else None)
+        add("dynamic fq per-token s8", lambda i: dynamic_fq_token(xin[i % len(xin)]))
+        add("dynamic fq g32 s4 symmetric", lambda i: dynamic_fq_group32(xin[i % len(xin)]))
         add("int4 g128 pack", lambda i: int4_pack(xin[i % len(xin)]),
             (lambda i: comp_i4(xin[i % len(xin)])) if compile_too else None)
         print(f"done {dname}{list(shape)}", flush=True)

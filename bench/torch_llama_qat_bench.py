@@ -100,7 +100,11 @@ def profile(args):
         for _ in range(3):
             step()
         torch.cuda.synchronize()
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60))
+    averages = prof.key_averages()
+    print(averages.table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60))
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=60))
+    device_us = sum(getattr(e, "self_device_time_total", 0) for e in averages) / 3
+    print(f"GPU kernel time per step: {device_us / 1000:.1f} ms")
 
 
 def main():

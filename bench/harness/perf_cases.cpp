@@ -120,6 +120,16 @@ std::vector<PerfCase> perf_cases(DeviceType device, bool quick, const Shape& sha
   add("lsq fwd+bwd per-tensor", false, lsq_fwd_bwd(), f32);
   add("dynamic int8 per-token", false,
       single("dynamic_range_quantize", {{"scope", "token"}, {"mode", "symmetric"}}), both);
+  // The dynamic recipes' fake quantization (torchao's 8da4w): per-token int8 activations
+  // (rows of the last axis) and symmetric int4 weights in groups of 32.
+  add("dynamic fq per-token s8", false,
+      single("dynamic_fake_quantize", {{"quant_min", -128}, {"quant_max", 127}}), both);
+  add("dynamic fq g32 s4 symmetric", false,
+      single("dynamic_fake_quantize", {{"group_size", 32},
+                                       {"mode", std::string("symmetric")},
+                                       {"quant_min", -8},
+                                       {"quant_max", 7}}),
+      both);
   add("int4 g128 pack", false, single("int4_quantize_pack", {{"group_size", 128}}), both);
   add("nf4 g64 pack", false, single("nf4_quantize_pack", {{"group_size", 64}}), f32);
   // Channels on a middle axis: NCHW activations observed per channel (axis 1); 128 MiB and

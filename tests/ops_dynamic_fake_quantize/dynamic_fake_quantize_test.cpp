@@ -132,9 +132,15 @@ TEST(DynamicFakeQuantize, BadInputsAreNamedErrors) {
   Tensor v = Tensor::from_doubles({2, 3}, {1, 2, 3, 4, kNaN, 6}, DType::f32);
   expect_error([&] { run_op(Device::cpu(), "dynamic_fake_quantize", {v}, asym(-8, 7)); },
                {"[dynamic_fake_quantize]", "scale[1] = nan", "positive and finite"});
-  if (cuda_available())
+  if (cuda_available()) {
     expect_error([&] { run_op(Device::cuda(), "dynamic_fake_quantize", {v}, asym(-8, 7)); },
                  {"dynamic_fake_quantize", "scale", "nan"});
+    // The same on rows the packed team kernel takes (a whole number of 8-element packs).
+    Tensor wide = Tensor::from_doubles({3, 1024}, std::vector<double>(3 * 1024, 0.25), DType::bf16);
+    static_cast<uint16_t*>(wide.raw_data())[1024 + 517] = 0x7fc0;  // bf16 NaN in row 1
+    expect_error([&] { run_op(Device::cuda(), "dynamic_fake_quantize", {wide}, asym(-128, 127)); },
+                 {"dynamic_fake_quantize", "scale", "nan"});
+  }
 }
 
 // GPU against CPU, bit for bit, every output, on the recipes' shapes and odd group lengths.
@@ -150,7 +156,17 @@ TEST(DynamicFakeQuantize, GpuMatchesCpuBitForBit) {
                                    {{3, 5, 2816}, asym(-128, 127)},
                                    {{96, 1024}, w4},
                                    {{7, 37}, asym(0, 255)},
-                                   {{5, 12}, sym(-8, 7, 3)}};
+                                   {{5, 12}, sym(-8, 7, 3)},
+                                   // The packed team kernel's team sizes (4, 8, 16, 32 lanes
+                                   // for groups of 8-32, 40-64, 72-128 and more elements),
+                                   // group counts that leave teams of a warp without a group,
+                                   // and a row of packs that is not a multiple of the team.
+                                   {{7, 8}, asym(-128, 127)},
+                                   {{7, 40}, asym(-128, 127)},
+                                   {{3, 384}, sym(-8, 7, 64)},
+                                   {{5, 1152}, sym(-8, 7, 128)},
+                                   {{9, 768}, sym(-8, 7, 256)},
+                                   {{11, 520}, asym(-128, 127)}};
   uint32_t seed = 1;
   for (const Case& c : cases)
     for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {

@@ -179,30 +179,103 @@ def dynamic_fake_quantize(x, quant_min, quant_max, group_size=0, symmetric=False
     return _DynamicFakeQuantizeFn.apply(x, attrs)
 
 
+class _DynamicLinearPlan:
+    """The kernels of one QAT linear's dynamic fake quantizations on CUDA, prepared for fixed
+    input and weight types, called straight through their data pointers. _kernels.run spends
+    about 50 us of host time a call on the GPU machine (checks, cache keys, four output
+    allocations), and a language model's step makes hundreds of these calls: the plan leaves
+    one allocation per result the backward keeps (xq, wq and their masks), and writes the
+    qparams, which the linear does not keep, into scratch made once. The STE of each gradient
+    runs in place on the GEMM's fresh result (each element is read before the same thread
+    writes it, so the aliasing is safe)."""
+
+    __slots__ = ("x_kernel", "w_kernel", "x_mask", "w_mask", "x_tail", "w_tail", "ste_x",
+                 "ste_w", "scratch")
+
+    def __init__(self, x, w, x_attrs, w_attrs):
+        kx = _kernels.kernel("dynamic_fake_quantize", x_attrs, [x])
+        kw = _kernels.kernel("dynamic_fake_quantize", w_attrs, [w])
+        self.x_kernel, self.w_kernel = kx.kernel, kw.kernel
+        self.x_mask, self.w_mask = kx.outputs[1], kw.outputs[1]
+        self.scratch = [torch.empty(shape, dtype=dtype, device=x.device)
+                        for dtype, shape in kx.outputs[2:] + kw.outputs[2:]]
+        self.x_tail = [t.data_ptr() for t in self.scratch[:2]]
+        self.w_tail = [t.data_ptr() for t in self.scratch[2:]]
+        masks = [torch.empty(shape, dtype=dtype, device=x.device)
+                 for dtype, shape in (self.x_mask, self.w_mask)]
+        self.ste_x = _kernels.kernel("ste_backward_exact", "{}", [x, masks[0]]).kernel
+        self.ste_w = _kernels.kernel("ste_backward_exact", "{}", [w, masks[1]]).kernel
+
+
+_linear_plans = {}
+
+
+def _linear_plan(x, w, x_attrs, w_attrs):
+    key = (x_attrs, w_attrs, x.dtype, x.shape, w.dtype, w.shape, x.device)
+    plan = _linear_plans.get(key)
+    if plan is None:
+        if len(_linear_plans) >= 1024:  # many shapes: start over rather than grow
+            _linear_plans.clear()
+        plan = _linear_plans[key] = _DynamicLinearPlan(x, w, x_attrs, w_attrs)
+    return plan
+
+
+def _dense(t):
+    """Whether a kernel can read t in place: contiguous and 16-byte aligned."""
+    return t.is_contiguous() and t.data_ptr() % 16 == 0
+
+
 class _DynamicQATLinearFn(torch.autograd.Function):
     """linear(dynamic_fake_quantize(x), dynamic_fake_quantize(w), b) as one autograd node:
     the two fake quantizations (one kernel each) and the GEMM forward; backward the GEMMs
     PyTorch's linear runs and the STE of each input. One node instead of three keeps the
     host's per-layer work small, which a language model's step (hundreds of linears) is
-    bound by."""
+    bound by; the plan (_DynamicLinearPlan) keeps each kernel call small too."""
 
     @staticmethod
     def forward(ctx, x, w, b, x_attrs, w_attrs):
-        xq, x_mask = _kernels.run("dynamic_fake_quantize", x_attrs, [x])[:2]
-        wq, w_mask = _kernels.run("dynamic_fake_quantize", w_attrs, [w])[:2]
-        ctx.save_for_backward(xq, wq, x_mask, w_mask)
         ctx.has_bias = b is not None
+        ctx.plan = None
+        if _kernels._compiling([x, w]) or not (_dense(x) and _dense(w)):
+            xq, x_mask = _kernels.run("dynamic_fake_quantize", x_attrs, [x])[:2]
+            wq, w_mask = _kernels.run("dynamic_fake_quantize", w_attrs, [w])[:2]
+        else:
+            plan = ctx.plan = _linear_plan(x, w, x_attrs, w_attrs)
+            xq, wq = torch.empty_like(x), torch.empty_like(w)
+            x_mask = torch.empty(plan.x_mask[1], dtype=plan.x_mask[0], device=x.device)
+            w_mask = torch.empty(plan.w_mask[1], dtype=plan.w_mask[0], device=x.device)
+            stream = _kernels.stream(x.device)
+            plan.x_kernel.run([x.data_ptr()], [xq.data_ptr(), x_mask.data_ptr()] + plan.x_tail,
+                              [], True, stream)
+            plan.w_kernel.run([w.data_ptr()], [wq.data_ptr(), w_mask.data_ptr()] + plan.w_tail,
+                              [], True, stream)
+        ctx.save_for_backward(xq, wq, x_mask, w_mask)
         return F.linear(xq, wq, b)
 
     @staticmethod
     def backward(ctx, dy):
         xq, wq, x_mask, w_mask = ctx.saved_tensors
+        plan = ctx.plan
+        # In place on the GEMM's result when it is a dense tensor of the input's type (not
+        # when the backward itself is differentiated: _ste's autograd form then).
+        fast = plan is not None and not torch.is_grad_enabled()
+        stream = _kernels.stream(dy.device) if fast else 0
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = _ste(dy.matmul(wq), x_mask)
+            dx = dy.matmul(wq)
+            if fast and dx.dtype == xq.dtype and dx.shape == xq.shape and _dense(dx):
+                plan.ste_x.run([dx.data_ptr(), x_mask.data_ptr()], [dx.data_ptr()], [], True,
+                               stream)
+            else:
+                dx = _ste(dx, x_mask)
         if ctx.needs_input_grad[1]:
             dy2 = dy.reshape(-1, dy.shape[-1])
-            dw = _ste(dy2.t().mm(xq.reshape(-1, xq.shape[-1])), w_mask)
+            dw = dy2.t().mm(xq.reshape(-1, xq.shape[-1]))
+            if fast and dw.dtype == wq.dtype and _dense(dw):
+                plan.ste_w.run([dw.data_ptr(), w_mask.data_ptr()], [dw.data_ptr()], [], True,
+                               stream)
+            else:
+                dw = _ste(dw, w_mask)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy.reshape(-1, dy.shape[-1]).sum(0)
         return dx, dw, db, None, None
