@@ -5,6 +5,11 @@
 //                 global average pool, linear 64 -> 10, cross-entropy;
 //   transformer:  one pre-norm block (d=768, 12 heads, MLP 3072 with GELU), sequence 512,
 //                 batch 8, a linear 768 -> 10 head on every token, cross-entropy;
+//   llama:        the Llama-architecture decoder of bench/torch_llama_qat_bench.py (vocab
+//                 32000, hidden 1024, intermediate 2816, 12 layers, 16 heads, 8 KV heads,
+//                 untied lm_head: 207M parameters), batch 8 x 1024 tokens, Adam; its QAT row
+//                 is torchao's 8da4w (per-token dynamic int8 activations, int4 weights in
+//                 groups of 32), the recipe language models train with;
 // and the digits models of `qat train` at its defaults (digits-mlp, digits-cnn,
 // digits-transformer), which `qat train --time-steps` times through nn::Trainer.
 // QAT is W8A8 (per-channel int8 weights, per-tensor uint8 activations with moving-average
@@ -24,6 +29,7 @@
 #include "bench/harness/device_timer.h"
 #include "nn/builder.h"
 #include "nn/digits.h"
+#include "nn/llama.h"
 #include "nn/model.h"
 #include "nn/optimizer.h"
 #include "nn/rng.h"
@@ -99,6 +105,27 @@ void build_transformer(StepGraph& s, const nn::QConfig& qc, bool small) {
   s.parameters = b.parameters();
   s.feeds = {{"x", random_tensor({batch, seq, d}, 2)},
              {"labels", random_labels(batch * seq, 10, 3)}};
+}
+
+void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small) {
+  nn::LlamaConfig c;
+  c.vocab_size = small ? 64 : 32000;
+  c.hidden_size = small ? 32 : 1024;
+  c.intermediate_size = small ? 64 : 2816;
+  c.num_hidden_layers = small ? 2 : 12;
+  c.num_attention_heads = small ? 4 : 16;
+  c.num_key_value_heads = small ? 2 : 8;
+  c.rms_norm_eps = 1e-5;
+  const int64_t batch = small ? 2 : 8, seq = small ? 16 : 1024;
+  nn::LlamaModel m = nn::build_llama(s.graph, c, batch, seq, qc, 1);
+  s.loss = m.loss;
+  s.parameters = m.parameters;
+  s.optimizer = {"adam", 1e-4, 0.0};
+  nn::Rng rng(5);
+  Tensor ids = Tensor::empty({batch, seq}, DType::i64);
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    ids.data<int64_t>()[i] = static_cast<int64_t>(rng.below(c.vocab_size));
+  s.feeds = {{"input_ids", ids}, {"labels", nn::next_token_labels(ids)}};
 }
 
 // The digits models `qat train` trains, at its default options (`--weight-bits 8 --act-bits
@@ -269,9 +296,10 @@ void add_steps_command(CLI::App& app) {
   cmd->add_option("--device", o->device, "cpu, cuda or auto (cuda when present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->add_option("--model", o->model,
-                  "cnn, transformer, all (both), or a digits model of `qat train`: digits-mlp, "
+                  "cnn, transformer, all (both), llama (the 207M decoder; asked for by name "
+                  "only), or a digits model of `qat train`: digits-mlp, "
                   "digits-cnn, digits-transformer, digits (all three)")
-      ->check(CLI::IsMember({"cnn", "transformer", "all", "digits-mlp", "digits-cnn",
+      ->check(CLI::IsMember({"cnn", "transformer", "all", "llama", "digits-mlp", "digits-cnn",
                              "digits-transformer", "digits"}));
   cmd->add_option("--reps", o->reps, "Timed steps (median reported)")->check(CLI::Range(1, 10000));
   cmd->add_flag("--small", o->small, "Tiny shapes (a smoke run)");
@@ -295,9 +323,11 @@ void add_steps_command(CLI::App& app) {
     std::printf("%-32s %8s %12s\n", "case", "kernels", "ms");
     std::string rows;
     for (const std::string kind :
-         {"cnn", "transformer", "digits-mlp", "digits-cnn", "digits-transformer"}) {
+         {"cnn", "transformer", "llama", "digits-mlp", "digits-cnn", "digits-transformer"}) {
       const bool digits = kind.rfind("digits-", 0) == 0;
-      if (o->model != kind && !(o->model == "all" && !digits) && !(o->model == "digits" && digits))
+      const bool by_name_only = kind == "llama";
+      if (o->model != kind && !(o->model == "all" && !digits && !by_name_only) &&
+          !(o->model == "digits" && digits))
         continue;
       for (bool tf32 : {false, true})
         for (bool qat : {false, true}) {
@@ -308,6 +338,8 @@ void add_steps_command(CLI::App& app) {
           nn::QConfig qc = qat ? nn::QConfig::w8a8() : nn::QConfig::float32();
           if (digits)
             build_digits(s, kind.substr(7), qat);
+          else if (kind == "llama")
+            build_llama_step(s, qat ? nn::QConfig::int8_dyn_act_int4_weight(32) : qc, o->small);
           else if (kind == "cnn")
             build_cnn(s, qc, o->small);
           else
