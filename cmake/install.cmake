@@ -3,9 +3,9 @@
 #   target_link_libraries(app PRIVATE qatgraph::qatgraph)
 # and include the headers as #include <qatgraph/autograd/grad.h>, or by their path inside the
 # repository, #include "autograd/grad.h" (both directories are on the target's include path).
-#   P/lib/libqg_{core,device,ops,autograd,runtime,nn}.a (.so with BUILD_SHARED_LIBS): one
+#   P/lib/libqg_{core,device,ops,autograd,runtime,nn,data,train}.a (.so with BUILD_SHARED_LIBS): one
 #     library per layer; qatgraph::qatgraph links them all
-#   P/include/qatgraph/{core,device,ops,autograd,runtime,nn}/...h
+#   P/include/qatgraph/{core,device,ops,autograd,runtime,nn,data,train}/...h
 #   P/lib/cmake/qatgraph/qatgraph{Config,ConfigVersion,Targets}.cmake
 #   P/bin/qat (when the programs are built)
 # The CUDA kernels, when built, are part of the ops library (they register into the same op
@@ -14,13 +14,14 @@
 include(CMakePackageConfigHelpers)
 set(QG_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/qatgraph)
 
-install(TARGETS qatgraph qg_core qg_device qg_ops qg_autograd qg_runtime qg_nn
+install(TARGETS qatgraph qg_core qg_device qg_ops qg_autograd qg_runtime qg_nn qg_data
+  qg_train
   EXPORT qatgraphTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT dev)
 # Every header of the library folders; the CUDA-only .cuh headers stay private.
-install(DIRECTORY core device ops autograd runtime nn
+install(DIRECTORY core device ops autograd runtime nn data train
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/qatgraph COMPONENT dev
   FILES_MATCHING PATTERN "*.h")
 install(EXPORT qatgraphTargets NAMESPACE qatgraph:: DESTINATION ${QG_CMAKE_INSTALL_DIR}

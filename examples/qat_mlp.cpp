@@ -3,11 +3,12 @@
 // fake-quant, Adam as graph nodes, then a conversion to real int8 weights.
 #include <cstdio>
 
-#include "nn/digits.h"
+#include "data/digits.h"
 #include "nn/model.h"
-#include "nn/optimizer.h"
 #include "nn/quantized.h"
 #include "runtime/compile.h"
+#include "train/evaluate.h"
+#include "train/optimizer.h"
 
 using namespace qg;
 
@@ -68,7 +69,7 @@ int main() try {
   // 5. Convert to real int8 weights and evaluate with dequantize-on-the-fly.
   nn::QuantizedMlp q = nn::convert_to_quantized(step.executor(), b);
   std::printf("int8 model: %lld bytes, test accuracy %.2f%%\n",
-              static_cast<long long>(q.size_bytes()), 100.0 * q.accuracy(test));
+              static_cast<long long>(q.size_bytes()), 100.0 * nn::accuracy_of(q, test));
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "error: %s\n", e.what());

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "nn/checkpoint.h"
+#include "train/checkpoint.h"
 
 namespace {
 
@@ -26,7 +26,7 @@ uint32_t crc(const std::string& b, size_t pos, size_t n) {
       crc32(0, reinterpret_cast<const Bytef*>(b.data() + pos), static_cast<uInt>(n)));
 }
 
-// Walks the layout of nn/checkpoint.h as far as it holds and rewrites every section CRC and
+// Walks the layout of train/checkpoint.h as far as it holds and rewrites every section CRC and
 // the trailer to match the bytes.
 std::string with_fixed_checksums(std::string b) {
   if (b.size() < 8 + 12) return b;

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "nn/digits.h"
+#include "data/digits.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -18,7 +18,6 @@
 #include <memory>
 #include <vector>
 
-#include "nn/digits.h"
 #include "nn/model.h"
 #include "runtime/executor.h"
 
@@ -38,18 +37,8 @@ struct ModelInstance {
 // Builds `spec` at `batch` rows (seed irrelevant once states are copied in) on `device`.
 ModelInstance build_instance(ModelSpec spec, int64_t batch, const QConfig& qconfig, Device device);
 
-// Logits [rows, classes] of data rows [start, start + rows) through a graph whose batch is
-// `rows` (eval mode; training mode is restored).
-std::vector<float> run_logits(Executor& ex, const Model& m, const Dataset& data, int64_t start);
-
 // The conversion pass on an instance whose states hold a trained model (modifies its graph
 // and rebuilds its executor). Returns the model bytes.
 int64_t convert_to_integer(ModelInstance& inst, const QConfig& qconfig);
-// Converts a trained model (its executor `trained`) at batch data.size() and returns its
-// accuracy on `data`; `bytes` receives the model size.
-double integer_accuracy(Executor& trained, const ModelSpec& spec, const QConfig& qconfig,
-                        const Dataset& data, int64_t* bytes);
-
-double accuracy_of(const std::vector<float>& logits, const Dataset& data, int64_t classes);
 
 }  // namespace qg::nn

@@ -238,17 +238,4 @@ std::vector<float> QuantizedMlp::forward(const float* x, int64_t n) const {
   return out;
 }
 
-double QuantizedMlp::accuracy(const Dataset& data) const {
-  std::vector<float> logits = forward(data.x.data(), data.size());
-  const int64_t classes = layers.back().out;
-  int64_t correct = 0;
-  for (int64_t i = 0; i < data.size(); ++i) {
-    const float* row = logits.data() + i * classes;
-    int64_t best = 0;
-    for (int64_t c = 1; c < classes; ++c) best = row[c] > row[best] ? c : best;
-    correct += best == data.labels[i] ? 1 : 0;
-  }
-  return static_cast<double>(correct) / static_cast<double>(data.size());
-}
-
 }  // namespace qg::nn

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "nn/digits.h"
 #include "nn/model.h"
 #include "runtime/executor.h"
 
@@ -49,7 +48,6 @@ class QuantizedMlp {
   int64_t size_bytes() const;
   // Logits [n, classes] for `n` rows of x.
   std::vector<float> forward(const float* x, int64_t n) const;
-  double accuracy(const Dataset& data) const;
 };
 
 // The (scale, zero_point) an observer node currently produces (eval mode: no update).

@@ -9,8 +9,8 @@
 #include "apps/qat/commands.h"
 #include "bench/harness/perf_cases.h"
 #include "core/thread_pool.h"
-#include "nn/png_plot.h"
 #include "runtime/backend.h"
+#include "train/png_plot.h"
 
 namespace qg::cli {
 

@@ -11,8 +11,8 @@
 #include "apps/qat/train_common.h"
 #include "core/error.h"
 #include "core/npy.h"
-#include "nn/checkpoint.h"
-#include "nn/convert.h"
+#include "train/checkpoint.h"
+#include "train/evaluate.h"
 
 #ifdef QG_WITH_ONNX
 #include "export/onnx/onnx_export.h"

@@ -27,14 +27,14 @@
 #include "apps/qat/commands.h"
 #include "apps/qat/train_common.h"
 #include "bench/harness/device_timer.h"
+#include "data/digits.h"
 #include "nn/builder.h"
-#include "nn/digits.h"
 #include "nn/llama.h"
 #include "nn/model.h"
-#include "nn/optimizer.h"
 #include "nn/rng.h"
 #include "runtime/backend.h"
 #include "runtime/compile.h"
+#include "train/optimizer.h"
 
 #ifdef QG_WITH_CUDA
 #include <cuda_runtime.h>

@@ -14,11 +14,11 @@
 #include "apps/qat/commands.h"
 #include "apps/qat/train_common.h"
 #include "core/safetensors.h"
-#include "nn/checkpoint.h"
-#include "nn/png_plot.h"
 #include "nn/quantized.h"
 #include "runtime/distributed/launch.h"
 #include "runtime/distributed/process_group.h"
+#include "train/checkpoint.h"
+#include "train/png_plot.h"
 
 namespace qg::cli {
 namespace {

@@ -11,11 +11,11 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "nn/checkpoint.h"
 #include "nn/import_weights.h"
-#include "nn/png_plot.h"
 #include "nn/quantized.h"
 #include "runtime/backend.h"
+#include "train/checkpoint.h"
+#include "train/png_plot.h"
 
 namespace qg::cli {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/trainer.h"
+#include "train/trainer.h"
 
 namespace qg::cli {
 

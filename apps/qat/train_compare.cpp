@@ -17,8 +17,8 @@
 #include <sstream>
 
 #include "apps/qat/train_common.h"
-#include "nn/checkpoint.h"
-#include "nn/png_plot.h"
+#include "train/checkpoint.h"
+#include "train/png_plot.h"
 
 namespace qg::cli {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "bindings.h"
 #include "convert.h"
-#include "nn/optimizer.h"
 #include "runtime/compile.h"
+#include "train/optimizer.h"
 
 namespace qgpy {
 namespace {

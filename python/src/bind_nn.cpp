@@ -9,12 +9,12 @@
 
 #include "bindings.h"
 #include "convert.h"
+#include "data/digits.h"
 #include "nn/builder.h"
-#include "nn/digits.h"
 #include "nn/model.h"
-#include "nn/optimizer.h"
 #include "nn/qconfig.h"
-#include "nn/trainer.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
 
 namespace qgpy {
 namespace {
@@ -289,7 +289,7 @@ void bind_training(nb::module_& m) {
       .def_ro("accuracy", &StepInfo::accuracy, "running accuracy of the epoch");
 
   nb::class_<Trainer>(m, "Trainer",
-                      "Trains a build_model model on datasets (nn/trainer.h). Keeps both "
+                      "Trains a build_model model on datasets (train/trainer.h). Keeps both "
                       "datasets alive.")
       .def(nb::init<const TrainConfig&, const Dataset&, const Dataset&>(), nb::arg("config"),
            nb::arg("train"), nb::arg("test"), nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>())

@@ -16,9 +16,9 @@
 #include "bindings.h"
 #include "convert.h"
 #include "core/error.h"
-#include "nn/checkpoint.h"
-#include "nn/convert.h"
-#include "nn/trainer.h"
+#include "train/checkpoint.h"
+#include "train/evaluate.h"
+#include "train/trainer.h"
 
 #ifdef QG_WITH_ONNX
 #include "export/onnx/onnx_export.h"

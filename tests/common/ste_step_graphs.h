@@ -13,9 +13,9 @@
 
 #include "autograd/grad.h"
 #include "nn/builder.h"
-#include "nn/optimizer.h"
 #include "runtime/executor.h"
 #include "tests/common/tensor_compare.h"
+#include "train/optimizer.h"
 
 namespace qg::testing {
 

@@ -7,11 +7,11 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "nn/optimizer.h"
 #include "runtime/backend.h"
 #include "runtime/compile.h"
 #include "tests/core/test_util.h"
 #include "tests/train/train_util.h"
+#include "train/optimizer.h"
 
 namespace qg {
 namespace {

@@ -14,11 +14,12 @@
 #include <qatgraph/autograd/grad.h>
 #include <qatgraph/core/op_registry.h>
 #include <qatgraph/core/safetensors.h>
-#include <qatgraph/nn/digits.h>
+#include <qatgraph/data/digits.h>
 #include <qatgraph/nn/model.h>
-#include <qatgraph/nn/optimizer.h>
 #include <qatgraph/nn/quantized.h>
 #include <qatgraph/runtime/executor.h>
+#include <qatgraph/train/evaluate.h>
+#include <qatgraph/train/optimizer.h>
 
 bool legacy_header_names_resolve();
 
@@ -122,7 +123,7 @@ int main() try {
 
   ex.set_training(false);
   nn::QuantizedMlp q = nn::convert_to_quantized(ex, b);
-  double accuracy = q.accuracy(test);
+  double accuracy = nn::accuracy_of(q, test);
   std::printf("int8 model: %lld bytes, test accuracy %.2f%%\n",
               static_cast<long long>(q.size_bytes()), 100.0 * accuracy);
   expect(accuracy > 0.85, "int8 test accuracy above 85%");

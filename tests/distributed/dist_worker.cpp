@@ -15,11 +15,11 @@
 
 #include "core/error.h"
 #include "core/graph.h"
+#include "data/digits.h"
 #include "device/device_context.h"
-#include "nn/digits.h"
-#include "nn/trainer.h"
 #include "runtime/compile.h"
 #include "runtime/distributed/process_group.h"
+#include "train/trainer.h"
 
 using namespace qg;
 

@@ -15,14 +15,14 @@
 #include <thread>
 
 #include "core/error.h"
-#include "nn/checkpoint.h"
-#include "nn/digits.h"
-#include "nn/trainer.h"
+#include "data/digits.h"
 #include "runtime/distributed/launch.h"
 #include "runtime/distributed/launch_env.h"
 #include "runtime/distributed/process_group.h"
 #include "runtime/distributed/tcp_store.h"
 #include "runtime/distributed/watchdog.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
 
 namespace qg {
 namespace {

@@ -5,12 +5,12 @@
 
 #include "core/graph.h"
 #include "device/communicator.h"
-#include "nn/optimizer.h"
-#include "nn/trainer.h"
 #include "runtime/compile.h"
 #include "runtime/distributed/gradient_sync.h"
 #include "runtime/distributed/optimizer_sharding.h"
 #include "tests/core/test_util.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
 
 namespace qg {
 namespace {

@@ -13,9 +13,9 @@
 #include <iterator>
 #include <memory>
 
-#include "nn/checkpoint.h"
 #include "tests/common/qat_process.h"
 #include "tests/train/train_util.h"
+#include "train/checkpoint.h"
 
 namespace qg {
 namespace {

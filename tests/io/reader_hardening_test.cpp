@@ -8,9 +8,9 @@
 
 #include "core/npy.h"
 #include "core/printable.h"
+#include "data/digits.h"
 #include "io_test_util.h"
-#include "nn/checkpoint.h"
-#include "nn/digits.h"
+#include "train/checkpoint.h"
 
 namespace qg {
 namespace {

@@ -2,8 +2,9 @@
 """Fails, naming file:line, when a library file includes a higher layer.
 
 The layers, lowest first (each may include itself and the layers below it):
-  core <- device <- ops <- autograd <- runtime <- nn <- export
-runtime sits above autograd because compile() runs autograd on the graph it compiles. Every
+  core <- device <- ops <- autograd <- runtime <- nn <- data <- train <- export
+runtime sits above autograd because compile() runs autograd on the graph it compiles; nn
+holds layers and models, data the datasets and tokenizers, train the training loops. Every
 #include "folder/..." that names a top-level folder of the repository is checked, so a
 library file that includes apps/, bench/, tests/ or python/ fails too. core/ must not
 include CUDA headers either: core is built without the CUDA toolkit's include path.
@@ -14,7 +15,7 @@ import os
 import re
 import sys
 
-LAYERS = ["core", "device", "ops", "autograd", "runtime", "nn", "export"]
+LAYERS = ["core", "device", "ops", "autograd", "runtime", "nn", "data", "train", "export"]
 # Top-level folders that no library layer may include.
 ABOVE_ALL = ["apps", "bench", "tests", "python", "examples", "fuzz"]
 SOURCE_SUFFIXES = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh")

@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "core/op_registry.h"
-#include "nn/convert.h"
-#include "nn/optimizer.h"
 #include "tests/nn/nn_util.h"
+#include "train/evaluate.h"
+#include "train/optimizer.h"
 
 namespace qg {
 namespace {

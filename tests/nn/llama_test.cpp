@@ -12,11 +12,11 @@
 
 #include "core/npy.h"
 #include "nn/llama.h"
-#include "nn/optimizer.h"
 #include "runtime/compile.h"
 #include "runtime/executor.h"
 #include "tests/core/test_util.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "train/optimizer.h"
 
 namespace qg {
 namespace {

@@ -4,9 +4,9 @@
 // transformer ops.
 #include <gtest/gtest.h>
 
-#include "nn/convert.h"
 #include "nn/quantized.h"
 #include "tests/nn/nn_util.h"
+#include "train/evaluate.h"
 
 namespace qg {
 namespace {
@@ -66,7 +66,7 @@ TEST(MlpRecipes, GeneralConversionMatchesQuantizedMlp) {
     nn::QuantizedMlp q =
         nn::convert_to_quantized(t.executor(), t.model().layers, t.model().input_observer, qc);
     int64_t bytes = 0;
-    EXPECT_EQ(t.integer_accuracy(d.test, &bytes), q.accuracy(d.test)) << qc.str();
+    EXPECT_EQ(t.integer_accuracy(d.test, &bytes), nn::accuracy_of(q, d.test)) << qc.str();
     // The graph also stores each weight quantizer's (all-zero) i32 zero points.
     EXPECT_GE(bytes, q.size_bytes());
   }

@@ -1,8 +1,8 @@
 // Shared pieces of the nn tests: the digits split, small train configs per model kind.
 #pragma once
 
-#include "nn/trainer.h"
 #include "tests/core/test_util.h"
+#include "train/trainer.h"
 
 namespace qg::testing {
 

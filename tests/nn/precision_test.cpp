@@ -7,9 +7,9 @@
 #include <cmath>
 
 #include "nn/builder.h"
-#include "nn/optimizer.h"
 #include "runtime/executor.h"
 #include "tests/core/test_util.h"
+#include "train/optimizer.h"
 
 namespace qg {
 namespace {

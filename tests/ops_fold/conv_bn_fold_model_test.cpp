@@ -10,9 +10,9 @@
 #include <random>
 
 #include "nn/builder.h"
-#include "nn/optimizer.h"
 #include "runtime/executor.h"
 #include "runtime/passes/pass.h"
+#include "train/optimizer.h"
 
 namespace qg {
 namespace {

@@ -6,10 +6,10 @@
 #include <cmath>
 
 #include "autograd/grad.h"
-#include "nn/optimizer.h"
 #include "runtime/backend.h"
 #include "runtime/executor.h"
 #include "tests/core/test_util.h"
+#include "train/optimizer.h"
 
 namespace qg {
 namespace {

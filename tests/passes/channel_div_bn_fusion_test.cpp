@@ -14,11 +14,11 @@
 
 #include "autograd/grad.h"
 #include "nn/builder.h"
-#include "nn/optimizer.h"
 #include "ops/fused/channel_div_bn/channel_div_bn.h"
 #include "ops/fused/channel_div_bn/channel_div_bn_fusion.h"
 #include "runtime/executor.h"
 #include "runtime/passes/pass.h"
+#include "train/optimizer.h"
 
 namespace qg {
 namespace {

@@ -7,9 +7,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "nn/checkpoint.h"
 #include "tests/core/test_util.h"
 #include "tests/train/train_util.h"
+#include "train/checkpoint.h"
 
 namespace qg {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <set>
 
-#include "nn/digits.h"
+#include "data/digits.h"
 #include "tests/core/test_util.h"
 
 namespace qg {

@@ -6,11 +6,11 @@
 #include <cmath>
 
 #include "autograd/grad.h"
-#include "nn/convert.h"
-#include "nn/png_plot.h"
 #include "nn/quantized.h"
 #include "tests/core/test_util.h"
 #include "tests/train/train_util.h"
+#include "train/evaluate.h"
+#include "train/png_plot.h"
 
 namespace qg {
 namespace {
@@ -87,7 +87,7 @@ TEST_F(QuantizedTest, IntegerWeightAccuracyMatchesTheFakeQuantGraph) {
                                                 t.model().input_observer, t.config().qconfig);
   // Only float summation order differs (Eigen's blocked matmul vs a row loop), which can
   // move an activation across a rounding boundary: allow one test sample of difference.
-  EXPECT_NEAR(q.accuracy(test), fq, 1.0 / test.size() + 1e-12);
+  EXPECT_NEAR(nn::accuracy_of(q, test), fq, 1.0 / test.size() + 1e-12);
   // And the logits agree closely.
   std::vector<float> a = t.predict(test), b = q.forward(test.x.data(), test.size());
   ASSERT_EQ(a.size(), b.size());

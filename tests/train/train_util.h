@@ -1,7 +1,7 @@
 // A small, fast training setup on the real digits data, shared by the train tests.
 #pragma once
 
-#include "nn/trainer.h"
+#include "train/trainer.h"
 
 namespace qg::testing {
 

@@ -31,7 +31,7 @@ std::string prologue_fusion_blocker(const Graph& g, NodeId act_id, NodeId fused_
     return fused.op->name + " is not fused_observe_quantize";
   if (prologue_activation(fused) != nullptr) return "the fused node already has a prologue";
   if (act.inputs.size() != 1 || act.outputs.size() != 1) return "activation arity does not fit";
-  // Readers of a parameter carry control edges to its optimizer step (nn/optimizer.cpp),
+  // Readers of a parameter carry control edges to its optimizer step (train/optimizer.cpp),
   // which rebuilding the nodes would drop; activations of parameters are left alone.
   if (g.node(g.value(act.inputs[0]).producer).op->name == "parameter")
     return "the activation reads a parameter";

@@ -1,4 +1,4 @@
-#include "nn/png_plot.h"
+#include "train/png_plot.h"
 
 #include <zlib.h>
 
@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "nn/checkpoint.h"
+#include "train/checkpoint.h"
 
 namespace qg::nn {
 namespace {

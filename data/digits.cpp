@@ -1,4 +1,4 @@
-#include "nn/digits.h"
+#include "data/digits.h"
 
 #include <zlib.h>
 

@@ -1,4 +1,4 @@
-#include "nn/trainer.h"
+#include "train/trainer.h"
 
 #include <chrono>
 #include <cstring>
@@ -10,11 +10,11 @@
 #include "core/error.h"
 #include "core/printable.h"
 #include "device/communicator.h"
-#include "nn/checkpoint.h"
 #include "runtime/distributed/gather_bytes.h"
 #include "runtime/distributed/gradient_sync.h"
 #include "runtime/distributed/optimizer_sharding.h"
 #include "runtime/passes/pass.h"
+#include "train/checkpoint.h"
 
 namespace qg::nn {
 namespace {

@@ -1,4 +1,4 @@
-#include "nn/optimizer.h"
+#include "train/optimizer.h"
 
 #include "autograd/grad.h"
 #include "core/error.h"

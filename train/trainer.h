@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "data/digits.h"
 #include "device/communicator.h"
-#include "nn/convert.h"
-#include "nn/digits.h"
 #include "nn/model.h"
-#include "nn/optimizer.h"
 #include "runtime/compile.h"
 #include "runtime/executor.h"
+#include "train/evaluate.h"
+#include "train/optimizer.h"
 
 namespace qg::nn {
 

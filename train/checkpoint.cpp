@@ -1,4 +1,4 @@
-#include "nn/checkpoint.h"
+#include "train/checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
