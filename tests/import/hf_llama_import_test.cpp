@@ -352,14 +352,27 @@ TEST(HfLlamaConfig, RopeParametersOfTransformers5) {
       {"[nn.llama_config]", "v5.json: field 'rope_parameters'", "rope_type \"default\" only"});
   expect_error([&] { parse(R"("rope_parameters": {"rope_theta": 5e5, "factor": 8.0})"); },
                {"(key 'factor'; plain rope_theta only)"});
-  expect_error([&] { parse(R"("rope_parameters": {"rope_type": "default"})"); },
-               {"has no rope_theta"});
+  // Without rope_theta, transformers takes its default, 10000.
+  EXPECT_EQ(parse(R"("rope_parameters": {"rope_type": "default"})").rope_theta, 10000.0);
+  // transformers 5 may echo the object as rope_scaling; the old spelling "type" is accepted.
+  EXPECT_EQ(parse(R"("rope_parameters": {"rope_type": "default", "rope_theta": 500},
+                     "rope_scaling": {"type": "default", "rope_theta": 500})")
+                .rope_theta,
+            500.0);
+  expect_error([&] { parse(R"("rope_scaling": {"type": "linear", "factor": 2.0})"); },
+               {"field 'rope_scaling'", "rope_type \"default\" only"});
+  expect_error(
+      [&] {
+        parse(R"("rope_parameters": {"rope_theta": 500}, "rope_scaling": {"rope_theta": 400})");
+      },
+      {"field 'rope_scaling.rope_theta' = 400 differs from the rope_theta given elsewhere (500)"});
   expect_error([&] { parse(R"("rope_parameters": {"rope_theta": -1})"); },
                {"'rope_parameters.rope_theta' must be a positive number, got -1"});
   expect_error([&] { parse(R"("rope_parameters": 7)"); },
                {"field 'rope_parameters' must be an object, got 7"});
   expect_error([&] { parse(R"("rope_theta": 10000.0, "rope_parameters": {"rope_theta": 500})"); },
-               {"field 'rope_theta' = 10000 differs from 'rope_parameters.rope_theta' = 500"});
+               {"field 'rope_parameters.rope_theta' = 500 differs from the rope_theta given "
+                "elsewhere (10000)"});
 }
 
 }  // namespace
