@@ -46,15 +46,17 @@ class HfFixture : public ::testing::Test {
   Tensor ids;
 };
 
-// f32 throughout on both sides; only the summation orders of the GEMMs differ (Eigen here,
-// torch's CPU BLAS there), through 2 blocks: about one f32 ulp at the logits' scale. The
-// bound, 2e-6 of max(1, max |logit|) (~16 ulps), is tests/nn/llama_test.cpp's and far below
-// what a wrong step moves (a norm weight not loaded: the logits change by O(1)).
+// f32 throughout on both sides; only the summation orders differ (Eigen here, torch's CPU
+// BLAS there). Through the fixture's 2 blocks (weights of std 0.2) each f32 forward lands
+// within about 8e-7 x max |logit| of the f64 forward of the same weights (measured with torch
+// over four seeds), so two of them differ by at most about twice that. The bound,
+// 5e-6 x max(1, max |logit|), leaves a factor 3 and is far below what a wrong step moves
+// (a norm weight not loaded or a wrong rope_theta: O(0.1) to O(1)).
 void expect_tight(const Tensor& got, const Tensor& want, const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   auto [err, scale] = testing::max_error(got, want);
   EXPECT_GT(scale, 1.0) << what << ": the fixture's logits should be well away from 0";
-  EXPECT_LE(err, 2e-6 * std::max(1.0, scale)) << what << ": max |logit| " << scale;
+  EXPECT_LE(err, 5e-6 * std::max(1.0, scale)) << what << ": max |logit| " << scale;
   std::printf("%s: max |logit| %.3g, max error %.3g\n", what.c_str(), scale, err);
 }
 
@@ -95,10 +97,10 @@ TEST_F(HfFixture, ShardedCheckpointGivesTheSingleFilesParameters) {
 // the f32 model's rounded to bf16 and the logits are transformers' f32 forward of those
 // weights (tight). Against transformers' bf16 forward the tolerance is loose: that reference
 // rounds every activation to bf16 (8 significant bits, a relative step of 2^-8) at some 20
-// points per block, and the fixture's weights (std 0.3) amplify those errors through the
-// attention scores and the MLP; the difference is the bf16 reference's own rounding error,
-// measured at about 4% of max |logit| (max) and 2.3% of the RMS logit (RMS). The bounds
-// allow 2.5x and 2x that; the exactness of the import itself is the tight check above.
+// points per block, and the model amplifies those errors through the attention scores and
+// the MLP; the difference is the bf16 reference's own rounding error, measured at up to 3.2%
+// of max |logit| (max) and 1.7% of the RMS logit (RMS) over four seeds. The bounds, 10% and
+// 5%, allow 3x that; the exactness of the import itself is the tight check above.
 TEST_F(HfFixture, Bf16CheckpointIntoF32Parameters) {
   nn::HfCheckpoint ck = nn::read_hf_checkpoint(kFixture + "/bf16");
   for (const auto& [name, t] : ck.tensors) EXPECT_EQ(t.dtype(), DType::bf16) << name;

@@ -24,7 +24,7 @@ The folder it writes (about 400 KB):
 
 Weights: the model's own init draws N(0, 0.02) weights and all-ones norms, which leaves
 logits near 0 and would hide a swapped norm weight; every matrix is therefore redrawn from
-N(0, std) with a fixed seed and every norm weight from U(0.5, 1.5). Attention is transformers'
+N(0, 0.2) with a fixed seed and every norm weight from U(0.5, 1.5). Attention is transformers'
 eager implementation (the arithmetic the CPU reference graph follows: softmax in f32).
 rope_theta is not the default 10000, so a config reader that ignores it fails the test.
 """
@@ -45,7 +45,7 @@ SIZES = dict(vocab_size=128, hidden_size=32, intermediate_size=80, num_hidden_la
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
              rms_norm_eps=1e-5)
 ROPE_THETA = 500.0
-WEIGHT_STD = 0.3
+WEIGHT_STD = 0.2
 SEED = 20261127
 MAX_SHARD_SIZE = "40KB"  # about 120 KB of f32 weights: four shards
 INPUT_IDS = [[1, 17, 42, 0, 127, 8, 8, 99], [5, 64, 3, 3, 120, 31, 77, 2]]
@@ -53,16 +53,13 @@ INPUT_IDS = [[1, 17, 42, 0, 127, 8, 8, 99], [5, 64, 3, 3, 120, 31, 77, 2]]
 
 def make_config(tied):
     kwargs = dict(SIZES, tie_word_embeddings=tied, hidden_act="silu", attention_bias=False,
-                  mlp_bias=False)
+                  mlp_bias=False, use_cache=False, attn_implementation="eager")
     # transformers 5 holds rope_theta in rope_parameters; 4.x takes it as an argument.
     if "rope_parameters" in inspect.signature(LlamaConfig.__init__).parameters:
         kwargs["rope_parameters"] = {"rope_type": "default", "rope_theta": ROPE_THETA}
     else:
         kwargs["rope_theta"] = ROPE_THETA
-    config = LlamaConfig(**kwargs)
-    config._attn_implementation = "eager"
-    config.use_cache = False
-    return config
+    return LlamaConfig(**kwargs)
 
 
 def make_model(tied, seed):
@@ -110,7 +107,8 @@ def write_fixture(out):
                    "torch": torch.__version__, "transformers": transformers.__version__,
                    "seed": SEED, "weight_std": WEIGHT_STD, "rope_theta": ROPE_THETA,
                    "max_shard_size": MAX_SHARD_SIZE, "shards": len(shards),
-                   "attention": "eager", "device": "cpu"}, f, indent=1, sort_keys=True)
+                   "attention": getattr(model.config, "_attn_implementation", "unknown"),
+                   "device": "cpu"}, f, indent=1, sort_keys=True)
         f.write("\n")
 
 
