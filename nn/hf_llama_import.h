@@ -45,8 +45,8 @@ std::vector<std::string> llama_config_differences(const LlamaConfig& model,
 NameMatch hf_llama_name_match(const std::string& file_name);
 
 // Imports the checkpoint folder `dir` into `exec`, whose graph build_llama built from
-// `model_config`. For a training step, pass the CompiledStep's executor() before the step
-// first runs: its static run binds the state buffers once, and the import replaces them.
+// `model_config` (for a training step, the CompiledStep's executor(): the values are
+// written into the parameters' own buffers, which its static run reads).
 ImportReport import_hf_llama(Executor& exec, const LlamaConfig& model_config,
                              const std::string& dir);
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <set>
 
+#include "runtime/compile.h"
 #include "tests/common/qat_process.h"
 #include "tests/core/test_util.h"
 #include "tests/import/hf_llama_util.h"
@@ -130,6 +131,25 @@ TEST_F(HfFixture, Bf16CheckpointIntoF32Parameters) {
   EXPECT_LE(rms_ratio, 0.05);
   std::printf("bf16 forward: max |logit| %.3g, max error %.3g, RMS error / RMS logit %.3g\n", scale,
               err, rms_ratio);
+}
+
+// Into a compiled step that has already run twice (its static run has bound the parameter
+// buffers): the import writes into those buffers, so the next run sees the checkpoint.
+TEST_F(HfFixture, ImportIntoACompiledStepThatHasRun) {
+  const std::string dir = kFixture + "/f32";
+  const nn::LlamaConfig c = nn::load_hf_llama_config(dir);
+  Graph g;
+  nn::LlamaModel m = nn::build_llama(g, c, ids.size(0), ids.size(1), nn::QConfig::float32(), 1);
+  CompileOptions options;
+  options.outputs = {m.logits};
+  CompiledStep step(g, TrainingSpec{}, options);
+  const Executor::Feeds feeds{{"input_ids", ids}, {"labels", nn::next_token_labels(ids)}};
+  const Tensor want = load_npy(kFixture + "/logits_f32.npy");
+  for (int i = 0; i < 2; ++i) step.forward(feeds, {m.logits}, false);
+  ASSERT_EQ(step.last_path({m.logits}, false, false), RunPath::launch);
+  EXPECT_GT(testing::max_error(step.forward(feeds, {m.logits}, false)[0], want).first, 0.1);
+  nn::import_hf_llama(step.executor(), c, dir);
+  expect_tight(step.forward(feeds, {m.logits}, false)[0].clone(), want, "compiled step");
 }
 
 TEST_F(HfFixture, QatLlamaLogitsCommand) {
