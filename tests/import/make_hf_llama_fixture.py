@@ -8,7 +8,7 @@ and its output is committed, so CI needs none of them:
     python tests/import/make_hf_llama_fixture.py --out tests/import/fixtures/hf_llama_tiny
     python tests/import/make_hf_llama_fixture.py --tar FILE.tar   # the same folder as a tar
 
-The folder it writes (about 400 KB):
+The folder it writes (about 450 KB):
   f32/      config.json and model.safetensors of the untied model, f32
   bf16/     the same model cast to bf16 (each weight rounded to nearest even), one file
   sharded/  the f32 model again, saved with a small max_shard_size: several
