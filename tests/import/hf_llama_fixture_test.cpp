@@ -61,6 +61,14 @@ void expect_tight(const Tensor& got, const Tensor& want, const std::string& what
   std::printf("%s: max |logit| %.3g, max error %.3g\n", what.c_str(), scale, err);
 }
 
+// The committed fixture comes from transformers (5.x) itself, not from a stand-in.
+TEST_F(HfFixture, WrittenByTransformers) {
+  const std::string p = testing::read_text(kFixture + "/provenance.json");
+  EXPECT_NE(p.find("\"generator\": \"tests/import/make_hf_llama_fixture.py\""), std::string::npos)
+      << p;
+  EXPECT_NE(p.find("\"transformers\": \"5."), std::string::npos) << p;
+}
+
 TEST_F(HfFixture, F32CheckpointGivesTransformersLogits) {
   nn::ImportReport r;
   auto t = imported("f32", &r);
