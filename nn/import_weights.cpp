@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/npz.h"
@@ -205,8 +206,14 @@ ImportReport import_weights(Executor& exec, const std::map<std::string, Tensor>&
     section(conflicts, "name conflict(s)");
     QG_FAIL("nn.import", os.str());
   }
-  // Everything validated: commit.
-  for (auto& [id, t] : updates) exec.state(id, "value") = t.to(exec.device());
+  // Everything validated: commit, into each parameter's own buffer rather than a new one: a
+  // compiled step's static run binds the state buffers once (and executors may share them),
+  // so a replaced buffer would go unseen.
+  for (auto& [id, t] : updates) {
+    Tensor& dst = exec.state(id, "value");
+    const Tensor src = t.is_contiguous() ? t : t.clone();
+    copy_bytes(dst.raw_data(), dst.device(), src.raw_data(), src.device(), dst.nbytes());
+  }
   return report;
 }
 

@@ -8,7 +8,8 @@
 // the PyTorch state_dict rules of torch_name_match (see there). Everything is validated
 // before anything is written: one qg::Error (op "nn.import") lists every file tensor that
 // matches no parameter, every parameter the file lacks, and every shape or dtype mismatch,
-// and a failed import leaves the executor's states untouched.
+// and a failed import leaves the executor's states untouched. A successful one writes into
+// the parameters' existing buffers, so a compiled step that has already run sees it.
 #pragma once
 
 #include <functional>

@@ -40,6 +40,36 @@ void read_positive(const Json& j, const char* name, const std::string& what, dou
   QG_CHECK(out > 0, kOp, what, ": field '", name, "' must be positive, got ", out);
 }
 
+// The rotary settings as an object: transformers 5 writes "rope_parameters": {"rope_type":
+// "default", "rope_theta": ...} instead of a top-level rope_theta (and may echo it as
+// "rope_scaling"); 4.x writes "rope_scaling" only for a scaled rotary. Only the default
+// (unscaled) type is this decoder's: any other type or key is refused, and a rope_theta given
+// twice must agree. "type" is the older spelling of "rope_type".
+void read_rope_object(const Json& j, const char* name, const std::string& what, double& theta) {
+  const Json* v = field(j, name, false, what);
+  if (!v) return;
+  QG_CHECK(v->is_object(), kOp, what, ": field '", name, "' must be an object, got ", v->dump());
+  // The type first: a scaled rotary is named as such rather than by its first extra key.
+  for (const char* type : {"rope_type", "type"})
+    if (const Json* t = field(*v, type, false, what))
+      QG_CHECK(*t == "default", kOp, what, ": field '", name, "' = ", v->dump(),
+               " is not supported (rope_type \"default\" only)");
+  for (const auto& [key, value] : v->items())
+    QG_CHECK(key == "rope_type" || key == "type" || key == "rope_theta", kOp, what, ": field '",
+             name, "' = ", v->dump(), " is not supported (key '", key, "'; plain rope_theta only)");
+  const Json* t = field(*v, "rope_theta", false, what);
+  if (!t) return;
+  QG_CHECK(t->is_number() && t->get<double>() > 0, kOp, what, ": field '", name,
+           ".rope_theta' must be a positive number, got ", t->dump());
+  const bool given =
+      field(j, "rope_theta", false, what) != nullptr ||
+      (std::string(name) == "rope_scaling" && field(j, "rope_parameters", false, what));
+  QG_CHECK(!given || theta == t->get<double>(), kOp, what, ": field '", name,
+           ".rope_theta' = ", t->dump(), " differs from the rope_theta given elsewhere (", theta,
+           ")");
+  theta = t->get<double>();
+}
+
 }  // namespace
 
 LlamaConfig parse_llama_config(const std::string& json_text, const std::string& what) {
@@ -56,6 +86,8 @@ LlamaConfig parse_llama_config(const std::string& json_text, const std::string& 
   read_size(j, "max_position_embeddings", false, what, c.max_position_embeddings);
   read_positive(j, "rms_norm_eps", what, c.rms_norm_eps);
   read_positive(j, "rope_theta", what, c.rope_theta);
+  read_rope_object(j, "rope_parameters", what, c.rope_theta);
+  read_rope_object(j, "rope_scaling", what, c.rope_theta);
   if (const Json* v = field(j, "tie_word_embeddings", false, what)) {
     QG_CHECK(v->is_boolean(), kOp, what,
              ": field 'tie_word_embeddings' must be true or false, got ", v->dump());
@@ -78,9 +110,6 @@ LlamaConfig parse_llama_config(const std::string& json_text, const std::string& 
   if (const Json* v = field(j, "hidden_act", false, what))
     QG_CHECK(*v == "silu", kOp, what, ": field 'hidden_act' = ", v->dump(),
              " is not supported (only \"silu\")");
-  QG_CHECK(!field(j, "rope_scaling", false, what), kOp, what,
-           ": field 'rope_scaling' = ", j["rope_scaling"].dump(),
-           " is not supported (plain rope_theta only)");
   for (const char* bias : {"attention_bias", "mlp_bias"}) {
     if (const Json* v = field(j, bias, false, what))
       QG_CHECK(*v == false, kOp, what, ": field '", bias, "' = ", v->dump(),

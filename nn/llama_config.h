@@ -1,9 +1,10 @@
 // The sizes of a Llama-architecture decoder, read from a Hugging Face config.json
 // (transformers' LlamaConfig). The five size fields are required; num_key_value_heads,
 // rms_norm_eps, rope_theta, max_position_embeddings and tie_word_embeddings take LlamaConfig's
-// defaults when absent (older checkpoints omit them). Features this decoder does not have
-// (rope_scaling, attention or MLP biases, another hidden_act, a head_dim other than
-// hidden_size / num_attention_heads) are rejected rather than silently ignored.
+// defaults when absent (older checkpoints omit them); rope_theta may also come as
+// transformers 5's "rope_parameters": {"rope_type": "default", "rope_theta": ...}. Features this
+// decoder does not have (rope_scaling, attention or MLP biases, another hidden_act, a head_dim
+// other than hidden_size / num_attention_heads) are rejected rather than silently ignored.
 #pragma once
 
 #include <cstdint>

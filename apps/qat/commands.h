@@ -14,5 +14,6 @@ void add_memplan_command(CLI::App& app);
 void add_layer_command(CLI::App& app);
 void add_steps_command(CLI::App& app);
 void add_export_command(CLI::App& app);
+void add_llama_logits_command(CLI::App& app);
 
 }  // namespace qg::cli

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   qg::cli::add_layer_command(app);
   qg::cli::add_steps_command(app);
   qg::cli::add_export_command(app);
+  qg::cli::add_llama_logits_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
