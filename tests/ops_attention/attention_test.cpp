@@ -127,9 +127,10 @@ TEST(CausalAttention, MatchesTheComposedGraphInF32) {
 
 // bf16 against the composed f32 graph on the same (bf16-valued) inputs. The fused op keeps
 // the scores and statistics in f32 and rounds each output once, so o is within one bf16
-// rounding (2^-9 relative) of the f32 result at its scale. The gradients also see o and do
-// rounded to bf16 in D = do . o, whose error reaches ds = p (dp - D) through a difference
-// that can cancel; 2^-6 (measured: up to about 2^-8) bounds that.
+// rounding of the f32 result: bf16's unit roundoff 2^-8 of the element, hence of max |o|
+// (1% over it for the f32 sums' own error; measured up to 0.0032). The gradients also see o
+// and do rounded to bf16 in D = do . o, whose error reaches ds = p (dp - D) through a
+// difference that can cancel; 2^-6 bounds that (measured up to 0.005).
 TEST(CausalAttention, Bf16IsCloseToTheF32Result) {
   uint32_t seed = 40;
   for (const Case& c : composed_cases()) {
@@ -140,7 +141,7 @@ TEST(CausalAttention, Bf16IsCloseToTheF32Result) {
     const double ek = relative_error(f.dk, r.dk), ev = relative_error(f.dv, r.dv);
     std::printf("%s bf16 vs f32: o %.3g dq %.3g dk %.3g dv %.3g\n", label(c).c_str(), eo, eq, ek,
                 ev);
-    EXPECT_LE(eo, std::ldexp(1.0, -9)) << label(c);
+    EXPECT_LE(eo, 1.01 * std::ldexp(1.0, -8)) << label(c);
     for (double e : {eq, ek, ev}) EXPECT_LE(e, std::ldexp(1.0, -6)) << label(c);
   }
 }
