@@ -1,5 +1,6 @@
-// CUDA forward of causal_attention: flash-style tiles with the online softmax, SIMT math in
-// M (f32, or f64 for f64) with explicit FMAs.
+// CUDA forward of causal_attention for f32 and f64: flash-style tiles with the online
+// softmax, SIMT math in M (f32, or f64 for f64) with explicit FMAs. bf16 and f16 take the
+// tensor-core kernel of attention_forward_mma.cu.
 //   block:  kWarps warps x R query rows each (BR rows of one (batch, head)), the q rows
 //           staged in shared memory; the blocks of the last rows (the most keys) start first.
 //   tiles:  32 keys at a time, k staged transposed-readable (lane j computes s_j for each of
@@ -12,6 +13,7 @@
 #include "core/graph.h"
 #include "ops/attention/attention_args.h"
 #include "ops/attention/attention_cuda.h"
+#include "ops/attention/attention_mma.cuh"
 #include "ops/attention/attention_tiles.cuh"
 
 namespace qg {
@@ -117,15 +119,26 @@ void launch_forward(KernelContext& ctx, const AttentionLayout& a) {
 
 }  // namespace
 
+// attention_forward_mma.cu: the tensor-core kernel of bf16 and f16.
+template <typename T, int HD>
+void launch_forward_mma(KernelContext& ctx, const AttentionLayout& a);
+
 void causal_attention_cuda(KernelContext& ctx) {
   const AttentionLayout& a = ctx.args<AttentionArgs>().layout;
   check_cuda_layout(ctx.op, a);
   dispatch_float(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
-    if (a.head_dim == 64)
-      launch_forward<T, 64>(ctx, a);
-    else
-      launch_forward<T, 128>(ctx, a);
+    if constexpr (kHasMma<T>) {
+      if (a.head_dim == 64)
+        launch_forward_mma<T, 64>(ctx, a);
+      else
+        launch_forward_mma<T, 128>(ctx, a);
+    } else {
+      if (a.head_dim == 64)
+        launch_forward<T, 64>(ctx, a);
+      else
+        launch_forward<T, 128>(ctx, a);
+    }
   });
 }
 
