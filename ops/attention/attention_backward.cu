@@ -1,5 +1,7 @@
-// CUDA backward of causal_attention, flash-attention-2 style in three kernels, SIMT math in M
-// with explicit FMAs; p = exp(s - lse) is recomputed from the saved lse, never stored.
+// CUDA backward of causal_attention, flash-attention-2 style in three kernels; p = exp(s -
+// lse) is recomputed from the saved lse, never stored. The delta kernel serves every dtype;
+// the dq and dk/dv kernels here are SIMT math in M (f32, f64) with explicit FMAs, and bf16
+// and f16 take the tensor-core ones of attention_backward_mma.cu.
 //   delta:  D_i = do_i . o_i, one warp per row.
 //   dq:     like the forward, per block of query rows of one (batch, head): 32 keys a tile,
 //           lane j computes s_ij and dp_ij = do_i . v_j, then ds_ij = p_ij (dp_ij - D_i);
@@ -14,6 +16,7 @@
 #include "core/graph.h"
 #include "ops/attention/attention_args.h"
 #include "ops/attention/attention_cuda.h"
+#include "ops/attention/attention_mma.cuh"
 #include "ops/attention/attention_tiles.cuh"
 
 namespace qg {
@@ -224,6 +227,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+}  // namespace
+
+// attention_backward_mma.cu: the tensor-core dq and dk/dv kernels of bf16 and f16.
+template <typename T, int HD>
+void launch_backward_mma(KernelContext& ctx, const AttentionLayout& a, const float* delta);
+
+namespace {
+
 template <typename T, int HD>
 void launch_backward(KernelContext& ctx, const AttentionLayout& a) {
   using M = math_of<T>;
@@ -240,18 +251,22 @@ void launch_backward(KernelContext& ctx, const AttentionLayout& a) {
   delta_kernel<T><<<static_cast<unsigned>(warp_blocks), kThreads, 0, stream>>>(
       o, dout, out_ptr<M>(delta), rows, HD);
   QG_CUDA_CHECK_LAUNCH(ctx.op);
-  const Dims<M> dims = attention_dims<M>(a);
-  const int64_t q_tiles = (a.seq + DqShape<T, HD>::BR - 1) / DqShape<T, HD>::BR;
-  dq_kernel<T, HD>
-      <<<dim3(static_cast<unsigned>(q_tiles), static_cast<unsigned>(a.batch * a.heads)), kThreads,
-         0, stream>>>(q, k, v, dout, lse, in_ptr<M>(delta), out_ptr<T>(ctx.outputs[0]), dims);
-  QG_CUDA_CHECK_LAUNCH(ctx.op);
-  const int64_t k_tiles = (a.seq + DkvShape<T, HD>::BC - 1) / DkvShape<T, HD>::BC;
-  dkdv_kernel<T, HD>
-      <<<dim3(static_cast<unsigned>(k_tiles), static_cast<unsigned>(a.batch * a.kv_heads)),
-         kThreads, 0, stream>>>(q, k, v, dout, lse, in_ptr<M>(delta), out_ptr<T>(ctx.outputs[1]),
-                                out_ptr<T>(ctx.outputs[2]), dims);
-  QG_CUDA_CHECK_LAUNCH(ctx.op);
+  if constexpr (kHasMma<T>) {
+    launch_backward_mma<T, HD>(ctx, a, in_ptr<M>(delta));
+  } else {
+    const Dims<M> dims = attention_dims<M>(a);
+    const int64_t q_tiles = (a.seq + DqShape<T, HD>::BR - 1) / DqShape<T, HD>::BR;
+    dq_kernel<T, HD>
+        <<<dim3(static_cast<unsigned>(q_tiles), static_cast<unsigned>(a.batch * a.heads)), kThreads,
+           0, stream>>>(q, k, v, dout, lse, in_ptr<M>(delta), out_ptr<T>(ctx.outputs[0]), dims);
+    QG_CUDA_CHECK_LAUNCH(ctx.op);
+    const int64_t k_tiles = (a.seq + DkvShape<T, HD>::BC - 1) / DkvShape<T, HD>::BC;
+    dkdv_kernel<T, HD>
+        <<<dim3(static_cast<unsigned>(k_tiles), static_cast<unsigned>(a.batch * a.kv_heads)),
+           kThreads, 0, stream>>>(q, k, v, dout, lse, in_ptr<M>(delta), out_ptr<T>(ctx.outputs[1]),
+                                  out_ptr<T>(ctx.outputs[2]), dims);
+    QG_CUDA_CHECK_LAUNCH(ctx.op);
+  }
 }
 
 }  // namespace

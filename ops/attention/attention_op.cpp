@@ -17,7 +17,11 @@
 // dq = T(scale * sum_j ds_ij k_j), dk = T(scale * sum ds_ij q_i), dv = T(sum p_ij do_i),
 // each rounded once. The kernels sum in different orders (the CPU per row in key order, the
 // GPU per tile with the online-softmax rescaling), so the backends agree to rounding, not bit
-// for bit. Against the composed graph (batched_matmul, scale, mask, softmax, batched_matmul)
+// for bit. On CUDA, bf16 and f16 run on tensor cores (mma m16n8k16, f32 accumulation): the
+// products q k^T, do v^T are exact in f32, while P (for P v, P^T do) and dS (for dS k,
+// dS^T q) are rounded to the input dtype as the A operand, as flash attention does; that
+// adds at most one rounding of the dtype per term, inside the crosscheck's two-ulp rule.
+// f32 and f64 run SIMT kernels in M. Against the composed graph (batched_matmul, scale, mask, softmax, batched_matmul)
 // the f32 result agrees to f32 rounding; in f16/bf16 the composed graph rounds the scores
 // and probabilities to the dtype, which this op does not, so the fused op is the closer one
 // to the f32 result.
