@@ -19,12 +19,13 @@
 // GPU per tile with the online-softmax rescaling), so the backends agree to rounding, not bit
 // for bit. On CUDA, bf16 and f16 run on tensor cores (mma m16n8k16, f32 accumulation): the
 // products q k^T, do v^T are exact in f32, while P (for P v, P^T do) and dS (for dS k,
-// dS^T q) are rounded to the input dtype as the A operand, as flash attention does; that
-// adds at most one rounding of the dtype per term, inside the crosscheck's two-ulp rule.
-// f32 and f64 run SIMT kernels in M. Against the composed graph (batched_matmul, scale, mask, softmax, batched_matmul)
-// the f32 result agrees to f32 rounding; in f16/bf16 the composed graph rounds the scores
-// and probabilities to the dtype, which this op does not, so the fused op is the closer one
-// to the f32 result.
+// dS^T q) are rounded to the input dtype as the A operand, as flash attention does: one more
+// rounding of the dtype per term, errors of random sign that stay near one ulp of the result
+// (tests/ops_attention's GPU test holds them to the crosscheck's two ulps).
+// f32 and f64 run SIMT kernels in M. Against the composed graph (batched_matmul, scale, mask,
+// softmax, batched_matmul) the f32 result agrees to f32 rounding; in f16/bf16 the composed graph
+// rounds the scores and probabilities to the dtype, which this op does not, so the fused op is the
+// closer one to the f32 result.
 //
 // lse is an output for the backward only: it has no gradient of its own (a loss that reads
 // lse is refused when its gradient is built).
