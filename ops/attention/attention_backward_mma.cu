@@ -252,6 +252,7 @@ __global__ void __launch_bounds__(kThreads)
 // Called by attention_backward.cu after its delta kernel; `delta` is f32 [rows].
 template <typename T, int HD>
 void launch_backward_mma(KernelContext& ctx, const AttentionLayout& a, const float* delta) {
+  check_vector_aligned(ctx);
   cudaStream_t stream = cuda_stream(ctx.device);
   const T* q = in_ptr<T>(ctx.inputs[0]);
   const T* k = in_ptr<T>(ctx.inputs[1]);

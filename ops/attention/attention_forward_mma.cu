@@ -151,6 +151,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, int HD>
 void launch_forward_mma(KernelContext& ctx, const AttentionLayout& a) {
+  check_vector_aligned(ctx);
   const int64_t tiles = (a.seq + kBlockRows - 1) / kBlockRows;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(a.batch * a.heads));
   forward_mma_kernel<T, HD><<<grid, kThreads, 0, cuda_stream(ctx.device)>>>(

@@ -13,6 +13,7 @@
 #include "ops/attention/attention_cuda.h"
 #include "runtime/crosscheck.h"
 #include "runtime/gradcheck.h"
+#include "runtime/op_call.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace qg {
@@ -261,6 +262,21 @@ TEST(CausalAttention, CudaRefusesOtherHeadDims) {
         run_op(Device::cuda(), "causal_attention", {q, k, k});
       },
       {"causal_attention", "head_dim = 32", "not supported on CUDA"});
+}
+
+// The bf16/f16 kernels move 16 bytes at a time: a directly called kernel handed a view that
+// starts off a 16-byte boundary is refused by name rather than faulting.
+TEST(CausalAttention, CudaRefusesMisalignedViews) {
+  QG_REQUIRE_GPU();
+  auto gpu = make_device_context(Device::cuda());
+  Tensor base = testing::random_f32({1 + 2 * 4 * 64}, 3).cast(DType::bf16).to(Device::cuda());
+  Tensor q = base.view(2, {1, 2, 4, 64}, DType::bf16);  // one element past the start
+  Tensor k = testing::random_f32({1, 1, 4, 64}, 4).cast(DType::bf16).to(Device::cuda());
+  expect_error(
+      [&] {
+        call_op(*gpu, "causal_attention", {q, k, k});
+      },
+      {"causal_attention", "input 0", "16-byte boundary"});
 }
 
 // GPU against CPU to rounding (the crosscheck rule: sums in another order), forward and
