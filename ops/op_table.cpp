@@ -45,6 +45,7 @@ constexpr OpFamily kOpFamilies[] = {
     QG_OP_FAMILY(norm),
     QG_OP_FAMILY(rms_norm),
     QG_OP_FAMILY(rope),
+    QG_OP_FAMILY(attention),
     QG_OP_FAMILY(pool),
     QG_OP_FAMILY(dropout),
     QG_OP_FAMILY(softmax),

@@ -78,6 +78,8 @@ TEST(CrosscheckSpec, RoundedOutputsArePinned) {
       {"layer_norm", -1},
       {"layer_norm_backward", -1},
       {"rope", -1},
+      {"causal_attention", -1},
+      {"causal_attention_backward", -1},
       {"channel_div_backward", 1},
       {"fused_channel_div_batch_norm", -1},
       {"fused_channel_div_batch_norm_backward", -1},

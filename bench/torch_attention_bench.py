@@ -1,0 +1,120 @@
+"""Causal attention on CUDA: qatgraph's fused causal_attention (forward, and backward from the
+saved lse) against PyTorch's scaled_dot_product_attention(is_causal=True) on the same GPU and
+the same bf16 tensors, in one run. Our kernels are called on torch's tensors and stream
+through qatgraph.torch's kernel layer (_kernels.run), as qatgraph.torch's ops call them.
+
+    PYTHONPATH=<build>/python python3 bench/torch_attention_bench.py [--reps 50] [--json out.json]
+
+Shapes: Llama's anchor, batch 8, 16 query heads over 8 KV heads, T = 1024, head dim 64; and
+head dim 128 with 8 query heads (4 KV heads). GQA for torch: enable_gqa=True where its SDPA
+has it (PyTorch >= 2.5), else k and v repeated to the query heads first (repeat_kv) and that
+copy timed with it. Each case is timed with CUDA events (bench/cuda_timing.py); TFLOP/s
+counts the causal half of the scores: forward 2 GEMMs, backward 5 (4 T^2 hd and 10 T^2 hd per
+head, halved). Before timing, our o, dq, dk, dv are compared with torch's (max error as a
+fraction of max |torch|; both are bf16 results of f32 sums, so about 1e-2 is expected).
+"""
+import argparse
+import inspect
+import json
+
+import torch
+import torch.nn.functional as F
+
+from qatgraph.torch import _kernels
+from cuda_timing import per_call_us
+
+SHAPES = [  # (batch, heads, kv_heads, seq, head_dim)
+    (8, 16, 8, 1024, 64),
+    (8, 8, 4, 1024, 128),
+]
+
+
+def has_enable_gqa():
+    try:
+        return "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def torch_attention(q, k, v, gqa):
+    if gqa:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def ours_forward(q, k, v):
+    return _kernels.run("causal_attention", {}, [q, k, v])
+
+
+def ours_backward(q, k, v, o, lse, do):
+    return _kernels.run("causal_attention_backward", {}, [q, k, v, o, lse, do])
+
+
+def rel_err(a, b):
+    return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    gqa = has_enable_gqa()
+    print(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}, "
+          f"torch GQA by {'enable_gqa' if gqa else 'repeat_kv'}; ms per call, bf16\n")
+    print(f"{'shape [N,H,KV,T,hd]':24s} {'what':12s} {'ours ms':>9s} {'torch ms':>9s} "
+          f"{'ours TF/s':>9s} {'torch TF/s':>10s} {'torch/ours':>10s}")
+    rows = []
+    torch.manual_seed(0)
+    for n, h, kv, t, hd in SHAPES:
+        dt = torch.bfloat16
+        q = torch.randn(n, h, t, hd, device="cuda", dtype=dt)
+        k = torch.randn(n, kv, t, hd, device="cuda", dtype=dt)
+        v = torch.randn(n, kv, t, hd, device="cuda", dtype=dt)
+        do = torch.randn(n, h, t, hd, device="cuda", dtype=dt)
+        qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
+
+        o, lse = ours_forward(q, k, v)
+        dq, dk, dv = ours_backward(q, k, v, o, lse, do)
+        o_ref = torch_attention(qr, kr, vr, gqa)
+        dq_ref, dk_ref, dv_ref = torch.autograd.grad(o_ref, (qr, kr, vr), do)
+        errs = {"o": rel_err(o, o_ref), "dq": rel_err(dq, dq_ref), "dk": rel_err(dk, dk_ref),
+                "dv": rel_err(dv, dv_ref)}
+        shape = f"[{n},{h},{kv},{t},{hd}]"
+        print(f"{shape:24s} max error vs torch: " +
+              ", ".join(f"{key} {val:.2e}" for key, val in errs.items()))
+
+        def torch_fwd():
+            with torch.no_grad():
+                torch_attention(q, k, v, gqa)
+
+        def torch_fwd_bwd():
+            out = torch_attention(qr, kr, vr, gqa)
+            torch.autograd.grad(out, (qr, kr, vr), do)
+
+        def ours_fwd_bwd():
+            o2, lse2 = ours_forward(q, k, v)
+            ours_backward(q, k, v, o2, lse2, do)
+
+        fwd_flops = 4.0 * n * h * t * t * hd / 2
+        cases = [("forward", lambda: ours_forward(q, k, v), torch_fwd, fwd_flops),
+                 ("fwd+bwd", ours_fwd_bwd, torch_fwd_bwd, 3.5 * fwd_flops)]
+        for what, ours, theirs, flops in cases:
+            ours_ms = per_call_us(ours, args.reps) / 1000
+            torch_ms = per_call_us(theirs, args.reps) / 1000
+            print(f"{shape:24s} {what:12s} {ours_ms:9.3f} {torch_ms:9.3f} "
+                  f"{flops / ours_ms / 1e9:9.1f} {flops / torch_ms / 1e9:10.1f} "
+                  f"{torch_ms / ours_ms:10.2f}")
+            rows.append({"shape": shape, "case": what, "ours_ms": ours_ms, "torch_ms": torch_ms,
+                         "errors": errs})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
