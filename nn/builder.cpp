@@ -75,6 +75,12 @@ ValueId Builder::to_compute(ValueId v, const std::string& name) {
   return g_.apply1("cast", {v}, {{"dtype", dtype_name(precision_.compute)}}, name + ".to_compute");
 }
 
+ValueId Builder::to_parameter(ValueId v, const std::string& name) {
+  if (g_.value(v).type.dtype == precision_.parameter) return v;
+  return g_.apply1("cast", {v}, {{"dtype", dtype_name(precision_.parameter)}},
+                   name + ".to_parameter");
+}
+
 ValueId Builder::quant_input(ValueId x, const std::string& name) {
   return act(x, name, &input_observer_);
 }
@@ -91,6 +97,12 @@ ValueId Builder::dynamic_token_quant(ValueId x, const std::string& name) {
   auto q = g_.apply("dynamic_range_quantize", {x}, a, name + ".dynq");
   ValueId xq =
       g_.apply1("dequantize", {q[0], q[1], q[2]}, {{"scope", scope}}, name + ".dequantize");
+  // dequantize gives f32; a 16-bit x (a mixed-precision GEMM's output feeding the next GEMM)
+  // gets its values back in its own dtype, which holds them exactly (codes of 8 bits times
+  // the scale).
+  const DType dtype = g_.value(x).type.dtype;
+  if (g_.value(xq).type.dtype != dtype)
+    xq = g_.apply1("cast", {xq}, {{"dtype", dtype_name(dtype)}}, name + ".dequantize.cast");
   ValueId zero = g_.apply1("sub", {x, g_.apply1("stop_gradient", {x})}, {}, name + ".ste_zero");
   return g_.apply1("add", {g_.apply1("stop_gradient", {xq}), zero}, {}, name + ".ste");
 }

@@ -83,6 +83,10 @@ class Builder {
   // v in the compute dtype: a `cast` node under a mixed policy when v's dtype differs from
   // it, v itself otherwise (so the default policy adds no node).
   ValueId to_compute(ValueId v, const std::string& name);
+  // v cast to the parameter dtype when it is in another float dtype (a mixed-precision
+  // GEMM's output joining the residual stream, which stays in the parameter dtype as under
+  // torch.autocast); v itself otherwise.
+  ValueId to_parameter(ValueId v, const std::string& name);
 
   // --- layers (one file each) ---
   // y = x W^T + b over the last axis of x (nn/linear.cpp). With `relu` the ReLU is fused

@@ -22,7 +22,7 @@ ValueId tied_lm_head(Builder& b, ValueId h, ValueId table, int64_t rows, int64_t
 }  // namespace
 
 LlamaModel build_llama(Graph& graph, const LlamaConfig& config, int64_t batch, int64_t seq,
-                       const QConfig& qconfig, uint64_t seed) {
+                       const QConfig& qconfig, uint64_t seed, const PrecisionPolicy& precision) {
   QG_CHECK(batch > 0 && seq >= 2 && seq <= config.max_position_embeddings, "nn.llama", "batch ",
            batch, " must be positive and seq ", seq,
            " within [2, max_position_embeddings = ", config.max_position_embeddings,
@@ -32,7 +32,7 @@ LlamaModel build_llama(Graph& graph, const LlamaConfig& config, int64_t batch, i
            "nn.llama", "an unset config: hidden_size ", config.hidden_size, ", heads ",
            config.num_attention_heads, ", vocab ", config.vocab_size, ", layers ",
            config.num_hidden_layers);
-  Builder b(graph, qconfig, seed);
+  Builder b(graph, qconfig, seed, precision);
   LlamaModel m;
   m.config = config;
   m.batch = batch;
@@ -50,9 +50,11 @@ LlamaModel build_llama(Graph& graph, const LlamaConfig& config, int64_t batch, i
     ValueId a = b.rms_norm(h, layer + ".input_layernorm", config.rms_norm_eps);
     a = b.causal_self_attention(a, config.num_attention_heads, config.num_key_value_heads,
                                 config.rope_theta, layer + ".self_attn");
+    a = b.to_parameter(a, layer + ".self_attn");
     h = b.act(graph.apply1("add", {h, a}, {}, layer + ".residual1"), layer + ".residual1");
     ValueId f = b.rms_norm(h, layer + ".post_attention_layernorm", config.rms_norm_eps);
     f = b.swiglu_mlp(f, config.intermediate_size, layer + ".mlp");
+    f = b.to_parameter(f, layer + ".mlp");
     h = b.act(graph.apply1("add", {h, f}, {}, layer + ".residual2"), layer + ".residual2");
   }
   h = b.rms_norm(h, "model.norm", config.rms_norm_eps);

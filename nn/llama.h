@@ -9,8 +9,9 @@
 // Graph inputs: "input_ids" i64 [batch, seq] and "labels" i64 [batch, seq - 1], the next
 // token of each position but the last (next_token_labels makes them from the ids; the
 // labels LlamaForCausalLM takes are shifted the same way inside it). Outputs "logits"
-// f32 [batch, seq, vocab] and "loss": the mean cross-entropy of logits[:, :-1] against the
-// labels. Shapes are fixed at build time, as for every model here.
+// [batch, seq, vocab] (in the compute dtype) and "loss" (f32, or f64 for f64 parameters):
+// the mean cross-entropy of logits[:, :-1] against the labels. Shapes are fixed at build time, as
+// for every model here.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +34,13 @@ struct LlamaModel {
 };
 
 // Throws qg::Error (op "nn.llama") for seq < 2, seq > max_position_embeddings or batch < 1.
+// `precision` (nn/qconfig.h) as torch.autocast applies it: parameters, the embedding output
+// and the residual stream in the parameter dtype; every GEMM (projections, MLP, lm_head) and
+// the attention in the compute dtype, whose outputs are cast back before each residual add;
+// RMSNorm's statistics and the loss in f32 (the logits stay in the compute dtype).
 LlamaModel build_llama(Graph& graph, const LlamaConfig& config, int64_t batch, int64_t seq,
-                       const QConfig& qconfig, uint64_t seed);
+                       const QConfig& qconfig, uint64_t seed,
+                       const PrecisionPolicy& precision = PrecisionPolicy::f32());
 
 // labels[b, t] = input_ids[b, t + 1]: i64 [batch, seq] -> [batch, seq - 1].
 Tensor next_token_labels(const Tensor& input_ids);

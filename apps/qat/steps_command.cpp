@@ -49,7 +49,8 @@ struct StepsOptions {
   std::string device = "auto", model = "all", json;
   int reps = 20;
   bool small = false, profile = false, tf32 = false, wall = false;
-  std::string profile_nodes;  // comma-separated ops whose nodes are listed one by one
+  std::string profile_nodes;      // comma-separated ops whose nodes are listed one by one
+  std::string precision = "f32";  // the llama step's PrecisionPolicy (nn::parse_precision)
 };
 
 struct StepGraph {
@@ -107,7 +108,8 @@ void build_transformer(StepGraph& s, const nn::QConfig& qc, bool small) {
              {"labels", random_labels(batch * seq, 10, 3)}};
 }
 
-void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small) {
+void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
+                      const nn::PrecisionPolicy& precision) {
   nn::LlamaConfig c;
   c.vocab_size = small ? 64 : 32000;
   c.hidden_size = small ? 32 : 1024;
@@ -117,7 +119,7 @@ void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small) {
   c.num_key_value_heads = small ? 2 : 8;
   c.rms_norm_eps = 1e-5;
   const int64_t batch = small ? 2 : 8, seq = small ? 16 : 1024;
-  nn::LlamaModel m = nn::build_llama(s.graph, c, batch, seq, qc, 1);
+  nn::LlamaModel m = nn::build_llama(s.graph, c, batch, seq, qc, 1, precision);
   s.loss = m.loss;
   s.parameters = m.parameters;
   s.optimizer = {"adam", 1e-4, 0.0};
@@ -311,6 +313,9 @@ void add_steps_command(CLI::App& app) {
                 "Also print each step's time per op (GPU time, or host wall time on the CPU)");
   cmd->add_option("--profile-nodes", o->profile_nodes,
                   "With --profile on a GPU: also list every node of these ops (comma-separated)");
+  cmd->add_option("--precision", o->precision,
+                  "The llama step's precision: f32 (default), bf16-mixed (f32 parameters, "
+                  "bf16 GEMMs and attention, as torch.autocast) or f16-mixed");
   cmd->add_flag("--tf32", o->tf32,
                 "Also time each step with TF32 GEMMs and convolutions (rows labelled tf32)");
   cmd->callback([o] {
@@ -339,15 +344,18 @@ void add_steps_command(CLI::App& app) {
           if (digits)
             build_digits(s, kind.substr(7), qat);
           else if (kind == "llama")
-            build_llama_step(s, qat ? nn::QConfig::int8_dyn_act_int4_weight(32) : qc, o->small);
+            build_llama_step(s, qat ? nn::QConfig::int8_dyn_act_int4_weight(32) : qc, o->small,
+                             nn::parse_precision(o->precision));
           else if (kind == "cnn")
             build_cnn(s, qc, o->small);
           else
             build_transformer(s, qc, o->small);
           int kernels = 0;
           double us = time_step(s, device, context, o->reps, o->wall, &kernels);
-          std::string label =
-              std::string("step ") + kind + (qat ? " qat" : " float") + (tf32 ? " tf32" : " fp32");
+          std::string label = std::string("step ") + kind + (qat ? " qat" : " float") +
+                              (kind == "llama" && o->precision != "f32" ? " " + o->precision
+                               : tf32                                   ? " tf32"
+                                                                        : " fp32");
           std::printf("%-32s %8d %12.3f", label.c_str(), kernels, us / 1000.0);
           if (digits && !tf32)  // the trainer's own step, for `qat train --time-steps`
             std::printf("   nn::Trainer %.3f ms",

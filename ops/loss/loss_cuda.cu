@@ -57,8 +57,8 @@ __global__ void ce_rows_kernel(const T* logits, const L* labels, int64_t n, int6
   }
 }
 
-template <typename T>
-__global__ void ce_total_kernel(const double* row_loss, int64_t n, bool mean, T* out) {
+template <typename L>
+__global__ void ce_total_kernel(const double* row_loss, int64_t n, bool mean, L* out) {
   // Each thread sums a contiguous stretch of rows, then the block combines the stretches.
   int64_t per = (n + blockDim.x - 1) / blockDim.x;
   int64_t lo = threadIdx.x * per, hi = lo + per < n ? lo + per : n;
@@ -67,15 +67,15 @@ __global__ void ce_total_kernel(const double* row_loss, int64_t n, bool mean, T*
   double total = block_reduce(acc, SumOp{});
   if (threadIdx.x == 0) {
     if (mean) total /= static_cast<double>(n);
-    out[0] = from_math<T>(static_cast<math_of<T>>(total));
+    out[0] = static_cast<L>(total);
   }
 }
 
 template <typename T, typename L>
-__global__ void ce_backward_kernel(const T* logits, const L* labels, const T* dloss, int64_t n,
-                                   int64_t c, bool mean, T* out, DeviceErrorRecord* err,
-                                   int32_t node) {
-  double g = static_cast<double>(to_math(dloss[0])) / (mean ? static_cast<double>(n) : 1.0);
+__global__ void ce_backward_kernel(const T* logits, const L* labels,
+                                   const cross_entropy_loss_t<T>* dloss, int64_t n, int64_t c,
+                                   bool mean, T* out, DeviceErrorRecord* err, int32_t node) {
+  double g = static_cast<double>(dloss[0]) / (mean ? static_cast<double>(n) : 1.0);
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const T* row = logits + i * c;
     double lse = row_lse(row, c);
@@ -110,8 +110,9 @@ void ce_forward_cuda(KernelContext& ctx) {
         QG_CUDA_CHECK_LAUNCH(ctx.op);
       }
     });
-    ce_total_kernel<T>
-        <<<1, 1024, 0, s>>>(in_ptr<double>(rows), n, mean, out_ptr<T>(ctx.outputs[0]));
+    using Loss = cross_entropy_loss_t<T>;
+    ce_total_kernel<Loss>
+        <<<1, 1024, 0, s>>>(in_ptr<double>(rows), n, mean, out_ptr<Loss>(ctx.outputs[0]));
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
 }
@@ -127,8 +128,8 @@ void ce_backward_cuda(KernelContext& ctx) {
     dispatch_int(labels.dtype(), ctx.op, [&](auto ltag) {
       using L = decltype(ltag);
       ce_backward_kernel<T, L><<<row_blocks(n), kThreads, 0, cuda_stream(ctx.device)>>>(
-          in_ptr<T>(logits), in_ptr<L>(labels), in_ptr<T>(ctx.inputs[2]), n, c, mean,
-          out_ptr<T>(ctx.outputs[0]), error_record(ctx.device), ctx.site);
+          in_ptr<T>(logits), in_ptr<L>(labels), in_ptr<cross_entropy_loss_t<T>>(ctx.inputs[2]), n,
+          c, mean, out_ptr<T>(ctx.outputs[0]), error_record(ctx.device), ctx.site);
       QG_CUDA_CHECK_LAUNCH(ctx.op);
     });
   });

@@ -1,6 +1,6 @@
 // softmax_cross_entropy(logits [N, C], labels [N]) -> mean (or sum) of
-// logsumexp(logits_i) - logits_i[label_i]. The backward is its own op,
-// (softmax - onehot) * dloss / N, since composing it from primitives would need a
+// logsumexp(logits_i) - logits_i[label_i], in f32 for 16-bit logits (loss_args.h). The backward is
+// its own op, (softmax - onehot) * dloss / N, since composing it from primitives would need a
 // log-sum-exp and a one-hot op for no benefit.
 #include <cmath>
 
@@ -55,7 +55,7 @@ void define_loss_ops(OpRegistry& r) {
   op.differentiable_inputs = {true, false};
   op.infer = [](const InferContext& ctx) {
     check_inputs(ctx);
-    return std::vector<TensorType>{{ctx.inputs[0].dtype, {}}};
+    return std::vector<TensorType>{{cross_entropy_loss_dtype(ctx.inputs[0].dtype), {}}};
   };
   op.parse_args = parse_cross_entropy_args;
   op.kernels.push_back({DeviceType::cpu, kFloatDTypes, [](KernelContext& ctx) {
@@ -70,7 +70,8 @@ void define_loss_ops(OpRegistry& r) {
                                                  row[label_at(ctx.inputs[1], i, c, ctx.op)]);
                             });
                             if (mean) total /= static_cast<double>(logits.size(0));
-                            ctx.outputs[0].data<T>()[0] = static_cast<T>(total);
+                            using L = cross_entropy_loss_t<T>;
+                            ctx.outputs[0].data<L>()[0] = static_cast<L>(total);
                           });
                         }});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
@@ -94,8 +95,10 @@ void define_loss_ops(OpRegistry& r) {
   back.attrs = {string_attr("reduction", "mean", {"mean", "sum"}, "as in the forward op")};
   back.infer = [](const InferContext& ctx) {
     check_inputs(ctx);
-    QG_CHECK(ctx.inputs[2].numel() == 1 && ctx.inputs[2].dtype == ctx.inputs[0].dtype, ctx.op,
-             "dloss must be a scalar of the logits' dtype, got ", ctx.inputs[2].str());
+    const DType loss = cross_entropy_loss_dtype(ctx.inputs[0].dtype);
+    QG_CHECK(ctx.inputs[2].numel() == 1 && ctx.inputs[2].dtype == loss, ctx.op,
+             "dloss must be a scalar of the loss's dtype ", dtype_name(loss), " (logits ",
+             dtype_name(ctx.inputs[0].dtype), "), got ", ctx.inputs[2].str());
     return std::vector<TensorType>{ctx.inputs[0]};
   };
   back.parse_args = parse_cross_entropy_args;
@@ -106,7 +109,7 @@ void define_loss_ops(OpRegistry& r) {
          dispatch_float(logits.dtype(), "softmax_cross_entropy_backward", [&](auto tag) {
            using T = decltype(tag);
            int64_t n = logits.size(0), c = logits.size(1);
-           double g = static_cast<double>(ctx.inputs[2].data<T>()[0]) /
+           double g = static_cast<double>(ctx.inputs[2].data<cross_entropy_loss_t<T>>()[0]) /
                       (mean ? static_cast<double>(n) : 1.0);
            T* out = ctx.outputs[0].data<T>();
            for_each_row<T>(logits, [&](int64_t i, const T* row, double lse) {

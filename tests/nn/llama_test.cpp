@@ -302,5 +302,43 @@ TEST(Llama, TrainingStepsLowerTheLoss) {
   }
 }
 
+// bf16-mixed (torch.autocast's layout): f32 parameters and residual stream, bf16 GEMMs,
+// attention and logits, an f32 loss. The first loss equals the f32 model's within bf16's
+// rounding of the logits (a relative 2^-8 of each logit, with logits of a few units: the
+// loss moves by well under 0.05), and 30 Adam steps train it as far as the f32 model.
+TEST(Llama, Bf16MixedPrecisionTrainsAsF32) {
+  const nn::LlamaConfig config = nn::parse_llama_config(kTinyConfig, "tiny");
+  Tensor ids =
+      Tensor::from_vector<int64_t>({2, 7}, {3, 17, 42, 0, 49, 8, 8, 25, 1, 33, 12, 40, 7, 19});
+  Executor::Feeds feeds{{"input_ids", ids}, {"labels", nn::next_token_labels(ids)}};
+  std::vector<std::vector<double>> losses;
+  for (const nn::PrecisionPolicy& precision :
+       {nn::PrecisionPolicy::f32(), nn::PrecisionPolicy::bf16_mixed()}) {
+    SCOPED_TRACE(precision.name());
+    Graph g;
+    nn::LlamaModel m = nn::build_llama(g, config, 2, 7, nn::QConfig::float32(), 3, precision);
+    EXPECT_EQ(g.value(m.loss).type.dtype, DType::f32);
+    EXPECT_EQ(g.value(m.logits).type.dtype, precision.compute);
+    for (ValueId p : m.parameters) EXPECT_EQ(g.value(p).type.dtype, DType::f32);
+    int casts = 0;
+    for (NodeId n = 0; n < static_cast<NodeId>(g.num_nodes()); ++n)
+      casts += g.node(n).op->name == "cast";
+    // Per layer: 7 weights and 5 GEMM inputs (q, k and v share theirs) to bf16, 2 outputs
+    // back; the lm_head's weight and input.
+    EXPECT_EQ(casts, precision.mixed() ? 2 * (7 + 5 + 2) + 2 : 0);
+    CompiledStep step(g, {m.loss, m.parameters, nn::optimizer_nodes({"adam", 1e-2}), {}}, {});
+    std::vector<double> run;
+    for (int s = 0; s < 30; ++s) {
+      run.push_back(step.train(feeds, {m.loss})[0].to_doubles()[0]);
+      ASSERT_TRUE(std::isfinite(run.back())) << "step " << s;
+    }
+    losses.push_back(run);
+  }
+  EXPECT_NEAR(losses[1][0], losses[0][0], 0.05);
+  EXPECT_NE(losses[1][0], losses[0][0]);  // the bf16 GEMMs did run
+  EXPECT_LT(losses[1].back(), 0.5 * losses[1][0]);
+  EXPECT_LT(losses[1].back(), losses[0].back() + 0.1);
+}
+
 }  // namespace
 }  // namespace qg
