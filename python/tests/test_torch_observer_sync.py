@@ -2,8 +2,10 @@
 each observing its own half of a batch, end every step with the statistics and qparams of one
 process observing the whole batch, bit for bit; unsynced (torch.ao's behaviour under DDP) they
 do not. Also a prepared MLP under DistributedDataParallel, and the errors."""
+import contextlib
 import copy
 import datetime
+import inspect
 import io
 import os
 import warnings
@@ -61,8 +63,8 @@ def global_batch(step, dtype=torch.float32):
 
 def record(fq, y):
     obs = fq.activation_post_process
-    return {"min_val": obs.min_val.clone(), "max_val": obs.max_val.clone(),
-            "scale": fq.scale.clone(), "zero_point": fq.zero_point.clone(), "y": y.detach()}
+    return {"min_val": obs.min_val.cpu(), "max_val": obs.max_val.cpu(),
+            "scale": fq.scale.cpu(), "zero_point": fq.zero_point.cpu(), "y": y.detach().cpu()}
 
 
 def bits(t):
@@ -79,35 +81,76 @@ def same_bits(a, b):
 
 # ---- the ranks ------------------------------------------------------------------------------
 
-def _rank_main(rank, case, store, out_dir):
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+def _rank_main(rank, case, store, out_dir, backend):
+    # NCCL: one GPU a rank, the CUDA kernels and the all-reduce on torch's current stream.
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank,
                             world_size=WORLD, timeout=datetime.timedelta(seconds=60))
     try:
         torch.manual_seed(0)
-        result = globals()[case](rank)
+        result = globals()[case](rank, device)
         torch.save(result, os.path.join(out_dir, f"{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
 
-def spawn(case, tmp_path):
-    """Runs the function named `case` on WORLD gloo ranks; returns each rank's result."""
-    mp.spawn(_rank_main, args=(case, str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD)
-    return [torch.load(tmp_path / f"{rank}.pt") for rank in range(WORLD)]
+def spawn(case, tmp_path, backend="gloo"):
+    """Runs the function named `case` on WORLD ranks; returns each rank's result."""
+    mp.spawn(_rank_main, args=(case, str(tmp_path / "store"), str(tmp_path), backend),
+             nprocs=WORLD)
+    return [load(tmp_path / f"{rank}.pt") for rank in range(WORLD)]
 
 
-def case_quantizers(rank):
+def load(source):
+    # Newer torch loads weights only by default; these files hold modules and plain data.
+    if "weights_only" in inspect.signature(torch.load).parameters:
+        return torch.load(source, weights_only=False)
+    return torch.load(source)
+
+
+@contextlib.contextmanager
+def host_sync_is_an_error(device):
+    """On CUDA, torch raises for any operation that waits for the device (the first call of
+    a quantizer reads its observer's eps once, so this wraps the later ones)."""
+    if device.type != "cuda":
+        yield
+        return
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def observe_steps(fq, batches):
+    steps = []
+    for step, x in enumerate(batches):
+        with host_sync_is_an_error(x.device) if step else contextlib.nullcontext():
+            y = fq(x)
+        steps.append(record(fq, y))
+    return steps
+
+
+def case_quantizers(rank, device):
     """Every CASE with sync_observers None (the default), True and False, over STEPS steps."""
     out = {}
     for name, dtype in CASES:
+        batches = [rank_batch(s, rank, dtype).to(device) for s in range(STEPS)]
         for mode in (None, True, False):
-            fq = qgt.FakeQuantize(**CONFIGS[name], sync_observers=mode)
-            out[(name, str(dtype), mode)] = [record(fq, fq(rank_batch(s, rank, dtype)))
-                                             for s in range(STEPS)]
+            fq = qgt.FakeQuantize(**CONFIGS[name], sync_observers=mode).to(device)
+            out[(name, str(dtype), mode)] = observe_steps(fq, batches)
+        # Unsynced first (every rank observing the same batch), synced afterwards: the
+        # kernels kept for the fast path after the first call must not skip the sync.
+        fq = qgt.FakeQuantize(**CONFIGS[name], sync_observers=False).to(device)
+        steps = observe_steps(fq, [rank_batch(1, 0, dtype).to(device)])
+        fq.sync_observers = None
+        out[(name, str(dtype), "toggled")] = steps + observe_steps(fq, batches[1:])
     return out
 
 
-def case_model(rank):
+def case_model(rank, device):
     """A prepared MLP trained 3 steps under DDP on each rank's data, synced and not."""
     out = {}
     # DDP's default broadcast of rank 0's buffers at each forward does not hide a missing
@@ -130,7 +173,7 @@ def case_model(rank):
     return out
 
 
-def case_errors(rank):
+def case_errors(rank, device):
     """What needs a process group: quantizers qatgraph cannot sync, pickled groups."""
     x = rank_batch(1, rank)
     # An observer qatgraph does not compute: an error where the sync was asked for, a warning
@@ -155,7 +198,7 @@ def case_errors(rank):
     buffer = io.BytesIO()
     torch.save(fq, buffer)
     buffer.seek(0)
-    loaded = torch.load(buffer)
+    loaded = load(buffer)
     assert loaded.process_group is None
     with pytest.raises(qg.Error, match="process group did not survive pickling"):
         loaded(x)
@@ -170,33 +213,50 @@ def case_errors(rank):
 
 # ---- the tests ------------------------------------------------------------------------------
 
-def reference(name, dtype):
-    """One process observing the global batches (no process group here: no sync)."""
-    fq = qgt.FakeQuantize(**CONFIGS[name])
-    return [record(fq, fq(global_batch(s, dtype))) for s in range(STEPS)]
+def reference(name, dtype, device, first=None):
+    """One process observing the global batches (no process group here: no sync); `first`
+    replaces the first one."""
+    fq = qgt.FakeQuantize(**CONFIGS[name]).to(device)
+    batches = [global_batch(s, dtype) for s in range(STEPS)]
+    if first is not None:
+        batches[0] = first
+    return [record(fq, fq(x.to(device))) for x in batches]
 
 
-@pytest.fixture(scope="module")
-def quantizer_runs(tmp_path_factory):
-    return spawn("case_quantizers", tmp_path_factory.mktemp("quantizers"))
+NCCL = pytest.mark.skipif(
+    not (dist.is_nccl_available() and torch.cuda.is_available()
+         and torch.cuda.device_count() >= WORLD and qg.cuda_available()),
+    reason=f"NCCL needs {WORLD} GPUs and qatgraph's CUDA backend")
+
+
+@pytest.fixture(scope="module", params=["gloo", pytest.param("nccl", marks=NCCL)])
+def quantizer_runs(request, tmp_path_factory):
+    """(each rank's runs, the device of the one-process reference)."""
+    runs = spawn("case_quantizers", tmp_path_factory.mktemp("quantizers"), request.param)
+    return runs, torch.device("cuda", 0) if request.param == "nccl" else torch.device("cpu")
 
 
 @pytest.mark.parametrize("name,dtype", CASES)
-@pytest.mark.parametrize("mode", [None, True])
+@pytest.mark.parametrize("mode", [None, True, "toggled"])
 def test_synced_ranks_observe_the_global_batch(quantizer_runs, name, dtype, mode):
-    ref = reference(name, dtype)
-    for rank, runs in enumerate(quantizer_runs):
+    ranks, device = quantizer_runs
+    if mode == "toggled":  # both ranks observed rank_batch(1, 0) alone, unsynced, first
+        ref = reference(name, dtype, device, first=rank_batch(1, 0, dtype))
+    else:
+        ref = reference(name, dtype, device)
+    for rank, runs in enumerate(ranks):
         for step, (got, want) in enumerate(zip(runs[(name, str(dtype), mode)], ref)):
             for key in ("min_val", "max_val", "scale", "zero_point"):
                 assert same_bits(got[key], want[key]), (rank, step, key, got[key], want[key])
-            rows = want["y"][rank * ROWS:(rank + 1) * ROWS]
+            rows = want["y"] if step == 0 and mode == "toggled" else \
+                want["y"][rank * ROWS:(rank + 1) * ROWS]
             assert same_bits(got["y"], rows), (rank, step)
 
 
 @pytest.mark.parametrize("name,dtype", CASES)
 def test_unsynced_ranks_disagree(quantizer_runs, name, dtype):
     # torch.ao's observers under DDP: each rank quantizes with its own range.
-    runs = [r[(name, str(dtype), False)] for r in quantizer_runs]
+    runs = [r[(name, str(dtype), False)] for r in quantizer_runs[0]]
     for step in range(1, STEPS):
         assert not same_bits(runs[0][step]["scale"], runs[1][step]["scale"]), step
 
