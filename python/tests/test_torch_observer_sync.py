@@ -204,6 +204,14 @@ def case_errors(rank, device):
         loaded(x)
     loaded.process_group = None  # the default group again
     loaded(x)
+    # In eval mode nothing syncs: rank 0 evaluates alone (a sync would wait for rank 1
+    # until the timeout) and observes its own batch.
+    evaluated = qgt.FakeQuantize(sync_observers=True).eval()
+    if rank == 0:
+        evaluated(x)
+        alone_ref = qgt.FakeQuantize(sync_observers=False)
+        alone_ref(x)
+        assert same_bits(evaluated.scale, alone_ref.scale)
     # A group of one rank has nothing to sync with.
     alone = [dist.new_group([r]) for r in range(WORLD)][rank]
     single = qgt.FakeQuantize(process_group=alone, sync_observers=True)

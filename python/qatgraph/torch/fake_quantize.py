@@ -69,7 +69,8 @@ class FakeQuantize(tq.FakeQuantizeBase):
     initialized and the group has more than one rank; True requires an initialized process
     group (qatgraph.Error otherwise); False never syncs. Synced, every rank's statistics and
     qparams are those of one process observing the global batch (see observer_sync); every
-    rank must then call the module the same number of times with the observer on. Neither
+    rank must then call the module the same number of times with the observer on, in
+    training mode (in eval mode nothing is synced, so a rank may evaluate alone). Neither
     attribute is in the state_dict.
     """
 
@@ -118,7 +119,12 @@ class FakeQuantize(tq.FakeQuantizeBase):
         self._process_group = observer_sync.GroupRef(group)
 
     def _sync_group(self):
-        """The process group to sync this call's statistics in, or None."""
+        """The process group to sync this call's statistics in, or None. Only in training
+        mode, as DDP syncs its buffers: a rank evaluating alone (the usual rank-0
+        validation) must not wait for the others; an eval-mode observer that is still
+        enabled observes this rank's batch, as torch.ao's does."""
+        if not self.training:
+            return None
         return observer_sync.active_group(self.sync_observers, self._process_group, _PREFIX)
 
     @torch.jit.export

@@ -36,7 +36,9 @@ def prepare_qat(model, recipe="default", inplace=False, sync_observers=None,
         (default) syncs whenever torch.distributed is initialized and the group has more
         than one rank; True requires an initialized process group (qatgraph.Error otherwise)
         and quantizers qatgraph can sync; False never syncs. Weight quantizers never sync:
-        data parallelism keeps the weights equal on every rank. It sets the
+        data parallelism keeps the weights equal on every rank; nor does a module in eval
+        mode (a rank may validate alone). The dynamic recipes' quantizers hold no
+        statistics and need no sync. It sets the
         `sync_observers` and `process_group` attributes of the model's qatgraph
         FakeQuantize modules, which may also be changed one by one.
     process_group: the torch.distributed group to sync in; None: the default group.
