@@ -305,6 +305,16 @@ def test_sync_true_needs_a_process_group():
         qgt.prepare_qat(model, sync_observers=1)
 
 
+def test_a_module_pickled_without_the_sync_options_loads_with_the_defaults():
+    fq = qgt.FakeQuantize()
+    state = fq.__getstate__()
+    del state["sync_observers"], state["_process_group"]
+    old = qgt.FakeQuantize.__new__(qgt.FakeQuantize)
+    old.__setstate__(state)
+    assert old.sync_observers is None and old.process_group is None
+    assert same_bits(old(torch.ones(3)), fq(torch.ones(3)))
+
+
 def test_without_a_process_group_the_default_and_false_do_not_sync():
     # No process group: sync_observers None or False observe as before; the fast path runs.
     for mode in (None, False):

@@ -184,6 +184,12 @@ class FakeQuantize(tq.FakeQuantizeBase):
         state["_qg_state"] = {}
         return state
 
+    def __setstate__(self, state):
+        # Modules pickled before the sync options existed load with the defaults.
+        super().__setstate__(state)
+        self.__dict__.setdefault("sync_observers", None)
+        self.__dict__.setdefault("_process_group", observer_sync.GroupRef())
+
     def _watched(self):
         obs = self.activation_post_process
         return (obs.min_val.data_ptr(), obs.max_val.data_ptr(), self.scale.data_ptr(),
