@@ -38,6 +38,7 @@ export PYTHONPATH="$build/python:$torchao"
 timeout "${T_PYTEST:-200}" python3 -m pytest -q -rs -p no:cacheprovider \
   python/tests/test_torch_cuda.py python/tests/test_torch_recipes.py python/tests/test_torch_prepare.py \
   python/tests/test_torch_torchao_conformance.py python/tests/test_torch_llama.py python/tests/test_torch_module.py python/tests/test_torch_dynamic_linear.py \
+  python/tests/test_torch_observer_sync.py \
   >"$out/pytest.log" 2>&1
 note "pytest (torch files): rc=$?; $(tail -1 "$out/pytest.log")"
 grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -20

@@ -1,7 +1,8 @@
 """Dynamic quantizers: modules whose qparams come from the very tensor they quantize, on every
 call, with torchao's QAT numerics (its 8da4w and int4 weight-only QAT linears, and
 per-channel int8 weights). They hold no state, so a QAT linear using them has the float
-linear's state_dict (`weight`, `bias`), as torchao's QAT linears have.
+linear's state_dict (`weight`, `bias`), as torchao's QAT linears have, and nothing to sync
+across data-parallel ranks (each rank's qparams are its tensor's own, as in torchao).
 
 The qparams are computed with torch ops in the tensor's own dtype, as torchao computes them
 (the scales of a bf16 tensor are bf16 values): qatgraph's qparam kernels work in f32. The

@@ -8,6 +8,7 @@ from .. import _core
 from ._kernels import attrs_key
 from ._kernels import run as run_kernel
 from . import _kernels
+from . import observer_sync
 from .functional import _FakeQuantizeFn, _fake_quantize_attrs, fake_quantize
 
 _PREFIX = "[qatgraph.torch] FakeQuantize"
@@ -62,14 +63,27 @@ class FakeQuantize(tq.FakeQuantizeBase):
     buffers, so values set by hand or loaded are honoured while the observer is off.
     torch.ao.quantization's disable_observer / enable_fake_quant ... work through
     `model.apply` (this is a FakeQuantizeBase), and `with_args` puts it in a QConfig.
+
+    sync_observers (keyword; also an attribute): None syncs the observer across the ranks of
+    `process_group` (None: torch.distributed's default group) whenever torch.distributed is
+    initialized and the group has more than one rank; True requires an initialized process
+    group (qatgraph.Error otherwise); False never syncs. Synced, every rank's statistics and
+    qparams are those of one process observing the global batch (see observer_sync); every
+    rank must then call the module the same number of times with the observer on, in
+    training mode (in eval mode nothing is synced, so a rank may evaluate alone). Neither
+    attribute is in the state_dict.
     """
 
     scale: torch.Tensor
     zero_point: torch.Tensor
+    # TorchScript (a traced module's exports) has no type for a process group.
+    __jit_unused_properties__ = ["process_group"]
 
     def __init__(self, observer=tq.MovingAverageMinMaxObserver, quant_min=None, quant_max=None,
-                 **observer_kwargs):
+                 *, sync_observers=None, process_group=None, **observer_kwargs):
         super().__init__()
+        self.sync_observers = observer_sync.check_mode(sync_observers, _PREFIX)
+        self._process_group = observer_sync.GroupRef(process_group)
         if quant_min is not None and quant_max is not None:
             if quant_min > quant_max:
                 raise _core.Error(f"{_PREFIX}: quant_min = {quant_min} must be <= quant_max = "
@@ -94,6 +108,24 @@ class FakeQuantize(tq.FakeQuantizeBase):
         self._host_flags = {"fake_quant": True, "observer": True}
         # Kernel-side observer state outside torch.ao's state_dict (see _initialized).
         self._qg_state = {}
+
+    @property
+    def process_group(self):
+        """The torch.distributed process group the observer syncs in (None: the default)."""
+        return self._process_group.group
+
+    @process_group.setter
+    def process_group(self, group):
+        self._process_group = observer_sync.GroupRef(group)
+
+    def _sync_group(self):
+        """The process group to sync this call's statistics in, or None. Only in training
+        mode, as DDP syncs its buffers: a rank evaluating alone (the usual rank-0
+        validation) must not wait for the others; an eval-mode observer that is still
+        enabled observes this rank's batch, as torch.ao's does."""
+        if not self.training:
+            return None
+        return observer_sync.active_group(self.sync_observers, self._process_group, _PREFIX)
 
     @torch.jit.export
     def calculate_qparams(self):
@@ -152,6 +184,12 @@ class FakeQuantize(tq.FakeQuantizeBase):
         state["_qg_state"] = {}
         return state
 
+    def __setstate__(self, state):
+        # Modules pickled before the sync options existed load with the defaults.
+        super().__setstate__(state)
+        self.__dict__.setdefault("sync_observers", None)
+        self.__dict__.setdefault("_process_group", observer_sync.GroupRef())
+
     def _watched(self):
         obs = self.activation_post_process
         return (obs.min_val.data_ptr(), obs.max_val.data_ptr(), self.scale.data_ptr(),
@@ -166,6 +204,8 @@ class FakeQuantize(tq.FakeQuantizeBase):
         entry = self._qg_state.get(("fast", X.shape, X.dtype, X.device, observe, quant))
         if entry is None or entry["watched"] != self._watched():
             return None
+        if observe and self._sync_group() is not None:
+            return None  # the kept observer kernel would see this rank's batch only
         if not X.is_contiguous() or X.data_ptr() % 16:
             return None
         stream = _kernels.stream(X.device)
@@ -224,7 +264,10 @@ class FakeQuantize(tq.FakeQuantizeBase):
             if key not in self._qg_state:
                 self._qg_state[key] = self._observer_attrs(kind[1], x.dim())
             attrs = self._qg_state[key]
+        group = None if torch.jit.is_tracing() else self._sync_group()
         if attrs is None or torch.jit.is_tracing():
+            if group is not None:
+                observer_sync.unsyncable(self.sync_observers, obs, _PREFIX)
             obs(x)
             self._set_qparams(*self.calculate_qparams())
             return
@@ -253,10 +296,30 @@ class FakeQuantize(tq.FakeQuantizeBase):
                 self.scale.resize_(shape)
                 self.zero_point.resize_(shape)
             key = ("attrs_key", x.dim())
+            if group is not None:  # the global batch's range stands in for x
+                x, states, attrs = self._global_batch(x, attrs, per_channel, channels, states,
+                                                      group)
+                key = ("sync_attrs_key", x.dim())  # not the fast path's: another axis
             if key not in self._qg_state:
                 self._qg_state[key] = attrs_key(attrs)
             run_kernel(op, self._qg_state[key], [x], states,
                        outputs=[self.scale, self.zero_point])
+
+    def _global_batch(self, x, attrs, per_channel, channels, states, group):
+        """(input, states, attributes) that make the observer kernel apply the update of
+        the global batch: the [2, channels] tensor of its range (channel axis 1; [2] per
+        tensor), the states with a scratch non-finite count (the synthetic input's infinities
+        are not data; x's own are counted here), the attributes with that axis."""
+        count, enabled = states[-2], states[-1]
+        axis = attrs["axis"] if per_channel else None
+        x = observer_sync.global_batch(x, axis, channels, count, enabled, group)
+        scratch = self._qg_state.get("sync_scratch_count")
+        if scratch is None or scratch.device != x.device:
+            scratch = torch.zeros([1], dtype=torch.int64, device=x.device)
+            self._qg_state["sync_scratch_count"] = scratch
+        if axis is not None:
+            attrs = dict(attrs, axis=1)
+        return x, states[:-2] + [scratch, enabled], attrs
 
     def _initialized(self, channels, obs):
         """The moving-average observer's per-channel "has seen a batch" flags: kept beside the

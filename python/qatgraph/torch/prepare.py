@@ -8,7 +8,9 @@ import torch.nn.intrinsic as nni
 
 from .. import _core
 from . import recipes as _recipes
+from . import observer_sync
 from .converted import ConvertedConv2d, ConvertedConvBn2d, ConvertedLinear, FrozenFakeQuantize
+from .fake_quantize import FakeQuantize
 from .qat_modules import QATConv2d, QATConvBn2d, QATLinear
 
 _PREFIX = "[qatgraph.torch]"
@@ -18,7 +20,8 @@ _CONVERTED = (ConvertedLinear, ConvertedConv2d, ConvertedConvBn2d)
 _OPAQUE = (tq.FakeQuantizeBase, tq.ObserverBase) + _QAT + _CONVERTED
 
 
-def prepare_qat(model, recipe="default", inplace=False, **options):
+def prepare_qat(model, recipe="default", inplace=False, sync_observers=None,
+                process_group=None, **options):
     """Returns `model` ready for quantization-aware training, as torch.ao's eager prepare_qat
     with the recipe's quantizers (qatgraph's FakeQuantize in the built-in recipes).
 
@@ -27,6 +30,18 @@ def prepare_qat(model, recipe="default", inplace=False, **options):
         nn.Linear only), a qatgraph.torch.Recipe, or a torch.ao QConfig.
     inplace: modify `model` itself rather than a deep copy. A model that is itself a swapped
         module (a bare nn.Linear) is replaced, so always use the returned model.
+    sync_observers: whether the activation observers sync their statistics across
+        torch.distributed ranks, so that each rank's qparams are those of the global batch
+        (torch.ao's observers under DistributedDataParallel each keep their rank's): None
+        (default) syncs whenever torch.distributed is initialized and the group has more
+        than one rank; True requires an initialized process group (qatgraph.Error otherwise)
+        and quantizers qatgraph can sync; False never syncs. Weight quantizers never sync:
+        data parallelism keeps the weights equal on every rank; nor does a module in eval
+        mode (a rank may validate alone). The dynamic recipes' quantizers hold no
+        statistics and need no sync. It sets the
+        `sync_observers` and `process_group` attributes of the model's qatgraph
+        FakeQuantize modules, which may also be changed one by one.
+    process_group: the torch.distributed group to sync in; None: the default group.
     options: the named recipe's options, as qatgraph.torch.recipe(name, **options) takes them
         (group_size for "8da4w" and "int4_weight_only").
 
@@ -47,13 +62,43 @@ def prepare_qat(model, recipe="default", inplace=False, **options):
         raise _core.Error(f"{_PREFIX} prepare_qat: model must be a torch.nn.Module, got "
                           f"{type(model).__name__}")
     recipe = _recipes.resolve(recipe, options)
+    who = f"{_PREFIX} prepare_qat"
+    observer_sync.check_mode(sync_observers, who)
+    if sync_observers:
+        observer_sync.require_process_group(who)
     if not inplace:
         model = copy.deepcopy(model)
     swapped = []
     model = _prepare(model, recipe, "", swapped)
     if not swapped:
         raise _core.Error(_nothing_to_swap(model, recipe))
+    _set_sync(model, sync_observers, process_group)
     return model
+
+
+def _quantizers(module, path=""):
+    """(path, quantizer, its parent) of the quantizers and observers in `module`, not
+    entering them."""
+    for name, child in module.named_children():
+        if isinstance(child, (tq.FakeQuantizeBase, tq.ObserverBase)):
+            yield _join(path, name), child, module
+        else:
+            yield from _quantizers(child, _join(path, name))
+
+
+def _set_sync(model, mode, group):
+    """prepare_qat's sync_observers and process_group on the model's statistics-holding
+    quantizers other than the weights'."""
+    for path, quantizer, owner in _quantizers(model):
+        if isinstance(owner, _QAT) and quantizer is owner.weight_fake_quant:
+            continue
+        if isinstance(quantizer, FakeQuantize):
+            quantizer.sync_observers, quantizer.process_group = mode, group
+        elif mode:
+            raise _core.Error(
+                f"{_PREFIX} prepare_qat: sync_observers=True, but {path!r} is a "
+                f"{type(quantizer).__name__}, whose statistics qatgraph cannot sync (use "
+                "qatgraph.torch.FakeQuantize in the recipe, or sync_observers=None)")
 
 
 def convert(model, inplace=False):

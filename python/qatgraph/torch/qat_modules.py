@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import recipes as _recipes
+from .fake_quantize import FakeQuantize
 from .functional import dynamic_qat_linear
 
 
@@ -22,6 +23,10 @@ def _attach_quantizers(module, recipe, relu):
     module.input_fake_quant = (None if recipe.input is None
                                else _recipes.build(recipe.input, "input", recipe))
     module.weight_fake_quant = _recipes.build(recipe.weight, "weight", recipe)
+    if isinstance(module.weight_fake_quant, FakeQuantize):
+        # Data parallelism keeps the weights equal on every rank: each rank's statistics are
+        # the global ones already, a sync would only cost an all-reduce.
+        module.weight_fake_quant.sync_observers = False
     module.activation_post_process = (None if recipe.activation is None else
                                       _recipes.build(recipe.activation, "activation", recipe))
 
