@@ -75,6 +75,14 @@ def make_model(tied, seed):
     return model.eval()
 
 
+def load_pretrained(path, dtype):
+    """from_pretrained in `dtype` (transformers 5 names the argument dtype, 4.x torch_dtype)."""
+    params = inspect.signature(LlamaForCausalLM.from_pretrained).parameters
+    key = "torch_dtype" if "torch_dtype" in params and "dtype" not in params else "dtype"
+    model = LlamaForCausalLM.from_pretrained(path, **{key: dtype}, attn_implementation="eager")
+    return model.eval()
+
+
 def logits_of(model, ids):
     with torch.no_grad():
         return model(input_ids=ids).logits.to(torch.float32).numpy()
@@ -90,11 +98,15 @@ def write_fixture(out):
     model.save_pretrained(os.path.join(out, "sharded"), max_shard_size=MAX_SHARD_SIZE)
     np.save(os.path.join(out, "logits_f32.npy"), logits_of(model, ids))
 
-    bf16 = make_model(tied=False, seed=SEED).to(torch.bfloat16)
-    bf16.save_pretrained(os.path.join(out, "bf16"))
-    np.save(os.path.join(out, "logits_bf16.npy"), logits_of(bf16, ids))
+    bf16_dir = os.path.join(out, "bf16")
+    make_model(tied=False, seed=SEED).to(torch.bfloat16).save_pretrained(bf16_dir)
+    # The references of the bf16 checkpoint come from loading it, as a user would: a model
+    # cast in place with .to() would also round its rotary inv_freq buffer to bf16 (which no
+    # checkpoint holds, and loading recomputes in f32), moving the logits by ~1e-2.
+    np.save(os.path.join(out, "logits_bf16.npy"),
+            logits_of(load_pretrained(bf16_dir, torch.bfloat16), ids))
     np.save(os.path.join(out, "logits_bf16_weights_f32.npy"),
-            logits_of(bf16.to(torch.float32), ids))
+            logits_of(load_pretrained(bf16_dir, torch.float32), ids))
 
     tied = make_model(tied=True, seed=SEED + 1)
     tied.save_pretrained(os.path.join(out, "tied"))
