@@ -180,9 +180,11 @@ void run_llama_training(const TrainOptions& o) {
     val_ppl.push_back(std::exp(r.validation_loss));
     base_ppl.push_back(std::exp(unigram));
   }
-  nn::write_plot_png(o.out + "/curves.png",
-                     {{"LOSS", {{"TRAIN", train_loss}, {"VALID", val_loss}, {"UNIGRAM", base}}},
-                      {"PERPLEXITY", {{"VALID", val_ppl}, {"UNIGRAM", base_ppl}}}});
+  const std::string x = "EVALUATION EVERY " + std::to_string(o.eval_every) + " STEPS";
+  nn::write_plot_png(
+      o.out + "/curves.png",
+      {{"LOSS", {{"TRAIN", train_loss}, {"VALIDATION", val_loss}, {"UNIGRAM", base}}, x},
+       {"PERPLEXITY", {{"VALIDATION", val_ppl}, {"UNIGRAM", base_ppl}}, x}});
   std::printf("wrote %s/metrics.json, metrics.csv, curves.png, checkpoint.qgck\n", o.out.c_str());
 }
 
