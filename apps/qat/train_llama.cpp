@@ -56,6 +56,9 @@ Device lm_device(const std::string& device) {
 }  // namespace
 
 void run_llama_training(const TrainOptions& o) {
+  QG_CHECK(!o.compare && o.nproc == 1 && o.init.empty() && o.time_steps == 0, "train",
+           "--model llama trains in one process from its own initialisation: --compare, "
+           "--nproc, --init and --time-steps are for the digits models");
   QG_CHECK(!o.llama_config.empty(), "train",
            "--model llama needs --config (a Hugging Face "
            "config.json)");

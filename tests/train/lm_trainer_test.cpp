@@ -44,26 +44,31 @@ std::vector<int32_t> pattern(size_t n, int32_t vocab) {
   return s;
 }
 
+// Float and W8A8 (the observers' statistics must carry over the recompiles and the resume).
 TEST(LmTrainer, ResumedRunContinuesTheUninterruptedOneBitForBit) {
-  std::vector<int32_t> train = pattern(400, 32), valid = pattern(64, 32);
-  nn::LmTrainConfig c = tiny();
-  nn::LmTrainer a(c, train, valid);
-  std::vector<double> losses;
-  for (int i = 0; i < 3; ++i) losses.push_back(a.train_step());
-  const std::string path = (fs::temp_directory_path() / "qg_lm_resume.qgck").string();
-  a.save_checkpoint(path);
-  for (int i = 0; i < 5; ++i) losses.push_back(a.train_step());
-  const double va = a.evaluate();
+  for (const nn::QConfig& qc : {nn::QConfig(), nn::QConfig::w8a8()}) {
+    SCOPED_TRACE(qc.str());
+    std::vector<int32_t> train = pattern(400, 32), valid = pattern(64, 32);
+    nn::LmTrainConfig c = tiny();
+    c.qconfig = qc;
+    nn::LmTrainer a(c, train, valid);
+    std::vector<double> losses;
+    for (int i = 0; i < 3; ++i) losses.push_back(a.train_step());
+    const std::string path = (fs::temp_directory_path() / "qg_lm_resume.qgck").string();
+    a.save_checkpoint(path);
+    for (int i = 0; i < 5; ++i) losses.push_back(a.train_step());
+    const double va = a.evaluate();
 
-  nn::LmTrainer b(c, train, valid);
-  b.load_checkpoint(path);
-  fs::remove(path);
-  EXPECT_EQ(b.step(), 3);
-  for (int i = 3; i < 8; ++i) EXPECT_EQ(b.train_step(), losses[static_cast<size_t>(i)]) << i;
-  EXPECT_EQ(b.evaluate(), va);
-  // The rate moved through the schedule's levels: the step was recompiled on the way.
-  EXPECT_GT(a.compiles(), 2);
-  EXPECT_LT(losses.back(), losses.front());
+    nn::LmTrainer b(c, train, valid);
+    b.load_checkpoint(path);
+    fs::remove(path);
+    EXPECT_EQ(b.step(), 3);
+    for (int i = 3; i < 8; ++i) EXPECT_EQ(b.train_step(), losses[static_cast<size_t>(i)]) << i;
+    EXPECT_EQ(b.evaluate(), va);
+    // The rate moved through the schedule's levels: the step was recompiled on the way.
+    EXPECT_GT(a.compiles(), 2);
+    EXPECT_LT(losses.back(), losses.front());
+  }
 }
 
 TEST(LmTrainer, CheckpointOfAnotherModelIsRefused) {
