@@ -16,6 +16,9 @@ packages=(
   python3-dev python3-venv
   # Data-parallel CPU ranks (runtime/distributed/, the Gloo backend).
   libgloo-dev
+  # Language-model text data: the Python documentation's reStructuredText sources (the
+  # corpus), SentencePiece's library (the tokenizer, data/tokenizer.cpp) and its tools.
+  python3.11-doc libsentencepiece-dev sentencepiece
 )
 
 missing=()

@@ -24,4 +24,9 @@ find build* -name '*.d' -print0 2>/dev/null | xargs -0 cat | tr ' \\' '\n\n' |
   grep -E '^/usr/include/boost/' | sort -u >.gpudeps/boost_headers.txt
 copy /usr/include/boost/version.hpp /usr/include/boost/config.hpp
 while read -r h; do copy "$h"; done <.gpudeps/boost_headers.txt
+# `qat train --model llama`: SentencePiece (headers, libraries, pkg-config file) and the
+# corpus, the Python documentation's reStructuredText sources (12 MB).
+copy /usr/include/sentencepiece_processor.h /usr/include/sentencepiece_trainer.h \
+  "$lib"/libsentencepiece.so* "$lib"/libsentencepiece_train.so* "$lib"/pkgconfig/sentencepiece.pc
+copy /usr/share/doc/python3.11/html/_sources
 du -sh .gpudeps

@@ -55,6 +55,8 @@ int glyph(char c) {
       return 0x4A89;  // 100 101 010 001 001 (approximate)
     case '-':
       return 0x01C0;  // 000 000 111 000 000
+    case 'V':
+      return 0x5B6A;  // 101 101 101 101 010
     case 'A':
       return 0x2BED;  // 010 101 111 101 101
     case 'C':
@@ -184,7 +186,7 @@ void draw_panel(Canvas& cv, int x0, int y0, int w, int h, const Panel& p) {
   cv.line(left, bottom, right, bottom, kBlack);
   cv.text(right - 24, bottom + 12, std::to_string(x_last), kBlack);
   cv.text(left, bottom + 12, std::to_string(x_first), kBlack);
-  cv.text((left + right) / 2 - 20, bottom + 12, "EPOCH", kBlack);
+  cv.text((left + right) / 2 - 20, bottom + 12, p.x_label, kBlack);
   const double span = x_last > x_first ? double(x_last - x_first) : 1.0;
   auto px = [&](int x) {
     return left + static_cast<int>((right - left) * double(x - x_first) / span);

@@ -18,6 +18,7 @@ struct Series {
 struct Panel {
   std::string title;
   std::vector<Series> series;
+  std::string x_label = "EPOCH";
 };
 
 // Side-by-side panels, each with its own y range; writes `path` atomically.

@@ -183,7 +183,9 @@ void run_rank(TrainOptions o) {
 
 void add_train_command(CLI::App& app) {
   auto* cmd =
-      app.add_subcommand("train", "Train a QAT MLP, CNN or transformer on the UCI digits data");
+      app.add_subcommand("train",
+                         "Train a QAT MLP, CNN or transformer on the UCI digits data, or a Llama "
+                         "decoder on the Python documentation (--model llama)");
   auto o = std::make_shared<TrainOptions>();
   add_model_options(cmd, *o);
   cmd->add_option("--lr", o->lr, "Learning rate")->capture_default_str();
@@ -194,11 +196,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Seed for init and data order")->capture_default_str();
   cmd->add_option("--device", o->device, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--out", o->out, "Output directory")->capture_default_str();
-  cmd->add_option("--data", o->data,
-                  "digits.csv.gz (default: $QG_DIGITS_CSV, then python3-sklearn's copy)");
+  cmd->add_option(
+      "--data", o->data,
+      "digits.csv.gz (default: $QG_DIGITS_CSV, then python3-sklearn's copy); llama: the "
+      "folder that holds or receives the tokenizer model and token cache");
   cmd->add_option("--resume", o->resume, "Resume from a checkpoint file");
   cmd->add_option("--checkpoint-every", o->checkpoint_every,
-                  "Save <out>/checkpoint.qgck every N epochs (0: never)")
+                  "Save <out>/checkpoint.qgck every N epochs (llama: steps; 0: never)")
       ->capture_default_str();
   cmd->add_option("--init", o->init,
                   "Start from pretrained float weights (.safetensors or .npz; PyTorch state_dict "
@@ -233,7 +237,29 @@ void add_train_command(CLI::App& app) {
                 "parameters and the updated parameters are all-gathered (ZeRO stage 1)");
   cmd->add_option("--bucket-mb", o->bucket_mb, "Data parallel: gradient all-reduce bucket size")
       ->capture_default_str();
+  cmd->add_option("--config", o->llama_config, "llama: the model's Hugging Face config.json");
+  cmd->add_option("--corpus", o->corpus,
+                  "llama: folder of .rst.txt files (default: python3.11-doc's _sources)");
+  cmd->add_option("--steps", o->steps, "llama: optimizer steps")->capture_default_str();
+  cmd->add_option("--seq", o->seq, "llama: tokens per window")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "llama: learning-rate warm-up steps")
+      ->capture_default_str();
+  cmd->add_option("--min-lr-ratio", o->min_lr_ratio,
+                  "llama: the cosine schedule's final rate, as a fraction of --lr")
+      ->capture_default_str();
+  cmd->add_option("--eval-every", o->eval_every, "llama: steps between validation passes")
+      ->capture_default_str();
+  cmd->add_option("--eval-windows", o->eval_windows,
+                  "llama: validation windows per pass (0: every window of the split)")
+      ->capture_default_str();
   cmd->callback([o, cmd] {
+    if (o->model == "llama") {
+      // The digits defaults do not fit a language model: a smaller batch, a smaller rate.
+      if (cmd->count("--batch") == 0) o->batch = 8;
+      if (cmd->count("--lr") == 0) o->lr = 1e-3;
+      run_llama_training(*o);
+      return;
+    }
     apply_model_defaults(*o, [cmd](const char* option) { return cmd->count(option) > 0; });
     if (o->nproc > 1 && std::getenv("WORLD_SIZE") == nullptr)
       run_launcher(*o);

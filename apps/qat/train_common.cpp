@@ -71,7 +71,7 @@ std::unique_ptr<nn::Trainer> make_trainer(const TrainOptions& o, const nn::QConf
 void apply_model_defaults(TrainOptions& o, const std::function<bool(const char*)>& given) {
   const auto& kinds = nn::model_kinds();
   QG_CHECK(std::find(kinds.begin(), kinds.end(), o.model) != kinds.end(), "train", "--model '",
-           o.model, "' is not one of mlp, cnn, transformer");
+           o.model, "' is not one of mlp, cnn, transformer, llama");
   struct Defaults {
     int epochs, qat_epochs;
     double lr, qat_lr;
@@ -118,7 +118,8 @@ void import_init(const TrainOptions& o, nn::Trainer& t, bool verbose) {
 }
 
 void add_model_options(CLI::App* cmd, TrainOptions& o) {
-  cmd->add_option("--model", o.model, "Model: mlp, cnn or transformer")->capture_default_str();
+  cmd->add_option("--model", o.model, "Model: mlp, cnn or transformer (train: also llama)")
+      ->capture_default_str();
   cmd->add_option("--channels", o.channels, "cnn: channels of its three conv-bn layers")
       ->capture_default_str()
       ->expected(3);

@@ -59,6 +59,13 @@ struct TrainOptions {
   Communicator* comm = nullptr;  // set once this process has joined its group
   int local_rank = 0;
   std::string checkpoint_dir;  // where checkpoint.qgck goes; empty: out
+  // --model llama (apps/qat/train_llama.cpp): the Hugging Face config.json, the corpus
+  // folder (empty: python3.11-doc's sources), optimizer steps, tokens per window, warm-up
+  // steps, the cosine floor, and the evaluation interval and window cap (0: all windows).
+  std::string llama_config;
+  std::string corpus;
+  int64_t steps = 300, seq = 64, warmup = 30, eval_every = 100, eval_windows = 0;
+  double min_lr_ratio = 0.1;
 };
 
 // The result of one trained (or calibrated) model.
@@ -100,6 +107,10 @@ std::unique_ptr<nn::Trainer> make_trainer(const TrainOptions& o, const nn::QConf
 // every `checkpoint_every` epochs when `checkpoint` is not empty.
 void run_training(nn::Trainer& t, int epochs, const std::string& label,
                   const std::string& checkpoint, int checkpoint_every, bool epoch_lines);
+
+// `qat train --model llama`: trains on the text corpus (o.data is the tokenizer and token
+// cache folder). checkpoint_every counts steps.
+void run_llama_training(const TrainOptions& o);
 
 void write_metrics(const std::string& dir, const std::string& stem,
                    const std::vector<nn::EpochMetrics>& history, const std::string& extra_json);

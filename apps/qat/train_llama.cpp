@@ -1,0 +1,194 @@
+// `qat train --model llama`: a Llama-architecture decoder (nn/llama.h, sized by a Hugging
+// Face config.json) trained on real text: the Python documentation's reStructuredText
+// sources, tokenized by a SentencePiece BPE model (data/token_data.h), through
+// nn::LmTrainer. Prints a progress bar, the validation loss and perplexity every
+// --eval-every steps beside a unigram baseline, and writes metrics (CSV, JSON), curves (PNG)
+// and a resumable checkpoint.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "apps/qat/train_common.h"
+#include "core/error.h"
+#include "data/text_corpus.h"
+#include "data/token_data.h"
+#include "nn/llama_config.h"
+#include "runtime/backend.h"
+#include "train/checkpoint.h"
+#include "train/lm_trainer.h"
+#include "train/png_plot.h"
+
+namespace qg::cli {
+namespace {
+
+void write_lm_metrics(const std::string& dir, const std::vector<nn::LmEvalRecord>& history,
+                      const std::string& extra_json) {
+  std::ostringstream csv, json;
+  csv.precision(9);
+  json.precision(9);
+  csv << "step,train_loss,validation_loss,validation_perplexity,seconds\n";
+  json << "{\n  \"evaluations\": [\n";
+  for (size_t i = 0; i < history.size(); ++i) {
+    const auto& r = history[i];
+    csv << r.step << ',' << r.train_loss << ',' << r.validation_loss << ','
+        << std::exp(r.validation_loss) << ',' << r.seconds << '\n';
+    json << "    {\"step\": " << r.step << ", \"train_loss\": " << r.train_loss
+         << ", \"validation_loss\": " << r.validation_loss
+         << ", \"validation_perplexity\": " << std::exp(r.validation_loss)
+         << ", \"seconds\": " << r.seconds << "}" << (i + 1 < history.size() ? "," : "") << "\n";
+  }
+  json << "  ],\n" << extra_json << "\n}\n";
+  nn::write_file_atomic(dir + "/metrics.csv", csv.str());
+  nn::write_file_atomic(dir + "/metrics.json", json.str());
+}
+
+Device lm_device(const std::string& device) {
+  QG_CHECK(device == "auto" || device == "cpu" || device == "cuda", "train", "device '", device,
+           "' is not one of auto, cpu, cuda");
+  if (device == "cuda" || (device == "auto" && cuda_available())) return Device::cuda(0);
+  return Device::cpu();
+}
+
+}  // namespace
+
+void run_llama_training(const TrainOptions& o) {
+  QG_CHECK(!o.compare && o.nproc == 1 && o.init.empty() && o.time_steps == 0, "train",
+           "--model llama trains in one process from its own initialisation: --compare, "
+           "--nproc, --init and --time-steps are for the digits models");
+  QG_CHECK(!o.llama_config.empty(), "train",
+           "--model llama needs --config (a Hugging Face "
+           "config.json)");
+  QG_CHECK(!o.data.empty(), "train",
+           "--model llama needs --data DIR (the folder that holds or receives the tokenizer "
+           "model and the token cache)");
+  QG_CHECK(o.steps > 0 && o.eval_every > 0, "train", "--steps ", o.steps, " and --eval-every ",
+           o.eval_every, " must be > 0");
+  nn::LlamaConfig model = nn::load_llama_config(o.llama_config);
+  const std::string corpus = o.corpus.empty() ? nn::default_text_corpus_dir() : o.corpus;
+  nn::TokenData data =
+      nn::prepare_token_data(corpus, o.data, model.vocab_size, [](const std::string& line) {
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      });
+  std::printf(
+      "data: %s: %lld training tokens (%lld files), %lld validation tokens (%lld files); "
+      "tokenizer %s, %lld pieces\n",
+      corpus.c_str(), static_cast<long long>(data.train.size()),
+      static_cast<long long>(data.train_files), static_cast<long long>(data.validation.size()),
+      static_cast<long long>(data.validation_files), data.tokenizer_path.c_str(),
+      static_cast<long long>(data.vocab_size));
+
+  nn::LmTrainConfig c;
+  c.model = model;
+  c.qconfig = qconfig_from(o);
+  c.batch = o.batch;
+  c.seq = o.seq;
+  c.lr.peak = o.lr;
+  c.lr.warmup = o.warmup;
+  c.lr.total = o.steps;
+  c.lr.min_ratio = o.min_lr_ratio;
+  c.optimizer.kind = o.optimizer;
+  c.seed = o.seed;
+  c.device = lm_device(o.device);
+  c.validation_windows = o.eval_windows;
+  nn::LmTrainer t(c, data.train, data.validation);
+  ensure_dir(o.out);
+  if (!o.resume.empty()) {
+    t.load_checkpoint(o.resume);
+    std::printf("resumed from %s at step %lld\n", o.resume.c_str(),
+                static_cast<long long>(t.step()));
+  }
+  const double unigram = t.unigram_validation_loss();
+  std::printf(
+      "qat train: llama hidden %lld, %lld layers, %lld heads (%lld kv), vocab %lld, %lld "
+      "parameters; %s; %s peak lr %g, warm-up %lld, cosine to %g x; batch %lld x %lld tokens, "
+      "%lld steps, seed %llu, %s\n",
+      static_cast<long long>(model.hidden_size), static_cast<long long>(model.num_hidden_layers),
+      static_cast<long long>(model.num_attention_heads),
+      static_cast<long long>(model.num_key_value_heads), static_cast<long long>(model.vocab_size),
+      static_cast<long long>(t.parameter_count()), c.qconfig.str().c_str(), o.optimizer.c_str(),
+      o.lr, static_cast<long long>(o.warmup), o.min_lr_ratio, static_cast<long long>(o.batch),
+      static_cast<long long>(o.seq), static_cast<long long>(o.steps),
+      static_cast<unsigned long long>(o.seed), c.device.str().c_str());
+  std::printf(
+      "validation: %lld windows of %lld tokens; unigram baseline: loss %.4f, "
+      "perplexity %.2f\n",
+      static_cast<long long>(t.windows_per_evaluation()), static_cast<long long>(o.seq), unigram,
+      std::exp(unigram));
+  std::fflush(stdout);
+
+  const std::string checkpoint = o.out + "/checkpoint.qgck";
+  const bool tty = isatty(fileno(stdout)) != 0;
+  double loss_sum = 0;
+  int64_t losses = 0;
+  auto since = std::chrono::steady_clock::now();
+  auto last_draw = since;
+  while (t.step() < o.steps) {
+    loss_sum += t.train_step();
+    ++losses;
+    const int64_t s = t.step();
+    const auto now = std::chrono::steady_clock::now();
+    const double secs = std::chrono::duration<double>(now - since).count();
+    if (tty && std::chrono::duration<double>(now - last_draw).count() >= 0.05) {
+      last_draw = now;
+      const int bar = 20;
+      const int filled = static_cast<int>(bar * s / o.steps);
+      std::string b(static_cast<size_t>(filled), '#');
+      b.resize(bar, '.');
+      std::printf("\rllama [%s] step %6lld/%lld  loss %.4f  lr %.2e  %7.0f tokens/s ", b.c_str(),
+                  static_cast<long long>(s), static_cast<long long>(o.steps), loss_sum / losses,
+                  t.current_lr(), secs > 0 ? losses * o.batch * o.seq / secs : 0.0);
+      std::fflush(stdout);
+    }
+    if (s % o.eval_every == 0 || s == o.steps) {
+      const nn::LmEvalRecord& r = t.record(loss_sum / losses, secs);
+      std::printf(
+          "%sstep %6lld/%lld  train loss %.4f  validation loss %.4f  perplexity %.2f "
+          "(unigram %.2f)  lr %.2e  %.0f tokens/s\n",
+          tty ? "\r" : "", static_cast<long long>(s), static_cast<long long>(o.steps), r.train_loss,
+          r.validation_loss, std::exp(r.validation_loss), std::exp(unigram), t.current_lr(),
+          secs > 0 ? losses * o.batch * o.seq / secs : 0.0);
+      std::fflush(stdout);
+      loss_sum = 0;
+      losses = 0;
+      since = std::chrono::steady_clock::now();
+    }
+    if (o.checkpoint_every > 0 && s % o.checkpoint_every == 0) t.save_checkpoint(checkpoint);
+  }
+  t.save_checkpoint(checkpoint);
+  QG_CHECK(!t.history().empty(), "train", "no evaluation ran: --resume at step ", t.step(),
+           " is already at --steps ", o.steps);
+  const double final_loss = t.history().back().validation_loss;
+  std::printf(
+      "validation perplexity %.2f vs unigram %.2f (%.2fx lower); %d compiled learning "
+      "rates\n",
+      std::exp(final_loss), std::exp(unigram), std::exp(unigram - final_loss), t.compiles());
+  std::ostringstream extra;
+  extra.precision(9);
+  extra << "  \"config\": \"" << json_escape(c.qconfig.str())
+        << "\",\n  \"parameters\": " << t.parameter_count() << ",\n  \"unigram_loss\": " << unigram
+        << ",\n  \"unigram_perplexity\": " << std::exp(unigram)
+        << ",\n  \"validation_loss\": " << final_loss
+        << ",\n  \"validation_perplexity\": " << std::exp(final_loss);
+  write_lm_metrics(o.out, t.history(), extra.str());
+  std::vector<double> train_loss, val_loss, base, val_ppl, base_ppl;
+  for (const auto& r : t.history()) {
+    train_loss.push_back(r.train_loss);
+    val_loss.push_back(r.validation_loss);
+    base.push_back(unigram);
+    val_ppl.push_back(std::exp(r.validation_loss));
+    base_ppl.push_back(std::exp(unigram));
+  }
+  const std::string x = "EVALUATION EVERY " + std::to_string(o.eval_every) + " STEPS";
+  nn::write_plot_png(
+      o.out + "/curves.png",
+      {{"LOSS", {{"TRAIN", train_loss}, {"VALIDATION", val_loss}, {"UNIGRAM", base}}, x},
+       {"PERPLEXITY", {{"VALIDATION", val_ppl}, {"UNIGRAM", base_ppl}}, x}});
+  std::printf("wrote %s/metrics.json, metrics.csv, curves.png, checkpoint.qgck\n", o.out.c_str());
+}
+
+}  // namespace qg::cli

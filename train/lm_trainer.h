@@ -1,0 +1,97 @@
+// Training of a Llama-architecture language model (nn/llama.h) on token streams
+// (data/token_loader.h): steps rather than epochs. Each optimizer step feeds `batch` random
+// crops of `seq` tokens from the training stream; the model predicts each crop's next
+// tokens (seq - 1 targets per crop). Validation is the mean loss over fixed
+// non-overlapping windows of the validation stream, in whole batches. Every step goes
+// through a compiled step (runtime/compile.h), as nn::Trainer's do; the learning rate
+// follows an LrSchedule, applied by recompiling at its levels (train/lr_schedule.h). The
+// crop sampler's RNG state, the step and the evaluation history are part of every
+// checkpoint, so a resumed run continues the uninterrupted one bit for bit on the CPU.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/token_loader.h"
+#include "nn/llama.h"
+#include "runtime/compile.h"
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+
+namespace qg::nn {
+
+struct LmTrainConfig {
+  LlamaConfig model;
+  QConfig qconfig;
+  int64_t batch = 8, seq = 64;
+  LrSchedule lr;
+  OptimizerConfig optimizer;  // kind and betas; the rate comes from `lr`
+  uint64_t seed = 1;
+  Device device = Device::cpu();
+  int64_t validation_windows = 0;  // cap on the windows evaluated (<= 0: all)
+};
+
+struct LmEvalRecord {
+  int64_t step = 0;
+  double train_loss = 0;  // mean over the steps since the previous record
+  double validation_loss = 0;
+  double seconds = 0;  // training wall time since the previous record
+};
+
+class LmTrainer {
+ public:
+  // Throws qg::Error (op "train.lm") when a token id is >= the config's vocab_size, seq
+  // exceeds max_position_embeddings, or the validation stream holds less than one batch of
+  // windows; the model and optimizer report their own errors.
+  LmTrainer(const LmTrainConfig& config, const std::vector<int32_t>& train,
+            const std::vector<int32_t>& validation);
+  ~LmTrainer();
+  LmTrainer(const LmTrainer&) = delete;
+  LmTrainer& operator=(const LmTrainer&) = delete;
+
+  // One optimizer step on fresh crops; returns its loss.
+  double train_step();
+  // Mean cross-entropy (nats per token) over the validation windows, eval mode.
+  double evaluate();
+  // Adds an evaluation record (evaluate() now, the mean of the losses since the last one).
+  const LmEvalRecord& record(double train_loss, double seconds);
+
+  // The cross-entropy of the validation windows' targets under the training stream's token
+  // frequencies (add-one smoothed over the vocabulary): the perplexity a model that ignores
+  // context reaches.
+  double unigram_validation_loss() const;
+
+  void save_checkpoint(const std::string& path);
+  // A failed load leaves the trainer unchanged.
+  void load_checkpoint(const std::string& path);
+
+  int64_t step() const { return step_; }
+  double current_lr() const { return config_.lr.applied(step_); }
+  int64_t windows_per_evaluation() const { return eval_batches_ * config_.batch; }
+  int compiles() const { return compiles_; }
+  int64_t parameter_count() const;
+  const std::vector<LmEvalRecord>& history() const { return history_; }
+  const LmTrainConfig& config() const { return config_; }
+  Executor& executor();
+
+ private:
+  struct Program;
+  // The program whose adam rate is `lr`, built with the current program's states.
+  Program& program_for(double lr);
+  std::string config_key() const;
+
+  LmTrainConfig config_;
+  const std::vector<int32_t>& train_;
+  const std::vector<int32_t>& validation_;
+  std::unique_ptr<Program> program_;
+  TokenCrops crops_;
+  int64_t eval_batches_ = 0;
+  int64_t step_ = 0;
+  int compiles_ = 0;
+  Tensor ids_, labels_, host_loss_;
+  std::vector<LmEvalRecord> history_;
+};
+
+}  // namespace qg::nn
