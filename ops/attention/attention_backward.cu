@@ -11,6 +11,10 @@
 //           p_ij and ds_ij, and lane l accumulates sum_i p_ij do_i and sum_i ds_ij q_i.
 // No atomics: dk and dv are summed over the group inside one block, so the result does not
 // depend on scheduling.
+// Row 0 sees key 0 only, so its softmax is constant (p_00 = 1 whatever the score) and
+// ds_00 = 0 exactly; every kernel sets it so (attention_op.cpp). Computed as dp_00 - D_0 it
+// would be do . v_0 - do . o_0 with o_0 = v_0, which cancels only to rounding here (the two
+// dots are summed in other orders), and at T = 1 that noise would be all of dq and dk.
 #include <algorithm>
 
 #include "core/graph.h"
@@ -106,7 +110,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t i = i0 + warp * R + rr;
       if (i >= seq || j0 > i) continue;  // the same for every lane of the warp
       const M p = j <= i ? exp(s[rr] * dims.scale - row_lse[rr]) : M(0);
-      const M ds = p * (dp[rr] - row_delta[rr]);
+      const M ds = i == 0 ? M(0) : p * (dp[rr] - row_delta[rr]);  // row 0: see the header
       const int keys = static_cast<int>(min64(kTile, i - j0 + 1));
       for (int jj = 0; jj < keys; ++jj) {
         const M dsj = __shfl_sync(0xffffffffu, ds, jj);
@@ -199,7 +203,7 @@ __global__ void __launch_bounds__(kThreads)
         if (j >= seq || i0 + kTile <= j) continue;  // the same for every lane of the warp
         const bool seen = i >= j && i < seq;
         const M p = seen ? exp(s[rr] * dims.scale - slse[lane]) : M(0);
-        const M ds = seen ? p * (dp[rr] - sdelta[lane]) : M(0);
+        const M ds = seen && i > 0 ? p * (dp[rr] - sdelta[lane]) : M(0);  // row 0: the header
         for (int ii = static_cast<int>(max64(0, j - i0)); ii < end; ++ii) {
           const M pi = __shfl_sync(0xffffffffu, p, ii);
           const M dsi = __shfl_sync(0xffffffffu, ds, ii);

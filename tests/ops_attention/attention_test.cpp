@@ -279,9 +279,54 @@ TEST(CausalAttention, CudaRefusesMisalignedViews) {
       {"causal_attention", "input 0", "16-byte boundary"});
 }
 
+// Every element finite and of a size these cases can produce (inputs in [-1, 1], so |o| <= 1,
+// |lse| < log T + hd * scale and the gradients stay far below 1e4): uninitialised or
+// out-of-range memory cannot pass a comparison by accident (a relative error is blind to
+// garbage in an all-zero reference, and NaN compares false).
+void expect_sane(const Tensor& t, const std::string& what) {
+  const std::vector<double> x = t.to_doubles();
+  for (size_t e = 0; e < x.size(); ++e)
+    if (!std::isfinite(x[e]) || std::abs(x[e]) > 1e4) {
+      ADD_FAILURE() << what << ": element " << e << " of " << x.size() << " is " << x[e];
+      return;
+    }
+}
+
+bool all_zero(const Tensor& t) {
+  for (double x : t.to_doubles())
+    if (x != 0.0) return false;
+  return true;
+}
+
+// Row 0 sees only key 0, so its softmax is constant and ds_00 = 0: at T = 1, dq and dk are
+// exactly zero (not rounding noise, which a comparison relative to the all-zero reference
+// would blow up), and dv is do summed over the KV head's query heads.
+TEST(CausalAttention, OneStepHasNoScoreGradient) {
+  for (DType d : {DType::f32, DType::f64, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(d));
+    Tensor q = testing::random_f32({2, 4, 1, 64}, 5).cast(d);
+    Tensor k = testing::random_f32({2, 2, 1, 64}, 6).cast(d);
+    Tensor v = testing::random_f32({2, 2, 1, 64}, 7).cast(d);
+    Tensor dout = testing::random_f32({2, 4, 1, 64}, 8).cast(d);
+    auto fwd = run_op(Device::cpu(), "causal_attention", {q, k, v});
+    auto g = run_op(Device::cpu(), "causal_attention_backward", {q, k, v, fwd[0], fwd[1], dout});
+    EXPECT_TRUE(all_zero(g[0]));
+    EXPECT_TRUE(all_zero(g[1]));
+    const std::vector<double> dv = g[2].to_doubles(), dd = dout.to_doubles();
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t kv = 0; kv < 2; ++kv)
+        for (int64_t x = 0; x < 64; ++x) {
+          const double want = static_cast<double>(dd[((n * 4 + 2 * kv) * 64) + x] +
+                                                  dd[((n * 4 + 2 * kv + 1) * 64) + x]);
+          EXPECT_NEAR(dv[(n * 2 + kv) * 64 + x], want, d == DType::bf16 ? 1e-2 : 1e-6);
+        }
+  }
+}
+
 // GPU against CPU to rounding (the crosscheck rule: sums in another order), forward and
 // backward (given the same o and lse), every dtype, head dims 64 and 128, GQA and MQA, T = 1,
-// T not a multiple of any tile, T past several tiles.
+// T not a multiple of any tile, T past several tiles. Every output is also checked for
+// NaN/Inf/garbage, and at T = 1 dq and dk must be exactly zero on the GPU too.
 TEST(CausalAttention, GpuMatchesCpu) {
   QG_REQUIRE_GPU();
   const std::vector<Case> cases = {{2, 4, 2, 65, 64},
@@ -300,16 +345,25 @@ TEST(CausalAttention, GpuMatchesCpu) {
       auto cpu = run_op(Device::cpu(), "causal_attention", {q, k, v});
       auto gpu = run_op(Device::cuda(), "causal_attention", {q, k, v});
       const std::string what = std::string(dtype_name(d)) + " " + label(c);
-      for (int i = 0; i < 2; ++i)
-        EXPECT_LE(relative_error(gpu[i], cpu[i]), compare_rule("causal_attention", i, d).tolerance)
-            << what << " output " << i;
+      SCOPED_TRACE(what);  // printed with every failure below, first in the message
+      for (int i = 0; i < 2; ++i) {
+        SCOPED_TRACE("output " + std::to_string(i));
+        expect_sane(gpu[i], what + " gpu output " + std::to_string(i));
+        EXPECT_LE(relative_error(gpu[i], cpu[i]), compare_rule("causal_attention", i, d).tolerance);
+      }
       const std::vector<Tensor> ins = {q, k, v, cpu[0], cpu[1], dout};
       auto bcpu = run_op(Device::cpu(), "causal_attention_backward", ins);
       auto bgpu = run_op(Device::cuda(), "causal_attention_backward", ins);
-      for (int i = 0; i < 3; ++i)
+      for (int i = 0; i < 3; ++i) {
+        const char* names[] = {"dq", "dk", "dv"};
+        SCOPED_TRACE(std::string("gradient ") + names[i]);
+        expect_sane(bgpu[i], what + " gpu " + names[i]);
+        if (c.seq == 1 && i < 2) {
+          EXPECT_TRUE(all_zero(bgpu[i]));
+        }
         EXPECT_LE(relative_error(bgpu[i], bcpu[i]),
-                  compare_rule("causal_attention_backward", i, d).tolerance)
-            << what << " gradient " << i;
+                  compare_rule("causal_attention_backward", i, d).tolerance);
+      }
     }
 }
 
