@@ -236,9 +236,13 @@ __global__ void __launch_bounds__(kThreads)
 // attention_backward_mma.cu: the tensor-core dq and dk/dv kernels of bf16 and f16.
 template <typename T, int HD>
 void launch_backward_mma(KernelContext& ctx, const AttentionLayout& a, const float* delta);
+// attention_any_head_dim.cu: head dims other than 64 and 128.
+template <typename T>
+void launch_backward_any(KernelContext& ctx, const AttentionLayout& a, const math_of<T>* delta);
 
 namespace {
 
+// HD: 64 or 128 for the tiled kernels, 0 for any other head dim.
 template <typename T, int HD>
 void launch_backward(KernelContext& ctx, const AttentionLayout& a) {
   using M = math_of<T>;
@@ -253,9 +257,11 @@ void launch_backward(KernelContext& ctx, const AttentionLayout& a) {
   Tensor delta = Tensor::empty({rows}, ctx.inputs[4].dtype(), ctx.inputs[0].device());
   const int64_t warp_blocks = std::min<int64_t>((rows + kWarps - 1) / kWarps, 1 << 20);
   delta_kernel<T><<<static_cast<unsigned>(warp_blocks), kThreads, 0, stream>>>(
-      o, dout, out_ptr<M>(delta), rows, HD);
+      o, dout, out_ptr<M>(delta), rows, static_cast<int>(a.head_dim));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
-  if constexpr (kHasMma<T>) {
+  if constexpr (HD == 0) {
+    launch_backward_any<T>(ctx, a, in_ptr<M>(delta));
+  } else if constexpr (kHasMma<T>) {
     launch_backward_mma<T, HD>(ctx, a, in_ptr<M>(delta));
   } else {
     const Dims<M> dims = attention_dims<M>(a);
@@ -282,8 +288,10 @@ void causal_attention_backward_cuda(KernelContext& ctx) {
     using T = decltype(tag);
     if (a.head_dim == 64)
       launch_backward<T, 64>(ctx, a);
-    else
+    else if (a.head_dim == 128)
       launch_backward<T, 128>(ctx, a);
+    else
+      launch_backward<T, 0>(ctx, a);
   });
 }
 

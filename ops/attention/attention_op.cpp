@@ -137,7 +137,7 @@ void define_forward(OpRegistry& r) {
         {n.inputs[0], n.inputs[1], n.inputs[2], n.outputs[0], n.outputs[1], c.grad_or_zeros(0)},
         scale_of(n));
   };
-  // Head dims 64 and 128: the sizes the CUDA kernel takes (`qat crosscheck` runs these too).
+  // Head dims 64 and 128: the tiled CUDA kernels' sizes (`qat crosscheck` runs these too).
   op.gradcheck_samples = [] {
     return std::vector<GradcheckSample>{
         sample("[1,2,3,64] kv 2", 1, 2, 2, 3, 64),

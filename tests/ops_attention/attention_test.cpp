@@ -151,7 +151,7 @@ TEST(CausalAttention, Bf16IsCloseToTheF32Result) {
 TEST(CausalAttention, KeepsItsCrosscheckCases) {
   const OpDef& op = OpRegistry::instance().get("causal_attention");
   ASSERT_TRUE(static_cast<bool>(op.crosscheck.cases));
-  EXPECT_EQ(op.crosscheck.cases().size(), 6u);
+  EXPECT_EQ(op.crosscheck.cases().size(), 7u);
   EXPECT_EQ(op.gradcheck_samples().size(), 4u);  // crosschecked too, so head dims 64 and 128
   EXPECT_EQ(op.crosscheck.rounded_outputs, std::vector<int>{-1});
   EXPECT_EQ(OpRegistry::instance().get("causal_attention_backward").crosscheck.rounded_outputs,
@@ -240,28 +240,37 @@ TEST(CausalAttention, BadInputsAreNamedErrors) {
   expect_error([&] { grad(g, loss, {q}); }, {"causal_attention", "lse output has no gradient"});
 }
 
-// The CUDA kernels take head dims 64 and 128; the check runs before any launch, so it is
-// testable here without a GPU, and through the op where one is present.
-TEST(CausalAttention, CudaRefusesOtherHeadDims) {
+// The CUDA kernels take any even head dim up to 256 (64 and 128 tiled, the others on the
+// per-row kernels); the check runs before any launch, so it is testable here without a GPU,
+// and through the op (forward and backward) where one is present.
+TEST(CausalAttention, CudaRefusesOddOrLargeHeadDims) {
   AttentionLayout l;
   l.batch = 1, l.heads = 2, l.kv_heads = 1, l.seq = 4;
-  for (int64_t hd : {64, 128}) {
+  for (int64_t hd : {2, 8, 32, 64, 96, 128, 200, 256}) {
     l.head_dim = hd;
-    EXPECT_NO_THROW(check_cuda_layout("causal_attention", l));
+    EXPECT_NO_THROW(check_cuda_layout("causal_attention", l)) << hd;
   }
-  for (int64_t hd : {8, 32, 96, 256}) {
+  for (int64_t hd : {1, 7, 33, 258, 512}) {
     l.head_dim = hd;
     expect_error([&] { check_cuda_layout("causal_attention", l); },
                  {"[causal_attention]", "head_dim = " + std::to_string(hd), "not supported on CUDA",
-                  "64 or 128"});
+                  "even head_dim up to 256"});
   }
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device present: the op-level check skipped";
-  Tensor q = testing::random_f32({1, 2, 4, 32}, 1), k = testing::random_f32({1, 1, 4, 32}, 2);
-  expect_error(
-      [&] {
-        run_op(Device::cuda(), "causal_attention", {q, k, k});
-      },
-      {"causal_attention", "head_dim = 32", "not supported on CUDA"});
+  for (int64_t hd : {7, 264}) {
+    Tensor q = testing::random_f32({1, 2, 4, hd}, 1), k = testing::random_f32({1, 1, 4, hd}, 2);
+    expect_error(
+        [&] {
+          run_op(Device::cuda(), "causal_attention", {q, k, k});
+        },
+        {"causal_attention", "head_dim = " + std::to_string(hd), "not supported on CUDA"});
+    Tensor lse = Tensor::zeros({1, 2, 4}, DType::f32);
+    expect_error(
+        [&] {
+          run_op(Device::cuda(), "causal_attention_backward", {q, k, k, q, lse, q});
+        },
+        {"causal_attention_backward", "head_dim = " + std::to_string(hd), "not supported on CUDA"});
+  }
 }
 
 // The bf16/f16 kernels move 16 bytes at a time: a directly called kernel handed a view that
@@ -324,16 +333,16 @@ TEST(CausalAttention, OneStepHasNoScoreGradient) {
 }
 
 // GPU against CPU to rounding (the crosscheck rule: sums in another order), forward and
-// backward (given the same o and lse), every dtype, head dims 64 and 128, GQA and MQA, T = 1,
-// T not a multiple of any tile, T past several tiles. Every output is also checked for
+// backward (given the same o and lse), every dtype, head dims 64 and 128 (tiled kernels) and
+// 8, 32, 96, 256 (the per-row kernels), GQA and MQA, T = 1, T not a multiple of any tile, T
+// past several tiles. Every output is also checked for
 // NaN/Inf/garbage, and at T = 1 dq and dk must be exactly zero on the GPU too.
 TEST(CausalAttention, GpuMatchesCpu) {
   QG_REQUIRE_GPU();
-  const std::vector<Case> cases = {{2, 4, 2, 65, 64},
-                                   {1, 8, 1, 130, 128},
-                                   {3, 2, 2, 1, 64},
-                                   {1, 4, 2, 257, 128},
-                                   {2, 2, 1, 7, 64}};
+  const std::vector<Case> cases = {{2, 4, 2, 65, 64},   {1, 8, 1, 130, 128}, {3, 2, 2, 1, 64},
+                                   {1, 4, 2, 257, 128}, {2, 2, 1, 7, 64},    {2, 4, 2, 37, 8},
+                                   {1, 4, 1, 40, 32},   {1, 2, 2, 1, 32},    {1, 8, 2, 33, 96},
+                                   {1, 2, 1, 9, 256}};
   uint32_t seed = 1;
   for (const Case& c : cases)
     for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
