@@ -11,6 +11,10 @@
 //           p_ij and ds_ij, and lane l accumulates sum_i p_ij do_i and sum_i ds_ij q_i.
 // No atomics: dk and dv are summed over the group inside one block, so the result does not
 // depend on scheduling.
+// Row 0 sees key 0 only, so its softmax is constant (p_00 = 1 whatever the score) and
+// ds_00 = 0 exactly; every kernel sets it so (attention_op.cpp). Computed as dp_00 - D_0 it
+// would be do . v_0 - do . o_0 with o_0 = v_0, which cancels only to rounding here (the two
+// dots are summed in other orders), and at T = 1 that noise would be all of dq and dk.
 #include <algorithm>
 
 #include "core/graph.h"
@@ -106,7 +110,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t i = i0 + warp * R + rr;
       if (i >= seq || j0 > i) continue;  // the same for every lane of the warp
       const M p = j <= i ? exp(s[rr] * dims.scale - row_lse[rr]) : M(0);
-      const M ds = p * (dp[rr] - row_delta[rr]);
+      const M ds = i == 0 ? M(0) : p * (dp[rr] - row_delta[rr]);  // row 0: see the header
       const int keys = static_cast<int>(min64(kTile, i - j0 + 1));
       for (int jj = 0; jj < keys; ++jj) {
         const M dsj = __shfl_sync(0xffffffffu, ds, jj);
@@ -199,7 +203,7 @@ __global__ void __launch_bounds__(kThreads)
         if (j >= seq || i0 + kTile <= j) continue;  // the same for every lane of the warp
         const bool seen = i >= j && i < seq;
         const M p = seen ? exp(s[rr] * dims.scale - slse[lane]) : M(0);
-        const M ds = seen ? p * (dp[rr] - sdelta[lane]) : M(0);
+        const M ds = seen && i > 0 ? p * (dp[rr] - sdelta[lane]) : M(0);  // row 0: the header
         for (int ii = static_cast<int>(max64(0, j - i0)); ii < end; ++ii) {
           const M pi = __shfl_sync(0xffffffffu, p, ii);
           const M dsi = __shfl_sync(0xffffffffu, ds, ii);
@@ -232,9 +236,13 @@ __global__ void __launch_bounds__(kThreads)
 // attention_backward_mma.cu: the tensor-core dq and dk/dv kernels of bf16 and f16.
 template <typename T, int HD>
 void launch_backward_mma(KernelContext& ctx, const AttentionLayout& a, const float* delta);
+// attention_any_head_dim.cu: head dims other than 64 and 128.
+template <typename T>
+void launch_backward_any(KernelContext& ctx, const AttentionLayout& a, const math_of<T>* delta);
 
 namespace {
 
+// HD: 64 or 128 for the tiled kernels, 0 for any other head dim.
 template <typename T, int HD>
 void launch_backward(KernelContext& ctx, const AttentionLayout& a) {
   using M = math_of<T>;
@@ -249,9 +257,11 @@ void launch_backward(KernelContext& ctx, const AttentionLayout& a) {
   Tensor delta = Tensor::empty({rows}, ctx.inputs[4].dtype(), ctx.inputs[0].device());
   const int64_t warp_blocks = std::min<int64_t>((rows + kWarps - 1) / kWarps, 1 << 20);
   delta_kernel<T><<<static_cast<unsigned>(warp_blocks), kThreads, 0, stream>>>(
-      o, dout, out_ptr<M>(delta), rows, HD);
+      o, dout, out_ptr<M>(delta), rows, static_cast<int>(a.head_dim));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
-  if constexpr (kHasMma<T>) {
+  if constexpr (HD == 0) {
+    launch_backward_any<T>(ctx, a, in_ptr<M>(delta));
+  } else if constexpr (kHasMma<T>) {
     launch_backward_mma<T, HD>(ctx, a, in_ptr<M>(delta));
   } else {
     const Dims<M> dims = attention_dims<M>(a);
@@ -278,8 +288,10 @@ void causal_attention_backward_cuda(KernelContext& ctx) {
     using T = decltype(tag);
     if (a.head_dim == 64)
       launch_backward<T, 64>(ctx, a);
-    else
+    else if (a.head_dim == 128)
       launch_backward<T, 128>(ctx, a);
+    else
+      launch_backward<T, 0>(ctx, a);
   });
 }
 

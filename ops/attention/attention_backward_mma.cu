@@ -124,7 +124,10 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
         const int64_t j = j0 + 8 * nt + 2 * t + (e & 1);
-        const float p = j > rows[r] || j >= seq ? 0.f : expf(s[nt][e] * dims.scale - row_lse[r]);
+        // Row 0's dS is exactly 0 (its softmax has one key: attention_backward.cu).
+        const float p = j > rows[r] || j >= seq || rows[r] == 0
+                            ? 0.f
+                            : expf(s[nt][e] * dims.scale - row_lse[r]);
         s[nt][e] = p * (dp[nt][e] - row_delta[r]);  // dS
       }
 #pragma unroll
@@ -221,7 +224,7 @@ __global__ void __launch_bounds__(kThreads)
           const bool seen = i >= keys[e >> 1] && i < seq;
           const float p = seen ? expf(s[nt][e] * dims.scale - slse[c]) : 0.f;
           s[nt][e] = p;
-          dp[nt][e] = p * (dp[nt][e] - sdelta[c]);  // dS^T
+          dp[nt][e] = i > 0 ? p * (dp[nt][e] - sdelta[c]) : 0.f;  // dS^T; row 0's is 0
         }
 #pragma unroll
       for (int kk = 0; kk < kQueryTile / 16; ++kk) {

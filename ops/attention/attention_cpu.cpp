@@ -112,7 +112,9 @@ void backward_typed(KernelContext& ctx) {
     const M s = dot<T>(q + r * d, k + kj * d, d) * scale;
     const M p = std::exp(s - lse[r]);
     const M dp = dot<T>(dout + r * d, v + kj * d, d);
-    return PairTerms<T>{p, p * (dp - delta[r])};
+    // Row 0 sees only key 0: p_00 = 1 for any score, so ds_00 = 0 exactly (with the forward's
+    // o, o_0 = v_0 and dp - D cancels to 0 here anyway; the GPU kernels set it explicitly).
+    return PairTerms<T>{p, idx.query(r) == 0 ? M(0) : p * (dp - delta[r])};
   };
   // 2. dq_i = scale * sum over j <= i of ds_ij k_j.
   parallel_for(

@@ -1,8 +1,8 @@
 // `qat crosscheck` cases of causal_attention beyond its gradient-check samples, each with its
 // backward: Llama's shapes (head dims 64 and 128, GQA and MQA), T = 1, T odd and not a
-// multiple of the GPU's tiles, a custom scale, and large scores (values to +/-4, so the
-// softmax is far from uniform). Outputs agree to rounding: the GPU sums per tile with the
-// online-softmax rescaling, the CPU per row in key order.
+// multiple of the GPU's tiles, a custom scale, a head dim off the GPU's tiled ones, and large
+// scores (values to +/-4, so the softmax is far from uniform). Outputs agree to rounding: the GPU
+// sums per tile with the online-softmax rescaling, the CPU per row in key order.
 #include "ops/common/crosscheck_inputs.h"
 
 namespace qg {
@@ -26,6 +26,7 @@ std::vector<CrosscheckCase> cases() {
   add("odd T [1,2,33,128] kv 2", 1, 2, 2, 33, 128, 1);
   add("scale 0.05 [1,2,40,64] kv 1", 1, 2, 1, 40, 64, 1, {{"scale", 0.05}});
   add("large scores [1,2,37,64] kv 1", 1, 2, 1, 37, 64, 4);
+  add("small head dim [1,4,19,32] kv 2", 1, 4, 2, 19, 32, 1);  // the per-row CUDA kernels
   return c;
 }
 

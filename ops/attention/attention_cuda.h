@@ -11,10 +11,19 @@
 
 namespace qg {
 
-// Head dims 64 and 128 (Llama's); a batch * heads that fits the grid's second axis.
+// Any even head dim up to kMaxAnyHeadDim: 64 and 128 (Llama's) take the tiled kernels,
+// the others attention_any_head_dim.cu's (slower); a batch * heads that fits the tiled
+// kernels' grid's second axis.
+constexpr int64_t kMaxAnyHeadDim = 256;
+
+inline bool tiled_head_dim(int64_t hd) {
+  return hd == 64 || hd == 128;
+}
+
 inline void check_cuda_layout(const std::string& op, const AttentionLayout& a) {
-  QG_CHECK(a.head_dim == 64 || a.head_dim == 128, op, "head_dim = ", a.head_dim,
-           " is not supported on CUDA (the kernels take 64 or 128)");
+  QG_CHECK(a.head_dim <= kMaxAnyHeadDim && a.head_dim % 2 == 0, op, "head_dim = ", a.head_dim,
+           " is not supported on CUDA (the kernels take an even head_dim up to ", kMaxAnyHeadDim,
+           ")");
   QG_CHECK(a.batch * a.heads <= 65535 && a.batch * a.kv_heads <= 65535, op,
            "batch * heads = ", a.batch * a.heads, " is over the CUDA grid's 65535");
 }

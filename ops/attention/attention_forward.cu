@@ -122,13 +122,18 @@ void launch_forward(KernelContext& ctx, const AttentionLayout& a) {
 // attention_forward_mma.cu: the tensor-core kernel of bf16 and f16.
 template <typename T, int HD>
 void launch_forward_mma(KernelContext& ctx, const AttentionLayout& a);
+// attention_any_head_dim.cu: head dims other than 64 and 128.
+template <typename T>
+void launch_forward_any(KernelContext& ctx, const AttentionLayout& a);
 
 void causal_attention_cuda(KernelContext& ctx) {
   const AttentionLayout& a = ctx.args<AttentionArgs>().layout;
   check_cuda_layout(ctx.op, a);
   dispatch_float(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (kHasMma<T>) {
+    if (!tiled_head_dim(a.head_dim)) {
+      launch_forward_any<T>(ctx, a);
+    } else if constexpr (kHasMma<T>) {
       if (a.head_dim == 64)
         launch_forward_mma<T, 64>(ctx, a);
       else

@@ -13,7 +13,9 @@
 // reference). Per query row i: s_j = M(q_i . k_j) * scale for j <= i, m = max_j s_j,
 // l = sum_j exp(s_j - m), o_i = T(sum_j exp(s_j - m) v_j / l) (rounded once to the input
 // dtype), lse_i = m + log(l) (kept in M, f32 or f64). The backward recomputes
-// p_ij = exp(s_ij - lse_i), D_i = do_i . o_i, ds_ij = p_ij (do_i . v_j - D_i), and returns
+// p_ij = exp(s_ij - lse_i), D_i = do_i . o_i, ds_ij = p_ij (do_i . v_j - D_i), except
+// ds_00 = 0 exactly (row 0 sees one key, so its softmax is constant; computed, it cancels
+// only to rounding, and at T = 1 that rounding would be the whole of dq and dk), and returns
 // dq = T(scale * sum_j ds_ij k_j), dk = T(scale * sum ds_ij q_i), dv = T(sum p_ij do_i),
 // each rounded once. The kernels sum in different orders (the CPU per row in key order, the
 // GPU per tile with the online-softmax rescaling), so the backends agree to rounding, not bit
@@ -135,7 +137,7 @@ void define_forward(OpRegistry& r) {
         {n.inputs[0], n.inputs[1], n.inputs[2], n.outputs[0], n.outputs[1], c.grad_or_zeros(0)},
         scale_of(n));
   };
-  // Head dims 64 and 128: the sizes the CUDA kernel takes (`qat crosscheck` runs these too).
+  // Head dims 64 and 128: the tiled CUDA kernels' sizes (`qat crosscheck` runs these too).
   op.gradcheck_samples = [] {
     return std::vector<GradcheckSample>{
         sample("[1,2,3,64] kv 2", 1, 2, 2, 3, 64),

@@ -151,7 +151,7 @@ TEST(CausalAttention, Bf16IsCloseToTheF32Result) {
 TEST(CausalAttention, KeepsItsCrosscheckCases) {
   const OpDef& op = OpRegistry::instance().get("causal_attention");
   ASSERT_TRUE(static_cast<bool>(op.crosscheck.cases));
-  EXPECT_EQ(op.crosscheck.cases().size(), 6u);
+  EXPECT_EQ(op.crosscheck.cases().size(), 7u);
   EXPECT_EQ(op.gradcheck_samples().size(), 4u);  // crosschecked too, so head dims 64 and 128
   EXPECT_EQ(op.crosscheck.rounded_outputs, std::vector<int>{-1});
   EXPECT_EQ(OpRegistry::instance().get("causal_attention_backward").crosscheck.rounded_outputs,
@@ -240,28 +240,37 @@ TEST(CausalAttention, BadInputsAreNamedErrors) {
   expect_error([&] { grad(g, loss, {q}); }, {"causal_attention", "lse output has no gradient"});
 }
 
-// The CUDA kernels take head dims 64 and 128; the check runs before any launch, so it is
-// testable here without a GPU, and through the op where one is present.
-TEST(CausalAttention, CudaRefusesOtherHeadDims) {
+// The CUDA kernels take any even head dim up to 256 (64 and 128 tiled, the others on the
+// per-row kernels); the check runs before any launch, so it is testable here without a GPU,
+// and through the op (forward and backward) where one is present.
+TEST(CausalAttention, CudaRefusesOddOrLargeHeadDims) {
   AttentionLayout l;
   l.batch = 1, l.heads = 2, l.kv_heads = 1, l.seq = 4;
-  for (int64_t hd : {64, 128}) {
+  for (int64_t hd : {2, 8, 32, 64, 96, 128, 200, 256}) {
     l.head_dim = hd;
-    EXPECT_NO_THROW(check_cuda_layout("causal_attention", l));
+    EXPECT_NO_THROW(check_cuda_layout("causal_attention", l)) << hd;
   }
-  for (int64_t hd : {8, 32, 96, 256}) {
+  for (int64_t hd : {1, 7, 33, 258, 512}) {
     l.head_dim = hd;
     expect_error([&] { check_cuda_layout("causal_attention", l); },
                  {"[causal_attention]", "head_dim = " + std::to_string(hd), "not supported on CUDA",
-                  "64 or 128"});
+                  "even head_dim up to 256"});
   }
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device present: the op-level check skipped";
-  Tensor q = testing::random_f32({1, 2, 4, 32}, 1), k = testing::random_f32({1, 1, 4, 32}, 2);
-  expect_error(
-      [&] {
-        run_op(Device::cuda(), "causal_attention", {q, k, k});
-      },
-      {"causal_attention", "head_dim = 32", "not supported on CUDA"});
+  for (int64_t hd : {7, 264}) {
+    Tensor q = testing::random_f32({1, 2, 4, hd}, 1), k = testing::random_f32({1, 1, 4, hd}, 2);
+    expect_error(
+        [&] {
+          run_op(Device::cuda(), "causal_attention", {q, k, k});
+        },
+        {"causal_attention", "head_dim = " + std::to_string(hd), "not supported on CUDA"});
+    Tensor lse = Tensor::zeros({1, 2, 4}, DType::f32);
+    expect_error(
+        [&] {
+          run_op(Device::cuda(), "causal_attention_backward", {q, k, k, q, lse, q});
+        },
+        {"causal_attention_backward", "head_dim = " + std::to_string(hd), "not supported on CUDA"});
+  }
 }
 
 // The bf16/f16 kernels move 16 bytes at a time: a directly called kernel handed a view that
@@ -279,16 +288,61 @@ TEST(CausalAttention, CudaRefusesMisalignedViews) {
       {"causal_attention", "input 0", "16-byte boundary"});
 }
 
+// Every element finite and of a size these cases can produce (inputs in [-1, 1], so |o| <= 1,
+// |lse| < log T + hd * scale and the gradients stay far below 1e4): uninitialised or
+// out-of-range memory cannot pass a comparison by accident (a relative error is blind to
+// garbage in an all-zero reference, and NaN compares false).
+void expect_sane(const Tensor& t, const std::string& what) {
+  const std::vector<double> x = t.to_doubles();
+  for (size_t e = 0; e < x.size(); ++e)
+    if (!std::isfinite(x[e]) || std::abs(x[e]) > 1e4) {
+      ADD_FAILURE() << what << ": element " << e << " of " << x.size() << " is " << x[e];
+      return;
+    }
+}
+
+bool all_zero(const Tensor& t) {
+  for (double x : t.to_doubles())
+    if (x != 0.0) return false;
+  return true;
+}
+
+// Row 0 sees only key 0, so its softmax is constant and ds_00 = 0: at T = 1, dq and dk are
+// exactly zero (not rounding noise, which a comparison relative to the all-zero reference
+// would blow up), and dv is do summed over the KV head's query heads.
+TEST(CausalAttention, OneStepHasNoScoreGradient) {
+  for (DType d : {DType::f32, DType::f64, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(d));
+    Tensor q = testing::random_f32({2, 4, 1, 64}, 5).cast(d);
+    Tensor k = testing::random_f32({2, 2, 1, 64}, 6).cast(d);
+    Tensor v = testing::random_f32({2, 2, 1, 64}, 7).cast(d);
+    Tensor dout = testing::random_f32({2, 4, 1, 64}, 8).cast(d);
+    auto fwd = run_op(Device::cpu(), "causal_attention", {q, k, v});
+    auto g = run_op(Device::cpu(), "causal_attention_backward", {q, k, v, fwd[0], fwd[1], dout});
+    EXPECT_TRUE(all_zero(g[0]));
+    EXPECT_TRUE(all_zero(g[1]));
+    const std::vector<double> dv = g[2].to_doubles(), dd = dout.to_doubles();
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t kv = 0; kv < 2; ++kv)
+        for (int64_t x = 0; x < 64; ++x) {
+          const double want = static_cast<double>(dd[((n * 4 + 2 * kv) * 64) + x] +
+                                                  dd[((n * 4 + 2 * kv + 1) * 64) + x]);
+          EXPECT_NEAR(dv[(n * 2 + kv) * 64 + x], want, d == DType::bf16 ? 1e-2 : 1e-6);
+        }
+  }
+}
+
 // GPU against CPU to rounding (the crosscheck rule: sums in another order), forward and
-// backward (given the same o and lse), every dtype, head dims 64 and 128, GQA and MQA, T = 1,
-// T not a multiple of any tile, T past several tiles.
+// backward (given the same o and lse), every dtype, head dims 64 and 128 (tiled kernels) and
+// 8, 32, 96, 256 (the per-row kernels), GQA and MQA, T = 1, T not a multiple of any tile, T
+// past several tiles. Every output is also checked for
+// NaN/Inf/garbage, and at T = 1 dq and dk must be exactly zero on the GPU too.
 TEST(CausalAttention, GpuMatchesCpu) {
   QG_REQUIRE_GPU();
-  const std::vector<Case> cases = {{2, 4, 2, 65, 64},
-                                   {1, 8, 1, 130, 128},
-                                   {3, 2, 2, 1, 64},
-                                   {1, 4, 2, 257, 128},
-                                   {2, 2, 1, 7, 64}};
+  const std::vector<Case> cases = {{2, 4, 2, 65, 64},   {1, 8, 1, 130, 128}, {3, 2, 2, 1, 64},
+                                   {1, 4, 2, 257, 128}, {2, 2, 1, 7, 64},    {2, 4, 2, 37, 8},
+                                   {1, 4, 1, 40, 32},   {1, 2, 2, 1, 32},    {1, 8, 2, 33, 96},
+                                   {1, 2, 1, 9, 256}};
   uint32_t seed = 1;
   for (const Case& c : cases)
     for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
@@ -300,16 +354,25 @@ TEST(CausalAttention, GpuMatchesCpu) {
       auto cpu = run_op(Device::cpu(), "causal_attention", {q, k, v});
       auto gpu = run_op(Device::cuda(), "causal_attention", {q, k, v});
       const std::string what = std::string(dtype_name(d)) + " " + label(c);
-      for (int i = 0; i < 2; ++i)
-        EXPECT_LE(relative_error(gpu[i], cpu[i]), compare_rule("causal_attention", i, d).tolerance)
-            << what << " output " << i;
+      SCOPED_TRACE(what);  // printed with every failure below, first in the message
+      for (int i = 0; i < 2; ++i) {
+        SCOPED_TRACE("output " + std::to_string(i));
+        expect_sane(gpu[i], what + " gpu output " + std::to_string(i));
+        EXPECT_LE(relative_error(gpu[i], cpu[i]), compare_rule("causal_attention", i, d).tolerance);
+      }
       const std::vector<Tensor> ins = {q, k, v, cpu[0], cpu[1], dout};
       auto bcpu = run_op(Device::cpu(), "causal_attention_backward", ins);
       auto bgpu = run_op(Device::cuda(), "causal_attention_backward", ins);
-      for (int i = 0; i < 3; ++i)
+      for (int i = 0; i < 3; ++i) {
+        const char* names[] = {"dq", "dk", "dv"};
+        SCOPED_TRACE(std::string("gradient ") + names[i]);
+        expect_sane(bgpu[i], what + " gpu " + names[i]);
+        if (c.seq == 1 && i < 2) {
+          EXPECT_TRUE(all_zero(bgpu[i]));
+        }
         EXPECT_LE(relative_error(bgpu[i], bcpu[i]),
-                  compare_rule("causal_attention_backward", i, d).tolerance)
-            << what << " gradient " << i;
+                  compare_rule("causal_attention_backward", i, d).tolerance);
+      }
     }
 }
 
