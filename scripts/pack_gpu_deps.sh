@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=.gpudeps/root
-rm -rf .gpudeps
+rm -rf "$dest"  # (.gpudeps/wheels, the carried torchao wheel, stays)
 mkdir -p "$dest"
 mkdir -p "$(git rev-parse --git-dir)/info"
 exclude="$(git rev-parse --git-dir)/info/exclude"
