@@ -9,9 +9,11 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/printable.h"
+#include "runtime/compile.h"
 
 namespace qg::nn {
 namespace {
@@ -216,6 +218,46 @@ Tensor decode_tensor(const std::string& payload, const std::string& what) {
   Tensor t = Tensor::empty(shape, dtype);
   if (want > 0) std::memcpy(t.raw_data(), payload.data() + r.pos(), want);
   return t;
+}
+
+CheckpointSections::CheckpointSections(const std::vector<CheckpointSection>& sections,
+                                       std::string what)
+    : what_(std::move(what)) {
+  for (const CheckpointSection& s : sections)
+    QG_CHECK(by_name_.emplace(s.name, &s.payload).second, "checkpoint", what_,
+             ": duplicate section '", printable(s.name), "'");
+}
+
+const std::string& CheckpointSections::operator()(const std::string& name) const {
+  auto it = by_name_.find(name);
+  QG_CHECK(it != by_name_.end(), "checkpoint", what_, ": missing section '", name, "'");
+  return *it->second;
+}
+
+std::map<std::string, std::string> CheckpointSections::meta() const {
+  std::istringstream text((*this)("meta"));
+  std::map<std::string, std::string> kv;
+  for (std::string line; std::getline(text, line);) {
+    const size_t sp = line.find(' ');
+    QG_CHECK(sp != std::string::npos, "checkpoint", what_, ": malformed meta line '",
+             printable(line), "'");
+    kv[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  return kv;
+}
+
+std::vector<std::pair<Tensor*, Tensor>> decode_states(Executor& exec,
+                                                      const CheckpointSections& sections) {
+  std::vector<std::pair<Tensor*, Tensor>> updates;
+  for (const auto& [key, dst] : state_index(exec)) {
+    const std::string name = "state/" + key;
+    Tensor t = decode_tensor(sections(name), sections.what() + " [" + name + "]");
+    QG_CHECK(t.dtype() == dst->dtype() && t.shape() == dst->shape(), "checkpoint", sections.what(),
+             ": '", name, "' holds ", dtype_name(t.dtype()), shape_str(t.shape()),
+             ", the model needs ", dtype_name(dst->dtype()), shape_str(dst->shape()));
+    updates.emplace_back(dst, t);
+  }
+  return updates;
 }
 
 }  // namespace qg::nn

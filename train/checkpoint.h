@@ -11,10 +11,13 @@
 // crash mid-write leaves the previous checkpoint intact.
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
+#include "runtime/executor.h"
 
 namespace qg::nn {
 
@@ -32,6 +35,27 @@ std::vector<CheckpointSection> read_checkpoint(const std::string& path);
 
 std::string encode_tensor(const Tensor& t);  // a CPU copy is taken for device tensors
 Tensor decode_tensor(const std::string& payload, const std::string& what);
+
+// A decoded checkpoint's sections by name, for the trainers' loaders: a name given twice is an
+// error at construction, a missing one when asked for; `what` (a path) names the file.
+class CheckpointSections {
+ public:
+  CheckpointSections(const std::vector<CheckpointSection>& sections, std::string what);
+  const std::string& operator()(const std::string& name) const;
+  // The "key value" lines of the "meta" section.
+  std::map<std::string, std::string> meta() const;
+  const std::string& what() const { return what_; }
+
+ private:
+  std::map<std::string, const std::string*> by_name_;
+  std::string what_;
+};
+
+// The "state/<key>" section of every state of `exec` (runtime/compile.h's state_index),
+// decoded and checked against the state's dtype and shape, as (destination, value) pairs:
+// nothing is written, so a loader can check the whole file before it changes anything.
+std::vector<std::pair<Tensor*, Tensor>> decode_states(Executor& exec,
+                                                      const CheckpointSections& sections);
 
 // Atomic file write (temp file, fsync, rename), shared with the metrics writers.
 void write_file_atomic(const std::string& path, const std::string& bytes);

@@ -185,25 +185,8 @@ void LmTrainer::save_checkpoint(const std::string& path) {
 
 void LmTrainer::load_checkpoint(const std::string& path) {
   std::vector<CheckpointSection> sections = read_checkpoint(path);
-  std::map<std::string, const std::string*> by_name;
-  for (const auto& s : sections)
-    QG_CHECK(by_name.emplace(s.name, &s.payload).second, "checkpoint", path,
-             ": duplicate section '", printable(s.name), "'");
-  auto section = [&](const std::string& name) -> const std::string& {
-    auto it = by_name.find(name);
-    QG_CHECK(it != by_name.end(), "checkpoint", path, ": missing section '", name, "'");
-    return *it->second;
-  };
-  std::map<std::string, std::string> kv;
-  {
-    std::istringstream meta(section("meta"));
-    for (std::string line; std::getline(meta, line);) {
-      const size_t sp = line.find(' ');
-      QG_CHECK(sp != std::string::npos, "checkpoint", path, ": malformed meta line '",
-               printable(line), "'");
-      kv[line.substr(0, sp)] = line.substr(sp + 1);
-    }
-  }
+  const CheckpointSections section(sections, path);
+  std::map<std::string, std::string> kv = section.meta();
   QG_CHECK(kv["config"] == config_key(), "checkpoint", path, ": written for '",
            printable(kv["config"]), "', this trainer is '", config_key(), "'");
   int64_t step = 0;
@@ -216,15 +199,7 @@ void LmTrainer::load_checkpoint(const std::string& path) {
   Rng probe;
   probe.load(section("crops"));
   std::vector<LmEvalRecord> history = parse_history(section("history"), path);
-  std::vector<std::pair<Tensor*, Tensor>> updates;
-  for (const auto& [key, dst] : state_index(executor())) {
-    const std::string name = "state/" + key;
-    Tensor t = decode_tensor(section(name), path + " [" + name + "]");
-    QG_CHECK(t.dtype() == dst->dtype() && t.shape() == dst->shape(), "checkpoint", path, ": '",
-             name, "' holds ", dtype_name(t.dtype()), shape_str(t.shape()), ", the model needs ",
-             dtype_name(dst->dtype()), shape_str(dst->shape()));
-    updates.emplace_back(dst, t);
-  }
+  std::vector<std::pair<Tensor*, Tensor>> updates = decode_states(executor(), section);
   QG_CHECK(updates.size() + 3 == sections.size(), "checkpoint", path, ": holds ", sections.size(),
            " sections, this model needs ", updates.size() + 3);
   for (auto& [dst, t] : updates)

@@ -38,20 +38,6 @@ std::string history_text(const std::vector<EpochMetrics>& h) {
   return os.str();
 }
 
-// The meta section's "key value" lines.
-std::map<std::string, std::string> parse_meta(const std::string& text, const std::string& path) {
-  std::istringstream meta(text);
-  std::map<std::string, std::string> kv;
-  std::string line;
-  while (std::getline(meta, line)) {
-    size_t sp = line.find(' ');
-    QG_CHECK(sp != std::string::npos, "checkpoint", path, ": malformed meta line '",
-             printable(line), "'");
-    kv[line.substr(0, sp)] = line.substr(sp + 1);
-  }
-  return kv;
-}
-
 template <typename T>
 std::string joined(const std::vector<T>& v) {
   std::ostringstream os;
@@ -405,18 +391,9 @@ void Trainer::load_checkpoint(const std::string& path) {
 
 void Trainer::load_checkpoint_bytes(const std::string& bytes, const std::string& path) {
   std::vector<CheckpointSection> sections = decode_checkpoint(bytes, path);
-  std::map<std::string, const std::string*> by_name;
-  for (const auto& s : sections) {
-    QG_CHECK(by_name.emplace(s.name, &s.payload).second, "checkpoint", path,
-             ": duplicate section '", printable(s.name), "'");
-  }
-  auto section = [&](const std::string& name) -> const std::string& {
-    auto it = by_name.find(name);
-    QG_CHECK(it != by_name.end(), "checkpoint", path, ": missing section '", name, "'");
-    return *it->second;
-  };
+  const CheckpointSections section(sections, path);
   // 1. metadata: the checkpoint must come from the same model and recipe.
-  std::map<std::string, std::string> kv = parse_meta(section("meta"), path);
+  std::map<std::string, std::string> kv = section.meta();
   QG_CHECK(kv["config"] == config_key(), "checkpoint", path, ": written for '",
            printable(kv["config"]), "', this trainer is '", config_key(), "'");
   int epoch = 0;
@@ -431,15 +408,7 @@ void Trainer::load_checkpoint_bytes(const std::string& bytes, const std::string&
   Rng rng;
   rng.load(section("rng"));
   std::vector<EpochMetrics> history = parse_history(section("history"), path);
-  std::vector<std::pair<Tensor*, Tensor>> updates;
-  for (const auto& [key, dst] : state_index(executor())) {
-    const std::string name = "state/" + key;
-    Tensor t = decode_tensor(section(name), path + " [" + name + "]");
-    QG_CHECK(t.dtype() == dst->dtype() && t.shape() == dst->shape(), "checkpoint", path, ": '",
-             name, "' holds ", dtype_name(t.dtype()), shape_str(t.shape()), ", the model needs ",
-             dtype_name(dst->dtype()), shape_str(dst->shape()));
-    updates.emplace_back(dst, t);
-  }
+  std::vector<std::pair<Tensor*, Tensor>> updates = decode_states(executor(), section);
   // A sharded rank holds only its own optimizer states; the file has every rank's.
   size_t foreign = 0;
   if (sharded())
@@ -457,9 +426,7 @@ void Trainer::load_checkpoint_bytes(const std::string& bytes, const std::string&
 }
 
 std::map<std::string, std::string> read_checkpoint_meta(const std::string& path) {
-  for (const auto& s : read_checkpoint(path))
-    if (s.name == "meta") return parse_meta(s.payload, path);
-  QG_FAIL("checkpoint", path, ": missing section 'meta'");
+  return CheckpointSections(read_checkpoint(path), path).meta();
 }
 
 }  // namespace qg::nn
