@@ -108,8 +108,10 @@ TEST_F(HfFixture, ShardedCheckpointGivesTheSingleFilesParameters) {
 // rounds every activation to bf16 (8 significant bits, a relative step of 2^-8) at some 20
 // points per block, and the model amplifies those errors through the attention scores and
 // the MLP; the difference is the bf16 reference's own rounding error, measured at up to 3.2%
-// of max |logit| (max) and 1.7% of the RMS logit (RMS) over four seeds. The bounds, 10% and
-// 5%, allow 3x that; the exactness of the import itself is the tight check above.
+// of max |logit| (max) and 1.7% of the RMS logit (RMS) over four seeds of a stand-in, and at
+// 1.3% (0.0498 of 3.92) and 1.1% on the committed transformers 5.17 fixture. The bounds, 10%
+// and 5%, allow 3x the stand-in's; the exactness of the import itself is the tight check
+// above.
 TEST_F(HfFixture, Bf16CheckpointIntoF32Parameters) {
   nn::HfCheckpoint ck = nn::read_hf_checkpoint(kFixture + "/bf16");
   for (const auto& [name, t] : ck.tensors) EXPECT_EQ(t.dtype(), DType::bf16) << name;
