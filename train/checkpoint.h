@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "runtime/executor.h"
 
 namespace qg::nn {
 
@@ -50,12 +49,6 @@ class CheckpointSections {
   std::map<std::string, const std::string*> by_name_;
   std::string what_;
 };
-
-// The "state/<key>" section of every state of `exec` (runtime/compile.h's state_index),
-// decoded and checked against the state's dtype and shape, as (destination, value) pairs:
-// nothing is written, so a loader can check the whole file before it changes anything.
-std::vector<std::pair<Tensor*, Tensor>> decode_states(Executor& exec,
-                                                      const CheckpointSections& sections);
 
 // Atomic file write (temp file, fsync, rename), shared with the metrics writers.
 void write_file_atomic(const std::string& path, const std::string& bytes);

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/printable.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_states.h"
 
 namespace qg::nn {
 namespace {

@@ -15,6 +15,7 @@
 #include "runtime/distributed/optimizer_sharding.h"
 #include "runtime/passes/pass.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_states.h"
 
 namespace qg::nn {
 namespace {
