@@ -204,6 +204,9 @@ struct CrosscheckSpec {
   // another order, transcendental functions of another libm), compared by relative error:
   // their indices, or -1 for every output. Empty: every output is compared bit for bit.
   std::vector<int> rounded_outputs;
+  // Why those outputs cannot be bit-identical: required with rounded_outputs, so a comparison
+  // is never loosened without a reason beside the op's definition.
+  std::string rounded_reason;
 };
 
 struct OpDef {

@@ -123,6 +123,21 @@ int list_missing() {
   return n;
 }
 
+// Prints what the run would compare, one line per op that has crosscheck cases or outputs
+// compared to rounding: "op cases=N rounded=-1|1,2|none reason=...". The pins of each family's
+// tests are checked against this list (tests/core/check_crosscheck_pins.py).
+void list_spec() {
+  for (const OpDef* op : OpRegistry::instance().all()) {
+    const CrosscheckSpec& spec = op->crosscheck;
+    if (!spec.cases && spec.rounded_outputs.empty()) continue;
+    std::string rounded;
+    for (int o : spec.rounded_outputs) rounded += (rounded.empty() ? "" : ",") + std::to_string(o);
+    std::printf("%s cases=%zu rounded=%s reason=%s\n", op->name.c_str(),
+                spec.cases ? spec.cases().size() : size_t{0},
+                rounded.empty() ? "none" : rounded.c_str(), spec.rounded_reason.c_str());
+  }
+}
+
 }  // namespace
 
 void add_crosscheck_command(CLI::App& app) {
@@ -132,11 +147,18 @@ void add_crosscheck_command(CLI::App& app) {
   auto seed = std::make_shared<uint64_t>(1234);
   auto allow_missing = std::make_shared<bool>(false);
   auto only_list = std::make_shared<bool>(false);
+  auto spec_list = std::make_shared<bool>(false);
   cmd->add_option("--op", *filter, "Check only this op");
   cmd->add_option("--seed", *seed, "Random seed for the inputs");
   cmd->add_flag("--allow-missing", *allow_missing, "Ops without a CUDA kernel do not fail");
   cmd->add_flag("--list-missing", *only_list, "Only list ops without CUDA kernels");
-  cmd->callback([filter, seed, allow_missing, only_list] {
+  cmd->add_flag("--list-spec", *spec_list,
+                "Only list each op's crosscheck case count and the outputs compared to rounding");
+  cmd->callback([filter, seed, allow_missing, only_list, spec_list] {
+    if (*spec_list) {
+      list_spec();
+      std::exit(0);
+    }
     if (*only_list) std::exit(list_missing() > 0 && !*allow_missing ? 1 : 0);
     if (!cuda_available()) {
       std::printf("qat crosscheck: no CUDA device present (or built without CUDA); skipped\n");

@@ -50,6 +50,8 @@ struct StepsOptions {
   int reps = 20;
   bool small = false, profile = false, tf32 = false, wall = false;
   std::string profile_nodes;      // comma-separated ops whose nodes are listed one by one
+  std::string variant = "both";   // float, qat or both
+  bool no_trainer = false;        // digits: skip the in-process nn::Trainer column
   std::string precision = "f32";  // the llama step's PrecisionPolicy (nn::parse_precision)
 };
 
@@ -313,6 +315,12 @@ void add_steps_command(CLI::App& app) {
                 "Also print each step's time per op (GPU time, or host wall time on the CPU)");
   cmd->add_option("--profile-nodes", o->profile_nodes,
                   "With --profile on a GPU: also list every node of these ops (comma-separated)");
+  cmd->add_option("--variant", o->variant,
+                  "float, qat or both (default): one variant per process keeps each step's "
+                  "timing free of the other's buffers and graphs")
+      ->check(CLI::IsMember({"float", "qat", "both"}));
+  cmd->add_flag("--no-trainer", o->no_trainer,
+                "Digits models: do not also time nn::Trainer's step in this process");
   cmd->add_option("--precision", o->precision,
                   "The llama step's precision: f32 (default), bf16-mixed (f32 parameters, "
                   "bf16 GEMMs and attention, as torch.autocast) or f16-mixed");
@@ -337,6 +345,7 @@ void add_steps_command(CLI::App& app) {
       for (bool tf32 : {false, true})
         for (bool qat : {false, true}) {
           if (tf32 && !o->tf32) continue;
+          if (o->variant != "both" && qat != (o->variant == "qat")) continue;
           ContextOptions context;  // TF32 for the GEMMs and convolutions of this row only
           context.precision.allow_tf32 = tf32;
           StepGraph s;
@@ -357,7 +366,8 @@ void add_steps_command(CLI::App& app) {
                                : tf32                                   ? " tf32"
                                                                         : " fp32");
           std::printf("%-32s %8d %12.3f", label.c_str(), kernels, us / 1000.0);
-          if (digits && !tf32)  // the trainer's own step, for `qat train --time-steps`
+          if (digits && !tf32 &&
+              !o->no_trainer)  // the trainer's own step, for `qat train --time-steps`
             std::printf("   nn::Trainer %.3f ms",
                         trainer_step_us(kind.substr(7), qat, device, o->reps) / 1000.0);
           std::printf("\n");

@@ -19,8 +19,8 @@ void add_arith_crosscheck(OpRegistry& r) {
     return std::vector<CrosscheckCase>{
         {"bcast [513]-[7,1]", {x_in({513}), x_in({7, 1})}, {}, true}};
   });
-  // A float reduction: summed sequentially on the CPU, as trees on the GPU.
-  set_rounded_outputs(r, "sum_to", {-1});
+  set_rounded_outputs(r, "sum_to", {-1},
+                      "a float reduction: sequential on the CPU, trees on the GPU");
 }
 
 }  // namespace qg

@@ -57,9 +57,14 @@ inline void set_cases(OpRegistry& r, const std::string& op,
 }
 
 // Marks outputs of `op` as compared to rounding (OpDef::crosscheck.rounded_outputs): their
-// indices, or {-1} for every output.
-inline void set_rounded_outputs(OpRegistry& r, const std::string& op, std::vector<int> outputs) {
-  r.get_mutable(op).crosscheck.rounded_outputs = std::move(outputs);
+// indices, or {-1} for every output, and why they cannot be bit-identical (required).
+inline void set_rounded_outputs(OpRegistry& r, const std::string& op, std::vector<int> outputs,
+                                std::string reason) {
+  QG_CHECK(!outputs.empty() && !reason.empty(), op,
+           "rounded crosscheck outputs need their indices and a reason");
+  CrosscheckSpec& spec = r.get_mutable(op).crosscheck;
+  spec.rounded_outputs = std::move(outputs);
+  spec.rounded_reason = std::move(reason);
 }
 
 }  // namespace qg::crosscheck_spec

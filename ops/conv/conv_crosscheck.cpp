@@ -7,7 +7,8 @@ namespace qg {
 void add_conv_crosscheck(OpRegistry& r) {
   for (const char* op :
        {"conv2d", "conv2d_backward_input", "conv2d_backward_weight", "conv2d_backward_bias"})
-    crosscheck_spec::set_rounded_outputs(r, op, {-1});
+    crosscheck_spec::set_rounded_outputs(r, op, {-1},
+                                         "GEMMs, col2im and bias sums in cuBLAS's order");
 }
 
 }  // namespace qg

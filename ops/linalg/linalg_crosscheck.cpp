@@ -14,9 +14,8 @@ void add_linalg_crosscheck(OpRegistry& r) {
          {{"transpose_a", true}, {"transpose_b", true}},
          true}};
   });
-  // cuBLAS's GEMM blocking sums in another order than Eigen's.
-  set_rounded_outputs(r, "matmul", {-1});
-  set_rounded_outputs(r, "batched_matmul", {-1});
+  for (const char* op : {"matmul", "batched_matmul"})
+    set_rounded_outputs(r, op, {-1}, "cuBLAS's GEMM blocking sums in another order than Eigen's");
 }
 
 }  // namespace qg

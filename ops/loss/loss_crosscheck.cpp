@@ -19,10 +19,9 @@ void add_loss_crosscheck(OpRegistry& r) {
          {},
          true}};
   });
-  // A float reduction over the classes and the batch; the backward: exp() of the CPU's libm
-  // vs CUDA's.
-  set_rounded_outputs(r, "softmax_cross_entropy", {-1});
-  set_rounded_outputs(r, "softmax_cross_entropy_backward", {-1});
+  set_rounded_outputs(r, "softmax_cross_entropy", {-1},
+                      "a float reduction over the classes and the batch");
+  set_rounded_outputs(r, "softmax_cross_entropy_backward", {-1}, "exp of libm against CUDA's");
 }
 
 }  // namespace qg

@@ -19,7 +19,7 @@ void add_quantize_crosscheck(OpRegistry& r) {
          {{"scope", "group"}, {"axis", 0}, {"group_size", 16}, {"signed", true}},
          true}};
   });
-  set_rounded_outputs(r, "dequantize_backward", {1});  // dscale: a sum over the scope
+  set_rounded_outputs(r, "dequantize_backward", {1}, "dscale: a float sum over the scope");
 }
 
 }  // namespace qg

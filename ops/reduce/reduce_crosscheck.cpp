@@ -17,9 +17,8 @@ void add_reduce_crosscheck(OpRegistry& r) {
         {"axes (0,2) [17,300,9]", {x_in({17, 300, 9})}, {{"axes", Shape{0, 2}}}, true},
         {"all empty [0,3]", {x_in({0, 3})}, {}, false}};
   });
-  // Float reductions: summed sequentially on the CPU, as trees on the GPU.
-  set_rounded_outputs(r, "sum", {-1});
-  set_rounded_outputs(r, "mean", {-1});
+  for (const char* op : {"sum", "mean"})
+    set_rounded_outputs(r, op, {-1}, "a float reduction: sequential on the CPU, trees on the GPU");
 }
 
 }  // namespace qg

@@ -14,6 +14,7 @@
 #include "runtime/crosscheck.h"
 #include "runtime/gradcheck.h"
 #include "runtime/op_call.h"
+#include "tests/common/crosscheck_pins.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace qg {
@@ -149,13 +150,10 @@ TEST(CausalAttention, Bf16IsCloseToTheF32Result) {
 
 // Pinned, so that no `qat crosscheck` case goes missing unnoticed.
 TEST(CausalAttention, KeepsItsCrosscheckCases) {
-  const OpDef& op = OpRegistry::instance().get("causal_attention");
-  ASSERT_TRUE(static_cast<bool>(op.crosscheck.cases));
-  EXPECT_EQ(op.crosscheck.cases().size(), 7u);
-  EXPECT_EQ(op.gradcheck_samples().size(), 4u);  // crosschecked too, so head dims 64 and 128
-  EXPECT_EQ(op.crosscheck.rounded_outputs, std::vector<int>{-1});
-  EXPECT_EQ(OpRegistry::instance().get("causal_attention_backward").crosscheck.rounded_outputs,
-            std::vector<int>{-1});
+  testing::expect_crosscheck_pins("causal_attention", 7, {-1});
+  testing::expect_crosscheck_pins("causal_attention_backward", 0, {-1});
+  // The gradient-check samples are crosschecked too, so head dims 64 and 128.
+  EXPECT_EQ(OpRegistry::instance().get("causal_attention").gradcheck_samples().size(), 4u);
 }
 
 TEST(CausalAttention, BadInputsAreNamedErrors) {

@@ -10,6 +10,7 @@
 
 #include "autograd/grad.h"
 #include "runtime/gradcheck.h"
+#include "tests/common/crosscheck_pins.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace qg {
@@ -95,10 +96,7 @@ TEST(DynamicFakeQuantize, GradientIsTheStraightThroughEstimator) {
 
 // Pinned, so that no `qat crosscheck` case goes missing unnoticed.
 TEST(DynamicFakeQuantize, KeepsItsCrosscheckCases) {
-  const OpDef& op = OpRegistry::instance().get("dynamic_fake_quantize");
-  ASSERT_TRUE(static_cast<bool>(op.crosscheck.cases));
-  EXPECT_EQ(op.crosscheck.cases().size(), 8u);
-  EXPECT_TRUE(op.crosscheck.rounded_outputs.empty());  // every output bit for bit
+  testing::expect_crosscheck_pins("dynamic_fake_quantize", 8, {});  // every output bit for bit
 }
 
 TEST(DynamicFakeQuantize, PassesTheGradientCheck) {

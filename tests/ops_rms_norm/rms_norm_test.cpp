@@ -9,6 +9,7 @@
 
 #include "autograd/grad.h"
 #include "runtime/gradcheck.h"
+#include "tests/common/crosscheck_pins.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace qg {
@@ -119,11 +120,8 @@ TEST(RmsNorm, PassesTheGradientCheck) {
 
 // Pinned, so that no `qat crosscheck` case goes missing unnoticed.
 TEST(RmsNorm, KeepsItsCrosscheckCases) {
-  const OpDef& op = OpRegistry::instance().get("rms_norm");
-  ASSERT_TRUE(static_cast<bool>(op.crosscheck.cases));
-  EXPECT_EQ(op.crosscheck.cases().size(), 7u);
-  EXPECT_TRUE(op.crosscheck.rounded_outputs.empty());  // every output bit for bit
-  EXPECT_TRUE(OpRegistry::instance().get("rms_norm_backward").crosscheck.rounded_outputs.empty());
+  testing::expect_crosscheck_pins("rms_norm", 7, {});  // every output bit for bit
+  testing::expect_crosscheck_pins("rms_norm_backward", 0, {});
 }
 
 TEST(RmsNorm, BadInputsAreNamedErrors) {

@@ -12,6 +12,7 @@
 #include "autograd/grad.h"
 #include "runtime/crosscheck.h"
 #include "runtime/gradcheck.h"
+#include "tests/common/crosscheck_pins.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace qg {
@@ -116,10 +117,7 @@ TEST(Rope, PassesTheGradientCheck) {
 
 // Pinned, so that no `qat crosscheck` case goes missing unnoticed.
 TEST(Rope, KeepsItsCrosscheckCases) {
-  const OpDef& op = OpRegistry::instance().get("rope");
-  ASSERT_TRUE(static_cast<bool>(op.crosscheck.cases));
-  EXPECT_EQ(op.crosscheck.cases().size(), 6u);
-  EXPECT_EQ(op.crosscheck.rounded_outputs, std::vector<int>{-1});  // cos/sin of two libms
+  testing::expect_crosscheck_pins("rope", 6, {-1});  // cos/sin of two libms
 }
 
 TEST(Rope, BadInputsAreNamedErrors) {

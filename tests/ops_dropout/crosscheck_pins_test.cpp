@@ -1,0 +1,14 @@
+// The `qat crosscheck` spec of the dropout family, pinned (tests/common/crosscheck_pins.h).
+#include "tests/common/crosscheck_pins.h"
+
+namespace qg {
+namespace {
+
+using testing::expect_crosscheck_pins;
+
+TEST(CrosscheckPins, KeepTheirCasesAndExactOutputs) {
+  expect_crosscheck_pins("dropout", 1, {});
+}
+
+}  // namespace
+}  // namespace qg

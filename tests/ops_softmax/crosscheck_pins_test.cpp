@@ -1,0 +1,15 @@
+// The `qat crosscheck` spec of the softmax family, pinned (tests/common/crosscheck_pins.h).
+#include "tests/common/crosscheck_pins.h"
+
+namespace qg {
+namespace {
+
+using testing::expect_crosscheck_pins;
+
+TEST(CrosscheckPins, KeepTheirCasesAndExactOutputs) {
+  expect_crosscheck_pins("softmax", 0, {-1});
+  expect_crosscheck_pins("softmax_backward", 0, {-1});
+}
+
+}  // namespace
+}  // namespace qg
