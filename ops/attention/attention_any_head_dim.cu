@@ -39,14 +39,15 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t warps = int64_t{gridDim.x} * kWarps;
   for (int64_t r = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5); r < rows; r += warps) {
     const int64_t bh = r / dims.seq, i = r % dims.seq;
-    const T* qr = q + r * hd;
-    const T* kb = k + dims.kv_head_of(bh) * dims.seq * hd;
-    const T* vb = v + dims.kv_head_of(bh) * dims.seq * hd;
+    const T* qr = q + dims.query_row(dims.in.q, bh, i);
+    const T* kb = k + dims.kv_base_of_query(dims.in.k, bh);
+    const T* vb = v + dims.kv_base_of_query(dims.in.v, bh);
+    const int64_t ks = dims.in.k.seq, vs = dims.in.v.seq;
     M m = minus_infinity<M>(), l = 0, acc[kMaxDims];
 #pragma unroll
     for (int c = 0; c < kMaxDims; ++c) acc[c] = 0;
     for (int64_t j = 0; j <= i; ++j) {
-      const M s = warp_dot<T>(qr, kb + j * hd, hd, lane) * dims.scale;
+      const M s = warp_dot<T>(qr, kb + j * ks, hd, lane) * dims.scale;
       const M m_new = fmax(m, s);
       const M corr = exp(m - m_new), p = exp(s - m_new);
       l = l * corr + p;
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int c = 0; c < kMaxDims; ++c) {
         const int x = lane + 32 * c;
-        if (x < hd) acc[c] = madd(p, to_math(vb[j * hd + x]), acc[c] * corr);
+        if (x < hd) acc[c] = madd(p, to_math(vb[j * vs + x]), acc[c] * corr);
       }
     }
 #pragma unroll
@@ -77,18 +78,22 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t warps = int64_t{gridDim.x} * kWarps;
   for (int64_t r = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5); r < rows; r += warps) {
     const int64_t bh = r / dims.seq, i = r % dims.seq;
-    const T* kb = k + dims.kv_head_of(bh) * dims.seq * hd;
-    const T* vb = v + dims.kv_head_of(bh) * dims.seq * hd;
+    const T* qr = q + dims.query_row(dims.in.q, bh, i);
+    const T* dor = dout + dims.query_row(dims.in.dout, bh, i);
+    const M row_lse = lse[dims.query_row(dims.in.lse, bh, i)];
+    const T* kb = k + dims.kv_base_of_query(dims.in.k, bh);
+    const T* vb = v + dims.kv_base_of_query(dims.in.v, bh);
+    const int64_t ks = dims.in.k.seq, vs = dims.in.v.seq;
     M acc[kMaxDims];
 #pragma unroll
     for (int c = 0; c < kMaxDims; ++c) acc[c] = 0;
     for (int64_t j = 0; j <= i && i > 0; ++j) {  // row 0: ds_00 = 0, so dq_0 = 0
-      const M p = exp(warp_dot<T>(q + r * hd, kb + j * hd, hd, lane) * dims.scale - lse[r]);
-      const M ds = p * (warp_dot<T>(dout + r * hd, vb + j * hd, hd, lane) - delta[r]);
+      const M p = exp(warp_dot<T>(qr, kb + j * ks, hd, lane) * dims.scale - row_lse);
+      const M ds = p * (warp_dot<T>(dor, vb + j * vs, hd, lane) - delta[r]);
 #pragma unroll
       for (int c = 0; c < kMaxDims; ++c) {
         const int x = lane + 32 * c;
-        if (x < hd) acc[c] = madd(ds, to_math(kb[j * hd + x]), acc[c]);
+        if (x < hd) acc[c] = madd(ds, to_math(kb[j * ks + x]), acc[c]);
       }
     }
 #pragma unroll
@@ -111,22 +116,26 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t kr = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5); kr < kv_rows; kr += warps) {
     const int64_t kvh = kr / seq, j = kr % seq;
     const int64_t n = kvh / dims.kv_heads, g = kvh % dims.kv_heads;
+    const T* kj = k + dims.in.k.at(n, g, j);
+    const T* vj = v + dims.in.v.at(n, g, j);
     M ak[kMaxDims], av[kMaxDims];
 #pragma unroll
     for (int c = 0; c < kMaxDims; ++c) ak[c] = av[c] = 0;
     for (int64_t hh = 0; hh < dims.group; ++hh) {
-      const int64_t bh = n * dims.heads + g * dims.group + hh;
+      const int64_t h = g * dims.group + hh, bh = n * dims.heads + h;
       for (int64_t i = j; i < seq; ++i) {
         const int64_t r = bh * seq + i;
-        const M p = exp(warp_dot<T>(q + r * hd, k + kr * hd, hd, lane) * dims.scale - lse[r]);
-        const M ds =
-            i == 0 ? M(0) : p * (warp_dot<T>(dout + r * hd, v + kr * hd, hd, lane) - delta[r]);
+        const T* qr = q + dims.in.q.at(n, h, i);
+        const T* dor = dout + dims.in.dout.at(n, h, i);
+        const M row_lse = lse[dims.in.lse.at(n, h, i)];
+        const M p = exp(warp_dot<T>(qr, kj, hd, lane) * dims.scale - row_lse);
+        const M ds = i == 0 ? M(0) : p * (warp_dot<T>(dor, vj, hd, lane) - delta[r]);
 #pragma unroll
         for (int c = 0; c < kMaxDims; ++c) {
           const int x = lane + 32 * c;
           if (x < hd) {
-            ak[c] = madd(ds, to_math(q[r * hd + x]), ak[c]);
-            av[c] = madd(p, to_math(dout[r * hd + x]), av[c]);
+            ak[c] = madd(ds, to_math(qr[x]), ak[c]);
+            av[c] = madd(p, to_math(dor[x]), av[c]);
           }
         }
       }
@@ -150,18 +159,19 @@ unsigned warp_blocks(int64_t rows) {
 }  // namespace
 
 template <typename T>
-void launch_forward_any(KernelContext& ctx, const AttentionLayout& a) {
+void launch_forward_any(KernelContext& ctx, const AttentionLayout& a, const AttentionStrides& in) {
   using M = math_of<T>;
   const int64_t rows = a.batch * a.heads * a.seq;
   forward_any_kernel<T><<<warp_blocks(rows), kThreads, 0, cuda_stream(ctx.device)>>>(
       in_ptr<T>(ctx.inputs[0]), in_ptr<T>(ctx.inputs[1]), in_ptr<T>(ctx.inputs[2]),
-      out_ptr<T>(ctx.outputs[0]), out_ptr<M>(ctx.outputs[1]), attention_dims<M>(a), rows,
+      out_ptr<T>(ctx.outputs[0]), out_ptr<M>(ctx.outputs[1]), attention_dims<M>(a, in), rows,
       static_cast<int>(a.head_dim));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
 template <typename T>
-void launch_backward_any(KernelContext& ctx, const AttentionLayout& a, const math_of<T>* delta) {
+void launch_backward_any(KernelContext& ctx, const AttentionLayout& a, const AttentionStrides& in,
+                         const math_of<T>* delta) {
   using M = math_of<T>;
   cudaStream_t stream = cuda_stream(ctx.device);
   const T* q = in_ptr<T>(ctx.inputs[0]);
@@ -169,7 +179,7 @@ void launch_backward_any(KernelContext& ctx, const AttentionLayout& a, const mat
   const T* v = in_ptr<T>(ctx.inputs[2]);
   const M* lse = in_ptr<M>(ctx.inputs[4]);
   const T* dout = in_ptr<T>(ctx.inputs[5]);
-  const Dims<M> dims = attention_dims<M>(a);
+  const Dims<M> dims = attention_dims<M>(a, in);
   const int hd = static_cast<int>(a.head_dim);
   const int64_t rows = a.batch * a.heads * a.seq, kv_rows = a.batch * a.kv_heads * a.seq;
   dq_any_kernel<T><<<warp_blocks(rows), kThreads, 0, stream>>>(
@@ -182,8 +192,10 @@ void launch_backward_any(KernelContext& ctx, const AttentionLayout& a, const mat
 }
 
 #define QG_ATTENTION_ANY(T)                                                    \
-  template void launch_forward_any<T>(KernelContext&, const AttentionLayout&); \
-  template void launch_backward_any<T>(KernelContext&, const AttentionLayout&, const math_of<T>*);
+  template void launch_forward_any<T>(KernelContext&, const AttentionLayout&,  \
+                                      const AttentionStrides&);                \
+  template void launch_backward_any<T>(KernelContext&, const AttentionLayout&, \
+                                       const AttentionStrides&, const math_of<T>*);
 QG_ATTENTION_ANY(float)
 QG_ATTENTION_ANY(double)
 QG_ATTENTION_ANY(__half)

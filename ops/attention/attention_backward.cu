@@ -32,14 +32,23 @@ using namespace cuda::attention;
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     delta_kernel(const T* __restrict__ o, const T* __restrict__ dout,
-                 math_of<T>* __restrict__ delta, int64_t rows, int hd) {
+                 math_of<T>* __restrict__ delta, Dims<math_of<T>> dims, bool dense, int64_t rows,
+                 int hd) {
   using M = math_of<T>;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kWarps;
   for (int64_t r = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5); r < rows; r += warps) {
+    // Contiguous o and do (the graph's case) skip the divisions that find a view's row: the
+    // kernel has little else to do per row.
+    const T* orow = o + r * hd;
+    const T* dorow = dout + r * hd;
+    if (!dense) {
+      const int64_t bh = r / dims.seq, i = r % dims.seq;
+      orow = o + dims.query_row(dims.in.o, bh, i);
+      dorow = dout + dims.query_row(dims.in.dout, bh, i);
+    }
     M s = 0;
-    for (int c = lane; c < hd; c += 32)
-      s = madd(to_math(dout[r * hd + c]), to_math(o[r * hd + c]), s);
+    for (int c = lane; c < hd; c += 32) s = madd(to_math(dorow[c]), to_math(orow[c]), s);
     s = warp_sum(s);
     if (lane == 0) delta[r] = s;
   }
@@ -69,15 +78,17 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t seq = dims.seq, bh = blockIdx.y;
   const int64_t i0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * BR;
-  const T* kb = k + dims.kv_head_of(bh) * seq * HD;
-  const T* vb = v + dims.kv_head_of(bh) * seq * HD;
-  stage(sq, HD, q + bh * seq * HD, i0, BR, HD, seq);
-  stage(sdo, HD, dout + bh * seq * HD, i0, BR, HD, seq);
+  const T* kb = k + dims.kv_base_of_query(dims.in.k, bh);
+  const T* vb = v + dims.kv_base_of_query(dims.in.v, bh);
+  const int64_t k_stride = dims.in.k.seq, v_stride = dims.in.v.seq;
+  stage(sq, HD, q + dims.query_base(dims.in.q, bh), dims.in.q.seq, i0, BR, HD, seq);
+  stage(sdo, HD, dout + dims.query_base(dims.in.dout, bh), dims.in.dout.seq, i0, BR, HD, seq);
+  const M* lse_b = lse + dims.query_base(dims.in.lse, bh);
   M acc[R][C], row_lse[R], row_delta[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) {
     const int64_t i = min64(i0 + warp * R + rr, seq - 1);
-    row_lse[rr] = lse[bh * seq + i];
+    row_lse[rr] = lse_b[i * dims.in.lse.seq];
     row_delta[rr] = delta[bh * seq + i];
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[rr][c] = 0;
@@ -85,8 +96,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t last = min64(i0 + BR, seq) - 1;
   for (int64_t j0 = 0; j0 <= last; j0 += kTile) {
     __syncthreads();
-    stage(sk, SP, kb, j0, kTile, HD, seq);
-    if constexpr (kTwoTransposed<T>) stage(sv, SP, vb, j0, kTile, HD, seq);
+    stage(sk, SP, kb, k_stride, j0, kTile, HD, seq);
+    if constexpr (kTwoTransposed<T>) stage(sv, SP, vb, v_stride, j0, kTile, HD, seq);
     __syncthreads();
     const int64_t j = j0 + lane;
     M s[R], dp[R];
@@ -98,7 +109,7 @@ __global__ void __launch_bounds__(kThreads)
       if constexpr (kTwoTransposed<T>)
         vc = to_math(sv[lane * SP + c]);
       else
-        vc = j < seq ? to_math(vb[j * HD + c]) : M(0);
+        vc = j < seq ? to_math(vb[j * v_stride + c]) : M(0);
 #pragma unroll
       for (int rr = 0; rr < R; ++rr) {
         s[rr] = madd(to_math(sq[(warp * R + rr) * HD + c]), kc, s[rr]);
@@ -158,24 +169,26 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t seq = dims.seq, kvh = blockIdx.y;
   const int64_t n = kvh / dims.kv_heads, g = kvh % dims.kv_heads;
   const int64_t key0 = static_cast<int64_t>(blockIdx.x) * BC;
-  stage(sk, HD, k + kvh * seq * HD, key0, BC, HD, seq);
-  stage(sv, HD, v + kvh * seq * HD, key0, BC, HD, seq);
+  stage(sk, HD, k + dims.kv_base(dims.in.k, kvh), dims.in.k.seq, key0, BC, HD, seq);
+  stage(sv, HD, v + dims.kv_base(dims.in.v, kvh), dims.in.v.seq, key0, BC, HD, seq);
+  const int64_t q_stride = dims.in.q.seq, do_stride = dims.in.dout.seq;
   M ak[R][C], av[R][C];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr)
 #pragma unroll
     for (int c = 0; c < C; ++c) ak[rr][c] = av[rr][c] = 0;
   for (int64_t hh = 0; hh < dims.group; ++hh) {
-    const int64_t bh = n * dims.heads + g * dims.group + hh;
-    const T* qb = q + bh * seq * HD;
-    const T* dob = dout + bh * seq * HD;
+    const int64_t h = g * dims.group + hh, bh = n * dims.heads + h;
+    const T* qb = q + dims.in.q.at(n, h, 0);
+    const T* dob = dout + dims.in.dout.at(n, h, 0);
+    const M* lse_b = lse + dims.in.lse.at(n, h, 0);
     for (int64_t i0 = key0 / kTile * kTile; i0 < seq; i0 += kTile) {
       __syncthreads();  // the previous tile is consumed (and sk, sv are staged)
-      stage(sq, SP, qb, i0, kTile, HD, seq);
-      if constexpr (kTwoTransposed<T>) stage(sdo, SP, dob, i0, kTile, HD, seq);
+      stage(sq, SP, qb, q_stride, i0, kTile, HD, seq);
+      if constexpr (kTwoTransposed<T>) stage(sdo, SP, dob, do_stride, i0, kTile, HD, seq);
       if (threadIdx.x < kTile) {
         const int64_t i = min64(i0 + threadIdx.x, seq - 1);
-        slse[threadIdx.x] = lse[bh * seq + i];
+        slse[threadIdx.x] = lse_b[i * dims.in.lse.seq];
         sdelta[threadIdx.x] = delta[bh * seq + i];
       }
       __syncthreads();
@@ -189,7 +202,7 @@ __global__ void __launch_bounds__(kThreads)
         if constexpr (kTwoTransposed<T>)
           dc = to_math(sdo[lane * SP + c]);
         else
-          dc = i < seq ? to_math(dob[i * HD + c]) : M(0);
+          dc = i < seq ? to_math(dob[i * do_stride + c]) : M(0);
 #pragma unroll
         for (int rr = 0; rr < R; ++rr) {
           s[rr] = madd(qc, to_math(sk[(warp * R + rr) * HD + c]), s[rr]);
@@ -210,7 +223,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
           for (int c = 0; c < C; ++c) {
             const int x = lane + 32 * c;
-            const T dov = kTwoTransposed<T> ? sdo[ii * SP + x] : dob[(i0 + ii) * HD + x];
+            const T dov = kTwoTransposed<T> ? sdo[ii * SP + x] : dob[(i0 + ii) * do_stride + x];
             av[rr][c] = madd(pi, to_math(dov), av[rr][c]);
             ak[rr][c] = madd(dsi, to_math(sq[ii * SP + x]), ak[rr][c]);
           }
@@ -235,16 +248,18 @@ __global__ void __launch_bounds__(kThreads)
 
 // attention_backward_mma.cu: the tensor-core dq and dk/dv kernels of bf16 and f16.
 template <typename T, int HD>
-void launch_backward_mma(KernelContext& ctx, const AttentionLayout& a, const float* delta);
+void launch_backward_mma(KernelContext& ctx, const AttentionLayout& a, const AttentionStrides& in,
+                         const float* delta);
 // attention_any_head_dim.cu: head dims other than 64 and 128.
 template <typename T>
-void launch_backward_any(KernelContext& ctx, const AttentionLayout& a, const math_of<T>* delta);
+void launch_backward_any(KernelContext& ctx, const AttentionLayout& a, const AttentionStrides& in,
+                         const math_of<T>* delta);
 
 namespace {
 
 // HD: 64 or 128 for the tiled kernels, 0 for any other head dim.
 template <typename T, int HD>
-void launch_backward(KernelContext& ctx, const AttentionLayout& a) {
+void launch_backward(KernelContext& ctx, const AttentionLayout& a, const AttentionStrides& in) {
   using M = math_of<T>;
   cudaStream_t stream = cuda_stream(ctx.device);
   const T* q = in_ptr<T>(ctx.inputs[0]);
@@ -253,18 +268,22 @@ void launch_backward(KernelContext& ctx, const AttentionLayout& a) {
   const T* o = in_ptr<T>(ctx.inputs[3]);
   const M* lse = in_ptr<M>(ctx.inputs[4]);
   const T* dout = in_ptr<T>(ctx.inputs[5]);
+  // Before any launch: the tensor-core kernels' refusal leaves no work queued.
+  if constexpr (HD != 0 && kHasMma<T>) check_vector_aligned(ctx, in);
   const int64_t rows = a.batch * a.heads * a.seq;
   Tensor delta = Tensor::empty({rows}, ctx.inputs[4].dtype(), ctx.inputs[0].device());
   const int64_t warp_blocks = std::min<int64_t>((rows + kWarps - 1) / kWarps, 1 << 20);
+  const Dims<M> dims = attention_dims<M>(a, in);
   delta_kernel<T><<<static_cast<unsigned>(warp_blocks), kThreads, 0, stream>>>(
-      o, dout, out_ptr<M>(delta), rows, static_cast<int>(a.head_dim));
+      o, dout, out_ptr<M>(delta), dims,
+      ctx.inputs[3].is_contiguous() && ctx.inputs[5].is_contiguous(), rows,
+      static_cast<int>(a.head_dim));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
   if constexpr (HD == 0) {
-    launch_backward_any<T>(ctx, a, in_ptr<M>(delta));
+    launch_backward_any<T>(ctx, a, in, in_ptr<M>(delta));
   } else if constexpr (kHasMma<T>) {
-    launch_backward_mma<T, HD>(ctx, a, in_ptr<M>(delta));
+    launch_backward_mma<T, HD>(ctx, a, in, in_ptr<M>(delta));
   } else {
-    const Dims<M> dims = attention_dims<M>(a);
     const int64_t q_tiles = (a.seq + DqShape<T, HD>::BR - 1) / DqShape<T, HD>::BR;
     dq_kernel<T, HD>
         <<<dim3(static_cast<unsigned>(q_tiles), static_cast<unsigned>(a.batch * a.heads)), kThreads,
@@ -284,22 +303,26 @@ void launch_backward(KernelContext& ctx, const AttentionLayout& a) {
 void causal_attention_backward_cuda(KernelContext& ctx) {
   const AttentionLayout& a = ctx.args<AttentionArgs>().layout;
   check_cuda_layout(ctx.op, a);
+  const AttentionStrides in = attention_strides(ctx);
   dispatch_float(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     if (a.head_dim == 64)
-      launch_backward<T, 64>(ctx, a);
+      launch_backward<T, 64>(ctx, a, in);
     else if (a.head_dim == 128)
-      launch_backward<T, 128>(ctx, a);
+      launch_backward<T, 128>(ctx, a, in);
     else
-      launch_backward<T, 0>(ctx, a);
+      launch_backward<T, 0>(ctx, a, in);
   });
 }
 
 void add_attention_cuda_kernels(OpRegistry& r) {
+  // Strided like the CPU kernels (attention_strides.h); the tensor-core kernels also need
+  // 16-byte aligned rows (check_vector_aligned).
   r.get_mutable("causal_attention")
-      .kernels.push_back({DeviceType::cuda, kFloatDTypes, causal_attention_cuda});
+      .kernels.push_back({DeviceType::cuda, kFloatDTypes, causal_attention_cuda, /*strided=*/true});
   r.get_mutable("causal_attention_backward")
-      .kernels.push_back({DeviceType::cuda, kFloatDTypes, causal_attention_backward_cuda});
+      .kernels.push_back(
+          {DeviceType::cuda, kFloatDTypes, causal_attention_backward_cuda, /*strided=*/true});
 }
 
 }  // namespace qg

@@ -72,16 +72,17 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t seq = dims.seq, bh = blockIdx.y;
   const int64_t i0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kQueryBlock;
-  const T* kb = k + dims.kv_head_of(bh) * seq * HD;
-  const T* vb = v + dims.kv_head_of(bh) * seq * HD;
+  const T* kb = k + dims.kv_base_of_query(dims.in.k, bh);
+  const T* vb = v + dims.kv_base_of_query(dims.in.v, bh);
   const int ra = warp * 16 + g;
   uint32_t qa[KT][4], da[KT][4];
-  stage16(buf, SP, q + bh * seq * HD, i0, kQueryBlock, HD, seq);
+  stage16(buf, SP, q + dims.query_base(dims.in.q, bh), dims.in.q.seq, i0, kQueryBlock, HD, seq);
   __syncthreads();
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk) load_a(qa[kk], buf, SP, ra, kk, t);
   __syncthreads();
-  stage16(buf, SP, dout + bh * seq * HD, i0, kQueryBlock, HD, seq);
+  stage16(buf, SP, dout + dims.query_base(dims.in.dout, bh), dims.in.dout.seq, i0, kQueryBlock, HD,
+          seq);
   __syncthreads();
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk) load_a(da[kk], buf, SP, ra, kk, t);
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t i = min64(rows[r], seq - 1);
-    row_lse[r] = lse[bh * seq + i];
+    row_lse[r] = lse[dims.query_row(dims.in.lse, bh, i)];
     row_delta[r] = delta[bh * seq + i];
   }
   float acc[DT][4];
@@ -100,8 +101,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t last = min64(i0 + kQueryBlock, seq) - 1;
   for (int64_t j0 = 0; j0 <= last; j0 += kKeyTile) {
     __syncthreads();  // the fragments (or the previous tile) are read
-    stage16(sk, SP, kb, j0, kKeyTile, HD, seq);
-    stage16(sv, SP, vb, j0, kKeyTile, HD, seq);
+    stage16(sk, SP, kb, dims.in.k.seq, j0, kKeyTile, HD, seq);
+    stage16(sv, SP, vb, dims.in.v.seq, j0, kKeyTile, HD, seq);
     __syncthreads();
     if (j0 > warp_last) continue;
     float s[NT][4], dp[NT][4];
@@ -172,8 +173,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t seq = dims.seq, kvh = blockIdx.y;
   const int64_t n = kvh / dims.kv_heads, kv_head = kvh % dims.kv_heads;
   const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kKeyBlock;
-  stage16(sk, SP, k + kvh * seq * HD, key0, kKeyBlock, HD, seq);
-  stage16(sv, SP, v + kvh * seq * HD, key0, kKeyBlock, HD, seq);
+  stage16(sk, SP, k + dims.kv_base(dims.in.k, kvh), dims.in.k.seq, key0, kKeyBlock, HD, seq);
+  stage16(sv, SP, v + dims.kv_base(dims.in.v, kvh), dims.in.v.seq, key0, kKeyBlock, HD, seq);
   const int ra = warp * 16 + g;
   const int64_t keys[2] = {key0 + ra, key0 + ra + 8};
   const int64_t warp_first = key0 + warp * 16;
@@ -183,16 +184,17 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < 4; ++e) ak[d][e] = av[d][e] = 0.f;
   for (int64_t hh = 0; hh < dims.group; ++hh) {
-    const int64_t bh = n * dims.heads + kv_head * dims.group + hh;
-    const T* qb = q + bh * seq * HD;
-    const T* dob = dout + bh * seq * HD;
+    const int64_t h = kv_head * dims.group + hh, bh = n * dims.heads + h;
+    const T* qb = q + dims.in.q.at(n, h, 0);
+    const T* dob = dout + dims.in.dout.at(n, h, 0);
+    const float* lse_b = lse + dims.in.lse.at(n, h, 0);
     for (int64_t i0 = key0; i0 < seq; i0 += kQueryTile) {
       __syncthreads();  // the previous tile is consumed (and sk, sv are staged)
-      stage16(sq, SP, qb, i0, kQueryTile, HD, seq);
-      stage16(sdo, SP, dob, i0, kQueryTile, HD, seq);
+      stage16(sq, SP, qb, dims.in.q.seq, i0, kQueryTile, HD, seq);
+      stage16(sdo, SP, dob, dims.in.dout.seq, i0, kQueryTile, HD, seq);
       if (threadIdx.x < kQueryTile) {
         const int64_t i = min64(i0 + threadIdx.x, seq - 1);
-        slse[threadIdx.x] = lse[bh * seq + i];
+        slse[threadIdx.x] = lse_b[i * dims.in.lse.seq];
         sdelta[threadIdx.x] = delta[bh * seq + i];
       }
       __syncthreads();
@@ -252,17 +254,18 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-// Called by attention_backward.cu after its delta kernel; `delta` is f32 [rows].
+// Called by attention_backward.cu after its delta kernel (and check_vector_aligned); `delta`
+// is f32 [rows].
 template <typename T, int HD>
-void launch_backward_mma(KernelContext& ctx, const AttentionLayout& a, const float* delta) {
-  check_vector_aligned(ctx);
+void launch_backward_mma(KernelContext& ctx, const AttentionLayout& a, const AttentionStrides& in,
+                         const float* delta) {
   cudaStream_t stream = cuda_stream(ctx.device);
   const T* q = in_ptr<T>(ctx.inputs[0]);
   const T* k = in_ptr<T>(ctx.inputs[1]);
   const T* v = in_ptr<T>(ctx.inputs[2]);
   const float* lse = in_ptr<float>(ctx.inputs[4]);
   const T* dout = in_ptr<T>(ctx.inputs[5]);
-  const Dims<float> dims = attention_dims<float>(a);
+  const Dims<float> dims = attention_dims<float>(a, in);
   const int64_t q_blocks = (a.seq + kQueryBlock - 1) / kQueryBlock;
   dq_mma_kernel<T, HD>
       <<<dim3(static_cast<unsigned>(q_blocks), static_cast<unsigned>(a.batch * a.heads)), kThreads,
@@ -282,11 +285,12 @@ void launch_backward_mma(KernelContext& ctx, const AttentionLayout& a, const flo
 }
 
 template void launch_backward_mma<__nv_bfloat16, 64>(KernelContext&, const AttentionLayout&,
-                                                     const float*);
+                                                     const AttentionStrides&, const float*);
 template void launch_backward_mma<__nv_bfloat16, 128>(KernelContext&, const AttentionLayout&,
-                                                      const float*);
-template void launch_backward_mma<__half, 64>(KernelContext&, const AttentionLayout&, const float*);
+                                                      const AttentionStrides&, const float*);
+template void launch_backward_mma<__half, 64>(KernelContext&, const AttentionLayout&,
+                                              const AttentionStrides&, const float*);
 template void launch_backward_mma<__half, 128>(KernelContext&, const AttentionLayout&,
-                                               const float*);
+                                               const AttentionStrides&, const float*);
 
 }  // namespace qg

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/op_schema.h"
 #include "ops/attention/attention_args.h"
+#include "ops/attention/attention_strides.h"
 
 namespace qg {
 
@@ -28,15 +29,33 @@ inline void check_cuda_layout(const std::string& op, const AttentionLayout& a) {
            "batch * heads = ", a.batch * a.heads, " is over the CUDA grid's 65535");
 }
 
-// The tensor-core kernels move 16 bytes at a time; graph buffers start on 512-byte
-// boundaries, but a tensor handed to the kernel directly (a view at an odd offset) may not.
-inline void check_vector_aligned(const KernelContext& ctx) {
-  auto check = [&](const Tensor& t, const char* what, size_t i) {
-    QG_CHECK(reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0, ctx.op, what, " ", i,
-             " must start on a 16-byte boundary for the tensor-core kernel, got ", t.raw_data());
-  };
-  for (size_t i = 0; i < ctx.inputs.size(); ++i) check(ctx.inputs[i], "input", i);
-  for (size_t i = 0; i < ctx.outputs.size(); ++i) check(ctx.outputs[i], "output", i);
+// The tensor-core kernels move rows of q, k, v (o, do) 16 bytes at a time, so every row must
+// start on a 16-byte boundary: the view's first element, and each of its batch, head and seq
+// strides a whole number of 16 bytes. Graph buffers start on 512-byte boundaries with
+// contiguous rows of 64 or 128 elements; a tensor handed to the kernel directly (a view at an
+// odd offset, a slice with an odd row stride) may not. lse is read element by element.
+inline void check_vector_aligned(const KernelContext& ctx, const AttentionStrides& s) {
+  static const char* const names[] = {"q", "k", "v", "o", "lse", "do"};
+  const RowStrides* rows[] = {&s.q, &s.k, &s.v, &s.o, nullptr, &s.dout};
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    if (rows[i] == nullptr) continue;
+    const Tensor& t = ctx.inputs[i];
+    QG_CHECK(reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0, ctx.op, "input ", i, " ('",
+             names[i], "') must start on a 16-byte boundary for the tensor-core kernel, got ",
+             t.raw_data());
+    const int64_t es = static_cast<int64_t>(dtype_size(t.dtype()));
+    const RowStrides& r = *rows[i];
+    QG_CHECK((r.batch * es) % 16 == 0 && (r.head * es) % 16 == 0 && (r.seq * es) % 16 == 0, ctx.op,
+             "input ", i, " ('", names[i], "') has strides ", shape_str(t.strides()), " for shape ",
+             shape_str(t.shape()), " (elements of ", es,
+             " bytes); the tensor-core kernel needs its rows on 16-byte boundaries: the "
+             "batch, head and seq strides a multiple of ",
+             16 / es, " elements");
+  }
+  for (size_t i = 0; i < ctx.outputs.size(); ++i)
+    QG_CHECK(reinterpret_cast<uintptr_t>(ctx.outputs[i].raw_data()) % 16 == 0, ctx.op, "output ", i,
+             " must start on a 16-byte boundary for the tensor-core kernel, got ",
+             ctx.outputs[i].raw_data());
 }
 
 void causal_attention_cuda(KernelContext& ctx);

@@ -44,9 +44,10 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t seq = dims.seq, bh = blockIdx.y;
   const int64_t i0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * BR;
-  const T* kb = k + dims.kv_head_of(bh) * seq * HD;
-  const T* vb = v + dims.kv_head_of(bh) * seq * HD;
-  stage(sq, HD, q + bh * seq * HD, i0, BR, HD, seq);
+  const T* kb = k + dims.kv_base_of_query(dims.in.k, bh);
+  const T* vb = v + dims.kv_base_of_query(dims.in.v, bh);
+  const int64_t k_stride = dims.in.k.seq, v_stride = dims.in.v.seq;
+  stage(sq, HD, q + dims.query_base(dims.in.q, bh), dims.in.q.seq, i0, BR, HD, seq);
 
   M m[R], l[R], acc[R][C];
 #pragma unroll
@@ -59,8 +60,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t last = min64(i0 + BR, seq) - 1;
   for (int64_t j0 = 0; j0 <= last; j0 += kTile) {
     __syncthreads();  // the previous tile is consumed (and sq is staged)
-    stage(sk, SP, kb, j0, kTile, HD, seq);
-    if constexpr (kTwoTransposed<T>) stage(sv, HD, vb, j0, kTile, HD, seq);
+    stage(sk, SP, kb, k_stride, j0, kTile, HD, seq);
+    if constexpr (kTwoTransposed<T>) stage(sv, HD, vb, v_stride, j0, kTile, HD, seq);
     __syncthreads();
     M s[R];
 #pragma unroll
@@ -88,8 +89,8 @@ __global__ void __launch_bounds__(kThreads)
         const M pj = __shfl_sync(0xffffffffu, p, jj);
 #pragma unroll
         for (int c = 0; c < C; ++c) {
-          const T vv =
-              kTwoTransposed<T> ? sv[jj * HD + lane + 32 * c] : vb[(j0 + jj) * HD + lane + 32 * c];
+          const T vv = kTwoTransposed<T> ? sv[jj * HD + lane + 32 * c]
+                                         : vb[(j0 + jj) * v_stride + lane + 32 * c];
           acc[rr][c] = madd(pj, to_math(vv), acc[rr][c]);
         }
       }
@@ -107,13 +108,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, int HD>
-void launch_forward(KernelContext& ctx, const AttentionLayout& a) {
+void launch_forward(KernelContext& ctx, const AttentionLayout& a, const AttentionStrides& in) {
   using M = math_of<T>;
   const int64_t tiles = (a.seq + ForwardShape<T, HD>::BR - 1) / ForwardShape<T, HD>::BR;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(a.batch * a.heads));
   forward_kernel<T, HD><<<grid, kThreads, 0, cuda_stream(ctx.device)>>>(
       in_ptr<T>(ctx.inputs[0]), in_ptr<T>(ctx.inputs[1]), in_ptr<T>(ctx.inputs[2]),
-      out_ptr<T>(ctx.outputs[0]), out_ptr<M>(ctx.outputs[1]), attention_dims<M>(a));
+      out_ptr<T>(ctx.outputs[0]), out_ptr<M>(ctx.outputs[1]), attention_dims<M>(a, in));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
@@ -121,28 +122,29 @@ void launch_forward(KernelContext& ctx, const AttentionLayout& a) {
 
 // attention_forward_mma.cu: the tensor-core kernel of bf16 and f16.
 template <typename T, int HD>
-void launch_forward_mma(KernelContext& ctx, const AttentionLayout& a);
+void launch_forward_mma(KernelContext& ctx, const AttentionLayout& a, const AttentionStrides& in);
 // attention_any_head_dim.cu: head dims other than 64 and 128.
 template <typename T>
-void launch_forward_any(KernelContext& ctx, const AttentionLayout& a);
+void launch_forward_any(KernelContext& ctx, const AttentionLayout& a, const AttentionStrides& in);
 
 void causal_attention_cuda(KernelContext& ctx) {
   const AttentionLayout& a = ctx.args<AttentionArgs>().layout;
   check_cuda_layout(ctx.op, a);
+  const AttentionStrides in = attention_strides(ctx);
   dispatch_float(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     if (!tiled_head_dim(a.head_dim)) {
-      launch_forward_any<T>(ctx, a);
+      launch_forward_any<T>(ctx, a, in);
     } else if constexpr (kHasMma<T>) {
       if (a.head_dim == 64)
-        launch_forward_mma<T, 64>(ctx, a);
+        launch_forward_mma<T, 64>(ctx, a, in);
       else
-        launch_forward_mma<T, 128>(ctx, a);
+        launch_forward_mma<T, 128>(ctx, a, in);
     } else {
       if (a.head_dim == 64)
-        launch_forward<T, 64>(ctx, a);
+        launch_forward<T, 64>(ctx, a, in);
       else
-        launch_forward<T, 128>(ctx, a);
+        launch_forward<T, 128>(ctx, a, in);
     }
   });
 }

@@ -33,11 +33,11 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t seq = dims.seq, bh = blockIdx.y;
   const int64_t i0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kBlockRows;
-  const T* kb = k + dims.kv_head_of(bh) * seq * HD;
-  const T* vb = v + dims.kv_head_of(bh) * seq * HD;
+  const T* kb = k + dims.kv_base_of_query(dims.in.k, bh);
+  const T* vb = v + dims.kv_base_of_query(dims.in.v, bh);
 
   // 1. This warp's 16 q rows as A fragments, staged through sk.
-  stage16(sk, SP, q + bh * seq * HD, i0, kBlockRows, HD, seq);
+  stage16(sk, SP, q + dims.query_base(dims.in.q, bh), dims.in.q.seq, i0, kBlockRows, HD, seq);
   __syncthreads();
   uint32_t qa[KT][4];
   const int ra = warp * 16 + g;
@@ -59,8 +59,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t j0 = 0; j0 <= last; j0 += kTileKeys) {
     // 2. Stage the k and v tiles (the q fragments are read before the first overwrite).
     __syncthreads();
-    stage16(sk, SP, kb, j0, kTileKeys, HD, seq);
-    stage16(sv, SP, vb, j0, kTileKeys, HD, seq);
+    stage16(sk, SP, kb, dims.in.k.seq, j0, kTileKeys, HD, seq);
+    stage16(sv, SP, vb, dims.in.v.seq, j0, kTileKeys, HD, seq);
     __syncthreads();
     if (j0 > warp_last) continue;  // every key of the tile is after this warp's rows
 
@@ -150,19 +150,23 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 template <typename T, int HD>
-void launch_forward_mma(KernelContext& ctx, const AttentionLayout& a) {
-  check_vector_aligned(ctx);
+void launch_forward_mma(KernelContext& ctx, const AttentionLayout& a, const AttentionStrides& in) {
+  check_vector_aligned(ctx, in);
   const int64_t tiles = (a.seq + kBlockRows - 1) / kBlockRows;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(a.batch * a.heads));
   forward_mma_kernel<T, HD><<<grid, kThreads, 0, cuda_stream(ctx.device)>>>(
       in_ptr<T>(ctx.inputs[0]), in_ptr<T>(ctx.inputs[1]), in_ptr<T>(ctx.inputs[2]),
-      out_ptr<T>(ctx.outputs[0]), out_ptr<float>(ctx.outputs[1]), attention_dims<float>(a));
+      out_ptr<T>(ctx.outputs[0]), out_ptr<float>(ctx.outputs[1]), attention_dims<float>(a, in));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
-template void launch_forward_mma<__nv_bfloat16, 64>(KernelContext&, const AttentionLayout&);
-template void launch_forward_mma<__nv_bfloat16, 128>(KernelContext&, const AttentionLayout&);
-template void launch_forward_mma<__half, 64>(KernelContext&, const AttentionLayout&);
-template void launch_forward_mma<__half, 128>(KernelContext&, const AttentionLayout&);
+template void launch_forward_mma<__nv_bfloat16, 64>(KernelContext&, const AttentionLayout&,
+                                                    const AttentionStrides&);
+template void launch_forward_mma<__nv_bfloat16, 128>(KernelContext&, const AttentionLayout&,
+                                                     const AttentionStrides&);
+template void launch_forward_mma<__half, 64>(KernelContext&, const AttentionLayout&,
+                                             const AttentionStrides&);
+template void launch_forward_mma<__half, 128>(KernelContext&, const AttentionLayout&,
+                                              const AttentionStrides&);
 
 }  // namespace qg

@@ -69,16 +69,18 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return bits16(from_math<T>(lo)) | (bits16(from_math<T>(hi)) << 16);
 }
 
-// Rows [row0, row0 + rows) of a [seq, hd] 16-bit matrix into a tile of row stride `stride`
-// (elements, a multiple of 8), 16 bytes at a time, zero past seq. The whole block takes part.
+// Rows [row0, row0 + rows) of a [seq, hd] 16-bit matrix whose rows lie `src_stride` elements
+// apart into a tile of row stride `stride` (elements, a multiple of 8), 16 bytes at a time,
+// zero past seq. src and src_stride must keep every row on a 16-byte boundary
+// (check_vector_aligned). The whole block takes part.
 template <typename T>
-__device__ __forceinline__ void stage16(T* tile, int stride, const T* src, int64_t row0, int rows,
-                                        int hd, int64_t seq) {
+__device__ __forceinline__ void stage16(T* tile, int stride, const T* src, int64_t src_stride,
+                                        int64_t row0, int rows, int hd, int64_t seq) {
   const int chunks = hd / 8;
   for (int e = threadIdx.x; e < rows * chunks; e += blockDim.x) {
     const int r = e / chunks, c = (e % chunks) * 8;
     uint4 val = make_uint4(0, 0, 0, 0);
-    if (row0 + r < seq) val = *reinterpret_cast<const uint4*>(src + (row0 + r) * hd + c);
+    if (row0 + r < seq) val = *reinterpret_cast<const uint4*>(src + (row0 + r) * src_stride + c);
     *reinterpret_cast<uint4*>(tile + r * stride + c) = val;
   }
 }

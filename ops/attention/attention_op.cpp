@@ -29,6 +29,9 @@
 // rounds the scores and probabilities to the dtype, which this op does not, so the fused op is the
 // closer one to the f32 result.
 //
+// Inputs may be strided views (any non-negative strides on the batch, head and seq axes,
+// stride 1 on head_dim; attention_strides.h); outputs are contiguous.
+//
 // lse is an output for the backward only: it has no gradient of its own (a loss that reads
 // lse is refused when its gradient is built).
 #include <cmath>
@@ -125,7 +128,9 @@ void define_forward(OpRegistry& r) {
     check_qkv(ctx);
     return std::vector<TensorType>{ctx.inputs[0], lse_type(ctx.inputs[0])};
   };
-  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, causal_attention_cpu});
+  // Read q, k and v through their strides (attention_strides.h): a direct call may pass slices
+  // of a fused QKV projection or permuted views without a copy.
+  op.kernels.push_back({DeviceType::cpu, kFloatDTypes, causal_attention_cpu, /*strided=*/true});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     const Node& n = c.node;
     QG_CHECK(c.output_grads.size() < 2 || c.output_grads[1] == kNoValue, n.op->name, "node '",
@@ -167,7 +172,8 @@ void define_backward(OpRegistry& r) {
              q.str(), "), got ", ctx.inputs[4].str());
     return std::vector<TensorType>{q, ctx.inputs[1], ctx.inputs[2]};
   };
-  back.kernels.push_back({DeviceType::cpu, kFloatDTypes, causal_attention_backward_cpu});
+  back.kernels.push_back(
+      {DeviceType::cpu, kFloatDTypes, causal_attention_backward_cpu, /*strided=*/true});
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "ops/attention/attention_args.h"
+#include "ops/attention/attention_strides.h"
 #include "ops/common/cuda_common.cuh"
 
 namespace qg::cuda::attention {
@@ -71,32 +72,49 @@ __device__ __forceinline__ M warp_sum(M v) {
   return v;
 }
 
-// Copies rows [row0, row0 + rows) of a [seq, hd] matrix into a shared tile of stride
-// `stride`, zero past seq. Every thread of the block takes part.
+// Copies rows [row0, row0 + rows) of a [seq, hd] matrix whose rows lie `src_stride` elements
+// apart into a shared tile of stride `stride`, zero past seq. Every thread of the block takes
+// part.
 template <typename T>
-__device__ __forceinline__ void stage(T* tile, int stride, const T* src, int64_t row0, int rows,
-                                      int hd, int64_t seq) {
+__device__ __forceinline__ void stage(T* tile, int stride, const T* src, int64_t src_stride,
+                                      int64_t row0, int rows, int hd, int64_t seq) {
   const T zero = from_math<T>(math_of<T>(0));
   for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
     const int r = e / hd, c = e % hd;
-    tile[r * stride + c] = row0 + r < seq ? src[(row0 + r) * hd + c] : zero;
+    tile[r * stride + c] = row0 + r < seq ? src[(row0 + r) * src_stride + c] : zero;
   }
 }
 
-// The layout a kernel needs, by value: rows of q are (batch * heads + h) * seq + i, rows of
-// k and v (batch * kv_heads + h / group) * seq + j.
+// The layout a kernel needs, by value. The outputs are contiguous: rows of o, lse and dq are
+// (batch * heads + h) * seq + i, rows of dk and dv (batch * kv_heads + g) * seq + j. The
+// inputs' rows lie where their strides say (attention_strides.h); query head h reads KV head
+// h / group.
 template <typename M>
 struct Dims {
   int64_t heads, kv_heads, seq, group;
   M scale;
-  __device__ int64_t kv_head_of(int64_t bh) const {
-    return (bh / heads) * kv_heads + (bh % heads) / group;
+  AttentionStrides in;
+  // Row 0 of (batch, head) bh = batch * heads + head of a query-shaped input (q, o, do, lse).
+  __device__ int64_t query_base(const RowStrides& s, int64_t bh) const {
+    return s.at(bh / heads, bh % heads, 0);
+  }
+  // Row i of the same.
+  __device__ int64_t query_row(const RowStrides& s, int64_t bh, int64_t i) const {
+    return s.at(bh / heads, bh % heads, i);
+  }
+  // Row 0 of the KV head that query (batch, head) bh reads, in k or v.
+  __device__ int64_t kv_base_of_query(const RowStrides& s, int64_t bh) const {
+    return s.at(bh / heads, (bh % heads) / group, 0);
+  }
+  // Row 0 of (batch, KV head) kvh = batch * kv_heads + g of k or v.
+  __device__ int64_t kv_base(const RowStrides& s, int64_t kvh) const {
+    return s.at(kvh / kv_heads, kvh % kv_heads, 0);
   }
 };
 
 template <typename M>
-Dims<M> attention_dims(const AttentionLayout& a) {
-  return {a.heads, a.kv_heads, a.seq, a.group(), static_cast<M>(a.scale)};
+Dims<M> attention_dims(const AttentionLayout& a, const AttentionStrides& in) {
+  return {a.heads, a.kv_heads, a.seq, a.group(), static_cast<M>(a.scale), in};
 }
 
 }  // namespace qg::cuda::attention

@@ -165,8 +165,11 @@ void launch_gather(KernelContext& ctx, const PermutePlan& plan, const GatherDims
     return;
   }
   auto shape = elementwise_launch((n + kGatherUnroll - 1) / kGatherUnroll);
-  // Offsets are below n (a permutation), so 32 bits suffice whenever n does.
-  if (n < (int64_t{1} << 31))
+  // 32 bits when every index and every source offset fits: a contiguous input's offsets are
+  // below n (a permutation), a strided view's reach its furthest element.
+  int64_t furthest = 0;
+  for (int d = 0; d < g.rank; ++d) furthest += (g.sizes[d] - 1) * g.src_strides[d];
+  if (n < (int64_t{1} << 31) && furthest < (int64_t{1} << 31))
     permute_gather_kernel<E, uint32_t>
         <<<shape.blocks, shape.threads, 0, stream>>>(src, dst, n, with_divisors(g), store);
   else

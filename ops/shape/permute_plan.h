@@ -1,7 +1,8 @@
 // The gather plan of a permute, shared by the CPU and CUDA kernels: output dimension i has
-// size in_shape[perm[i]] and reads the input with stride in_strides[perm[i]]. Size-1
-// dimensions are dropped and neighbours that stay contiguous in the input are merged, so a
-// rank-6 permute that only swaps two blocks of axes becomes a rank-2 transpose.
+// size in_shape[perm[i]] and reads the input with stride in_strides[perm[i]] (the input's
+// contiguous strides, or a strided view's own). Size-1 dimensions are dropped and neighbours
+// that stay contiguous in the input are merged, so a rank-6 permute that only swaps two blocks
+// of axes becomes a rank-2 transpose.
 #pragma once
 
 #include <cstdint>
@@ -22,11 +23,12 @@ struct PermutePlan {
   std::vector<int64_t> src_strides;  // input stride of each, in elements
 };
 
-// perm must already be a validated permutation of 0..rank-1.
-inline PermutePlan make_permute_plan(const Shape& in, const std::vector<int64_t>& perm) {
+// The plan of reading an input of shape `in` laid out with `in_strides` (elements, any
+// non-negative values: a strided view) in the order `perm`. perm must already be a validated
+// permutation of 0..rank-1.
+inline PermutePlan make_permute_plan(const Shape& in, const Shape& in_strides,
+                                     const std::vector<int64_t>& perm) {
   const int rank = static_cast<int>(in.size());
-  std::vector<int64_t> in_strides(rank, 1);
-  for (int d = rank - 2; d >= 0; --d) in_strides[d] = in_strides[d + 1] * in[d + 1];
   PermutePlan p;
   for (int i = 0; i < rank; ++i) {
     int64_t size = in[perm[i]], stride = in_strides[perm[i]];
@@ -40,6 +42,11 @@ inline PermutePlan make_permute_plan(const Shape& in, const std::vector<int64_t>
     p.src_strides.push_back(stride);
   }
   return p;
+}
+
+// The same for a contiguous input.
+inline PermutePlan make_permute_plan(const Shape& in, const std::vector<int64_t>& perm) {
+  return make_permute_plan(in, contiguous_strides(in), perm);
 }
 
 // Normalises a perm attribute (negative entries count from the end) and checks that it is a
@@ -79,6 +86,12 @@ struct PermuteArgs : KernelArgs {
   std::vector<int64_t> perm;  // checked against x's rank
   PermutePlan plan;           // over x's shape
 };
+
+// The plan of one call: the parsed one for a contiguous x, else one over x's strides (the
+// permute kernels read strided views; the plan parsed from x's type assumes a contiguous x).
+inline PermutePlan permute_plan_of(const PermuteArgs& args, const Tensor& x) {
+  return x.is_contiguous() ? args.plan : make_permute_plan(x.shape(), x.strides(), args.perm);
+}
 
 inline std::shared_ptr<const KernelArgs> parse_permute_args(const ArgsSource& s) {
   QG_CHECK(!s.inputs.empty(), s.op, "has no input to permute");

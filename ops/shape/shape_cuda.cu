@@ -40,7 +40,8 @@ void permute_cuda(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const int64_t n = ctx.outputs[0].numel();
   if (n == 0) return;
-  PermutePlan plan = ctx.args<PermuteArgs>().plan;  // a copy: rewritten in 16-byte units
+  // A copy (rewritten in 16-byte units), over x's own strides when x is a strided view.
+  PermutePlan plan = permute_plan_of(ctx.args<PermuteArgs>(), x);
   GatherDims g = gather_dims(ctx.op, plan, x);
   int64_t units = n;
   if (as_16_byte_units(ctx, dtype_size(x.dtype()), plan, g, units))
@@ -63,8 +64,9 @@ void permute_cuda(KernelContext& ctx) {
 }  // namespace
 
 void add_shape_cuda_kernels(OpRegistry& r) {
-  r.get_mutable("permute").kernels.push_back({DeviceType::cuda, {}, permute_cuda});
-  r.get_mutable("transpose").kernels.push_back({DeviceType::cuda, {}, permute_cuda});
+  const KernelDef gather{DeviceType::cuda, {}, permute_cuda, /*strided=*/true};
+  r.get_mutable("permute").kernels.push_back(gather);
+  r.get_mutable("transpose").kernels.push_back(gather);
 }
 
 }  // namespace qg

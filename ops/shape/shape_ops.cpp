@@ -1,7 +1,9 @@
 // permute and transpose: contiguous copies with reordered axes, for every dtype. transpose is
 // a permute that swaps two axes and runs the same kernel; each is its own op so that its
-// attributes (and its error messages) are the ones the user wrote. Backward: permute by the
-// inverse permutation, transpose by the same pair. (reshape lives in ops/arith.)
+// attributes (and its error messages) are the ones the user wrote. The kernels read x through
+// its strides, so a direct call may pass a slice or a permuted view (y is contiguous).
+// Backward: permute by the inverse permutation, transpose by the same pair. (reshape lives in
+// ops/arith.)
 #include <cstring>
 
 #include "core/error.h"
@@ -39,7 +41,7 @@ void permute_cpu(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   Tensor& y = ctx.outputs[0];
   if (y.numel() == 0) return;
-  const PermutePlan& plan = ctx.args<PermuteArgs>().plan;
+  const PermutePlan plan = permute_plan_of(ctx.args<PermuteArgs>(), x);
   const void* src = x.raw_data();
   void* dst = y.raw_data();
   switch (dtype_size(x.dtype())) {
@@ -79,7 +81,7 @@ void define_shape_ops(OpRegistry& r) {
   permute.differentiable_inputs = {true};
   permute.infer = infer_permuted;
   permute.parse_args = parse_permute_args;
-  permute.kernels.push_back({DeviceType::cpu, {}, permute_cpu});
+  permute.kernels.push_back({DeviceType::cpu, {}, permute_cpu, /*strided=*/true});
   permute.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     std::vector<int64_t> perm =
         checked_perm("permute", c.node.attrs.get_ints("perm"),
@@ -104,7 +106,7 @@ void define_shape_ops(OpRegistry& r) {
   transpose.differentiable_inputs = {true};
   transpose.infer = infer_permuted;
   transpose.parse_args = parse_permute_args;
-  transpose.kernels.push_back({DeviceType::cpu, {}, permute_cpu});
+  transpose.kernels.push_back({DeviceType::cpu, {}, permute_cpu, /*strided=*/true});
   transpose.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     return {c.graph.apply1("transpose", {c.grad_or_zeros(0)}, c.node.attrs)};
   };
