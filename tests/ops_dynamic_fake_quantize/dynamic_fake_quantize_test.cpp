@@ -97,7 +97,7 @@ TEST(DynamicFakeQuantize, GradientIsTheStraightThroughEstimator) {
 TEST(DynamicFakeQuantize, KeepsItsCrosscheckCases) {
   const OpDef& op = OpRegistry::instance().get("dynamic_fake_quantize");
   ASSERT_TRUE(static_cast<bool>(op.crosscheck.cases));
-  EXPECT_EQ(op.crosscheck.cases().size(), 8u);
+  EXPECT_EQ(op.crosscheck.cases().size(), 12u);
   EXPECT_TRUE(op.crosscheck.rounded_outputs.empty());  // every output bit for bit
 }
 
