@@ -71,10 +71,12 @@ struct QConfig {
   // torchao Int4WeightOnlyQATQuantizer: asymmetric uint4 weights per group with a float zero
   // point, scale and zero in bf16 (tinygemm's format), eps 1e-6; activations stay float.
   static QConfig int4_weight_only(int group_size = 128);
-  // 8da4w's activations with symmetric `bits`-bit weights per group (bits 2, 3 or 4): the
-  // weights of torchao's IntxFakeQuantizeConfig(torch.int{bits}, group_size=g), which
-  // QATConfig(Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int{bits},
-  // weight_granularity=PerGroup(g))) gives. Throws qg::Error for other bit widths.
+  // 8da4w's activations with symmetric `bits`-bit weights per group (bits 2, 3 or 4):
+  // torchao's IntxFakeQuantizeConfig(torch.int{bits}, group_size=g) weights (f32 scale
+  // precision, its default). QATConfig(Int8DynamicActivationIntxWeightConfig(torch.int{bits},
+  // PerGroup(g))) builds the same weight config but leaves the scale dtype, and the activation
+  // eps, to the tensor's dtype: equal to this recipe for f32 tensors only. Throws qg::Error for
+  // other bit widths.
   static QConfig int8_dyn_act_intx_weight(int bits, int group_size = 32);
 
   bool quantized() const { return weight != WeightQuant::none || activation != ActQuant::none; }
