@@ -2,6 +2,8 @@
 // QConfig, so the layer files never look at bit widths.
 #include "nn/builder.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/op_registry.h"
 
@@ -118,11 +120,13 @@ ValueId Builder::weight(ValueId w, const std::string& layer) {
   QG_CHECK(shape.size() >= 2, "nn", "layer '", layer, "': a weight needs rank >= 2, got ",
            shape_str(shape));
   const int64_t out = shape[0], in = shape_numel(shape) / shape[0];
-  // Dynamic weights are torchao's, whose groups split each row evenly (observed weights
-  // allow a shorter last group).
-  QG_CHECK(!qc_.dynamic_weights || qc_.weight_scope != "group" || in % qc_.weight_group_size == 0,
-           "nn", "layer '", layer, "': weight group size ", qc_.weight_group_size,
-           " does not divide its ", in, " inputs (", qc_.str(), ")");
+  // Dynamic weights are torchao's: a row narrower than one group is one group (its qparam
+  // functions clamp the group size so), and otherwise the groups must split each row evenly
+  // (observed weights allow a shorter last group).
+  const int64_t group = std::min<int64_t>(qc_.weight_group_size, in);
+  QG_CHECK(!qc_.dynamic_weights || qc_.weight_scope != "group" || in % group == 0, "nn", "layer '",
+           layer, "': weight group size ", qc_.weight_group_size, " does not divide its ", in,
+           " inputs (", qc_.str(), ")");
   const std::string name = layer + ".weight";
   WeightQuantizer rec;
   rec.layer = layer;
@@ -133,8 +137,9 @@ ValueId Builder::weight(ValueId w, const std::string& layer) {
                    : g_.apply1("reshape", {w}, {{"shape", Shape{out, in}}}, name + ".as_matrix");
   if (qc_.dynamic_weights) {
     // torchao's QAT weights: qparams from the current weights on every call, one node.
-    auto q = g_.apply("dynamic_fake_quantize", {rec.source},
-                      dynamic_weight_attrs(qc_, g_.value(rec.source).type.dtype), name + ".dfq");
+    Attrs attrs = dynamic_weight_attrs(qc_, g_.value(rec.source).type.dtype);
+    if (qc_.weight_scope == "group") attrs.set("group_size", group);
+    auto q = g_.apply("dynamic_fake_quantize", {rec.source}, attrs, name + ".dfq");
     rec.observer = g_.value(q[2]).producer;
     rec.qparam_output = 2;
     rec.quantized = q[0];

@@ -83,8 +83,10 @@ class Builder {
   ValueId gemm_input(ValueId x, const std::string& name);
   // The weight quantizer on w ([out, in...]; inputs beyond axis 0 are flattened for the
   // qparams): observer -> fake_quantize, or one dynamic_fake_quantize node for dynamic
-  // weights (dynamic_weight_attrs); records a WeightQuantizer for conversion. Throws
-  // qg::Error naming the layer when the group size does not divide its inputs.
+  // weights (dynamic_weight_attrs); records a WeightQuantizer for conversion. Dynamic
+  // weights narrower than one group get one group per row (torchao's qparam functions clamp
+  // the group size so); otherwise a group size that does not divide the inputs throws
+  // qg::Error naming the layer.
   ValueId weight(ValueId w, const std::string& layer);
   // v in the compute dtype: a `cast` node under a mixed policy when v's dtype differs from
   // it, v itself otherwise (so the default policy adds no node).

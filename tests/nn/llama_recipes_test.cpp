@@ -226,6 +226,20 @@ TEST(LlamaRecipes, FakeQuantValuesEqualTorchaosFormulasWrittenOut) {
   }
 }
 
+// A layer narrower than one group (hidden 64, groups of 256) is one group per row, as
+// torchao's qparam functions clamp the group size.
+TEST(LlamaRecipes, ALayerNarrowerThanAGroupIsOneGroupPerRow) {
+  Graph g;
+  nn::LlamaModel m = tiny(g, nn::parse_recipe("8da4w", 256));
+  const nn::WeightQuantizer& q = m.weights.at(0);  // q_proj [64, 64]
+  EXPECT_EQ(g.node(q.observer).attrs.get_int("group_size"), 64);
+  const nn::WeightQuantizer& down = m.weights.at(6);  // down_proj [64, 128]: one group of 128
+  EXPECT_EQ(g.node(down.observer).attrs.get_int("group_size"), 128);
+  Executor ex(g);
+  std::vector<Tensor> got = ex.run(feeds(), {q.source, q.quantized});
+  expect_bits_equal(floats(got[1]), symmetric_reference(floats(got[0]), 64, 4), q.layer);
+}
+
 // Group sizes 128 and 256 on a model wide enough for them.
 TEST(LlamaRecipes, LargeGroupsOnAWideModel) {
   for (int group : {128, 256})
@@ -288,14 +302,14 @@ TEST(LlamaRecipes, BadRecipesGroupSizesAndBitWidthsAreNamedErrors) {
   for (int bits : {1, 5, 8})
     expect_error([&] { nn::QConfig::int8_dyn_act_intx_weight(bits, 32); },
                  {"[qconfig]", "weight bits " + std::to_string(bits), "2, 3 or 4"});
-  // A group size that does not divide a layer's inputs: named by the layer (hidden 64).
+  // A group size that does not divide a layer's inputs: named by the layer (hidden 96).
   Graph g;
-  expect_error([&] { tiny(g, nn::parse_recipe("8da4w", 128)); },
-               {"[nn]", "layer 'model.layers.0.self_attn.q_proj'", "group size 128",
-                "does not divide its 64 inputs"});
+  expect_error([&] { tiny(g, nn::parse_recipe("8da4w", 64), 96, 192); },
+               {"[nn]", "layer 'model.layers.0.self_attn.q_proj'", "group size 64",
+                "does not divide its 96 inputs"});
   Graph g2;
-  expect_error([&] { tiny(g2, nn::parse_recipe("int4_weight_only", 256), 128, 256); },
-               {"[nn]", "group size 256", "does not divide its 128 inputs"});
+  expect_error([&] { tiny(g2, nn::parse_recipe("int4_weight_only", 128), 192, 384); },
+               {"[nn]", "group size 128", "does not divide its 192 inputs"});
   // Bit widths and mappings outside what a recipe implements.
   nn::QConfig float_zero8 = nn::QConfig::int4_weight_only(32);
   float_zero8.weight = nn::WeightQuant::int8;
