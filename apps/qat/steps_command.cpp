@@ -362,12 +362,13 @@ void add_steps_command(CLI::App& app) {
             build_transformer(s, qc, o->small);
           int kernels = 0;
           double us = time_step(s, device, context, o->reps, o->wall, &kernels);
-          // The default recipe keeps its row's name; others are named in it.
+          // The default recipe keeps its row's name; others are named in it (with their
+          // group size, which w8a8_dynamic's per-channel weights do not have).
           const bool named_recipe = o->recipe != "8da4w" || o->group_size != 32;
+          const std::string recipe_label =
+              o->recipe + (o->recipe == "w8a8_dynamic" ? "" : "/" + std::to_string(o->group_size));
           std::string label = std::string("step ") + kind + (qat ? " qat" : " float") +
-                              (kind == "llama" && qat && named_recipe
-                                   ? " " + o->recipe + "/" + std::to_string(o->group_size)
-                                   : "") +
+                              (kind == "llama" && qat && named_recipe ? " " + recipe_label : "") +
                               (kind == "llama" && o->precision != "f32" ? " " + o->precision
                                : tf32                                   ? " tf32"
                                                                         : " fp32");
