@@ -2,6 +2,8 @@
 // QConfig, so the layer files never look at bit widths.
 #include "nn/builder.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/op_registry.h"
 
@@ -31,11 +33,7 @@ Tensor in_parameter_dtype(const Tensor& f32, const PrecisionPolicy& precision) {
 Builder::Builder(Graph& graph, QConfig qconfig, uint64_t seed, PrecisionPolicy precision)
     : g_(graph), qc_(std::move(qconfig)), precision_(precision), rng_(seed) {
   precision_.validate();
-  QG_CHECK(
-      qc_.weight_scope == "channel" || qc_.weight_scope == "tensor" || qc_.weight_scope == "group",
-      "nn", "weight scope '", qc_.weight_scope, "' is not one of channel, tensor, group");
-  QG_CHECK(qc_.weight_group_size > 0 && qc_.nf4_group_size > 0, "nn", "group sizes ",
-           qc_.weight_group_size, " (weights) and ", qc_.nf4_group_size, " (NF4) must be positive");
+  qc_.validate();
 }
 
 ValueId Builder::uniform_parameter(const std::string& name, const Shape& shape, double bound) {
@@ -85,13 +83,17 @@ ValueId Builder::quant_input(ValueId x, const std::string& name) {
   return act(x, name, &input_observer_);
 }
 
-// torchao's per-token dynamic asymmetric int8 fake-quant: qparams from each token's own
-// min/max (the last axis is the feature axis), then a straight-through estimator built from
-// existing ops: y = stop_gradient(yq) + (x - stop_gradient(x)). x - x is exactly 0 for
-// finite x, so y == yq bit for bit while dy/dx = 1. 4-D (conv) inputs use one dynamic range
-// per sample-free tensor instead (torchao has no conv recipe).
+// torchao's per-token dynamic asymmetric int8 fake-quant (its 8da4w activations): one
+// dynamic_fake_quantize node, qparams from each token's own range (the last axis is the
+// feature axis) in x's dtype, the STE through its mask.
 ValueId Builder::dynamic_token_quant(ValueId x, const std::string& name) {
-  const std::string scope = shape_of_value(g_, x).size() == 4 ? "tensor" : "token";
+  const Shape& shape = shape_of_value(g_, x);
+  if (shape.size() != 4)
+    return g_.apply("dynamic_fake_quantize", {x}, dynamic_activation_attrs(qc_), name + ".dfq")[0];
+  // 4-D (conv) inputs: one dynamic range per tensor (torchao has no conv recipe), composed:
+  // y = stop_gradient(yq) + (x - stop_gradient(x)); x - x is exactly 0 for finite x, so
+  // y == yq bit for bit while dy/dx = 1.
+  const std::string scope = "tensor";
   Attrs a{
       {"bits", 8}, {"signed", true}, {"narrow_range", false}, {"mode", "affine"}, {"scope", scope}};
   auto q = g_.apply("dynamic_range_quantize", {x}, a, name + ".dynq");
@@ -118,6 +120,13 @@ ValueId Builder::weight(ValueId w, const std::string& layer) {
   QG_CHECK(shape.size() >= 2, "nn", "layer '", layer, "': a weight needs rank >= 2, got ",
            shape_str(shape));
   const int64_t out = shape[0], in = shape_numel(shape) / shape[0];
+  // Dynamic weights are torchao's: a row narrower than one group is one group (its qparam
+  // functions clamp the group size so), and otherwise the groups must split each row evenly
+  // (observed weights allow a shorter last group).
+  const int64_t group = std::min<int64_t>(qc_.weight_group_size, in);
+  QG_CHECK(!qc_.dynamic_weights || qc_.weight_scope != "group" || in % group == 0, "nn", "layer '",
+           layer, "': weight group size ", qc_.weight_group_size, " does not divide its ", in,
+           " inputs (", qc_.str(), ")");
   const std::string name = layer + ".weight";
   WeightQuantizer rec;
   rec.layer = layer;
@@ -126,7 +135,15 @@ ValueId Builder::weight(ValueId w, const std::string& layer) {
   rec.source = shape.size() == 2
                    ? w
                    : g_.apply1("reshape", {w}, {{"shape", Shape{out, in}}}, name + ".as_matrix");
-  if (qc_.weight == WeightQuant::nf4) {
+  if (qc_.dynamic_weights) {
+    // torchao's QAT weights: qparams from the current weights on every call, one node.
+    Attrs attrs = dynamic_weight_attrs(qc_, g_.value(rec.source).type.dtype);
+    if (qc_.weight_scope == "group") attrs.set("group_size", group);
+    auto q = g_.apply("dynamic_fake_quantize", {rec.source}, attrs, name + ".dfq");
+    rec.observer = g_.value(q[2]).producer;
+    rec.qparam_output = 2;
+    rec.quantized = q[0];
+  } else if (qc_.weight == WeightQuant::nf4) {
     QG_CHECK(OpRegistry::instance().find("nf4_quantize_pack") != nullptr, "nn",
              "NF4 weights need the op 'nf4_quantize_pack', which this build does not register");
     // NF4 round trip per group of nf4_group_size weights along each row, with the same

@@ -36,7 +36,7 @@ struct LinearLayer {
   std::string name;
   int64_t in_features = 0, out_features = 0;
   ValueId weight = kNoValue, bias = kNoValue;  // parameters: [out, in] and [out]
-  NodeId weight_observer = -1;                 // -1 for float, NF4 or per-token weights
+  NodeId weight_observer = -1;                 // -1 for float, NF4 or dynamic weights
   NodeId output_observer = -1;                 // activation observer after this layer
   bool relu = false;
 };
@@ -47,8 +47,11 @@ struct WeightQuantizer {
   std::string layer;
   ValueId source = kNoValue;     // f32 [out, in]
   ValueId quantized = kNoValue;  // f32 [out, in]: what the layer computes with
-  NodeId observer = -1;          // int8/int4/int2: the observer producing (scale, zero_point)
-  NodeId nf4_pack = -1;          // NF4: the nf4_quantize_pack node (packed codes, absmax)
+  // int8/int4/int3/int2: the node producing (scale, zero_point) as its outputs qparam_output
+  // and qparam_output + 1: an observer (0), or dynamic weights' dynamic_fake_quantize (2).
+  NodeId observer = -1;
+  int qparam_output = 0;
+  NodeId nf4_pack = -1;  // NF4: the nf4_quantize_pack node (packed codes, absmax)
 };
 
 // A conv + batch-norm pair folded for QAT (nn/conv_bn.cpp). Conversion replaces the batch
@@ -75,10 +78,15 @@ class Builder {
   // The static activation quantizer (observer -> fake_quantize) of a layer output; identity
   // without static activation quantization. `observer` (optional) receives the observer.
   ValueId act(ValueId x, const std::string& name, NodeId* observer = nullptr);
-  // The dynamic per-token activation quantizer of a GEMM input; identity otherwise.
+  // The dynamic per-token activation quantizer of a GEMM input (one dynamic_fake_quantize
+  // node, dynamic_activation_attrs); identity otherwise.
   ValueId gemm_input(ValueId x, const std::string& name);
   // The weight quantizer on w ([out, in...]; inputs beyond axis 0 are flattened for the
-  // qparams); records a WeightQuantizer for conversion.
+  // qparams): observer -> fake_quantize, or one dynamic_fake_quantize node for dynamic
+  // weights (dynamic_weight_attrs); records a WeightQuantizer for conversion. Dynamic
+  // weights narrower than one group get one group per row (torchao's qparam functions clamp
+  // the group size so); otherwise a group size that does not divide the inputs throws
+  // qg::Error naming the layer.
   ValueId weight(ValueId w, const std::string& layer);
   // v in the compute dtype: a `cast` node under a mixed policy when v's dtype differs from
   // it, v itself otherwise (so the default policy adds no node).

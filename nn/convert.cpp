@@ -147,9 +147,14 @@ int64_t convert_to_integer(ModelInstance& inst, const QConfig& qc) {
       fetch.push_back(g.node(w.nf4_pack).outputs[0]);
       fetch.push_back(g.node(w.nf4_pack).outputs[1]);
     } else {
+      QG_CHECK(!(qc.dynamic_weights && qc.weight_mapping == WeightMapping::float_zero), "convert",
+               "layer '", w.layer,
+               "': weights with a float zero point (int4 weight-only) have no integer form "
+               "here yet");
+      const Node& qp = g.node(w.observer);
       fetch.push_back(w.source);
-      fetch.push_back(g.node(w.observer).outputs[0]);
-      fetch.push_back(g.node(w.observer).outputs[1]);
+      fetch.push_back(qp.outputs[w.qparam_output]);
+      fetch.push_back(qp.outputs[w.qparam_output + 1]);
     }
   }
   // Unfolded (float-weight) blocks keep their batch_norm, which eval mode runs on the

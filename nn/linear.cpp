@@ -32,8 +32,9 @@ ValueId Builder::linear(ValueId x, int64_t out_features, const std::string& name
   if (xs.size() > 2)
     xin = g_.apply1("reshape", {xin}, {{"shape", Shape{rows, l.in_features}}}, name + ".flatten");
   ValueId w = weight(l.weight, name);
-  l.weight_observer =
-      weights_.empty() || qc_.weight == WeightQuant::none ? -1 : weights_.back().observer;
+  l.weight_observer = weights_.empty() || qc_.weight == WeightQuant::none || qc_.dynamic_weights
+                          ? -1
+                          : weights_.back().observer;
   // The GEMM runs in the compute dtype (casts only under a mixed precision policy).
   xin = to_compute(xin, name + ".in");
   w = to_compute(w, name + ".weight");

@@ -13,14 +13,6 @@ QConfig QConfig::w4a8_group(int group_size) {
   return q;
 }
 
-QConfig QConfig::int8_dyn_act_int4_weight(int group_size) {
-  QConfig q{WeightQuant::int4, ActQuant::int8_dynamic_token};
-  q.weight_scope = "group";
-  q.weight_group_size = group_size;
-  q.weight_averaging_constant = 1.0;
-  return q;
-}
-
 int QConfig::weight_bits() const {
   switch (weight) {
     case WeightQuant::int8:
@@ -28,6 +20,8 @@ int QConfig::weight_bits() const {
     case WeightQuant::int4:
     case WeightQuant::nf4:
       return 4;
+    case WeightQuant::int3:
+      return 3;
     case WeightQuant::int2:
       return 2;
     default:
@@ -53,6 +47,8 @@ std::string weight_quant_name(WeightQuant w) {
       return "int8";
     case WeightQuant::int4:
       return "int4";
+    case WeightQuant::int3:
+      return "int3";
     case WeightQuant::int2:
       return "int2";
     case WeightQuant::nf4:
@@ -81,17 +77,24 @@ std::string QConfig::str() const {
   std::string a = dynamic_activations() ? "A8dyn" : "A" + std::to_string(activation_bits());
   std::string scope = weight_scope;
   if (weight_scope == "group") scope += " of " + std::to_string(weight_group_size);
-  return w + a + " (weights per " + scope + ", " +
-         (observer == ObserverKind::minmax ? "minmax" : "moving_average") + " observers)";
+  const bool dynamic = dynamic_weights && weight != WeightQuant::none;
+  std::string how = "weights per " + scope;
+  if (dynamic)
+    how += weight_mapping == WeightMapping::float_zero ? ", dynamic, float zero" : ", dynamic";
+  if (!dynamic || static_activations())
+    how += std::string(", ") + (observer == ObserverKind::minmax ? "minmax" : "moving_average") +
+           " observers";
+  return w + a + " (" + how + ")";
 }
 
 WeightQuant parse_weight_quant(const std::string& s) {
   if (s == "32" || s == "f32" || s == "float") return WeightQuant::none;
   if (s == "8" || s == "int8") return WeightQuant::int8;
   if (s == "4" || s == "int4") return WeightQuant::int4;
+  if (s == "3" || s == "int3") return WeightQuant::int3;
   if (s == "2" || s == "int2") return WeightQuant::int2;
   if (s == "nf4") return WeightQuant::nf4;
-  QG_FAIL("qconfig", "weight bits '", s, "' is not one of 32, 8, 4, 2, nf4");
+  QG_FAIL("qconfig", "weight bits '", s, "' is not one of 32, 8, 4, 3, 2, nf4");
 }
 
 ActQuant parse_act_quant(const std::string& s) {

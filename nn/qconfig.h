@@ -1,11 +1,15 @@
 // QConfig: which fake-quantizers a model gets, following torch.ao.quantization (and torchao)
 // conventions. Layers ask the Builder for "the weight quantizer" and "the activation
 // quantizer"; only the QConfig knows what those are.
-//   weights:     symmetric signed codes (-2^(b-1)..2^(b-1)-1, zero point 0) for b = 8, 4 or
-//                2, per output channel (axis 0 of the [out, in] weight, PyTorch's
+//   weights:     symmetric signed codes (-2^(b-1)..2^(b-1)-1, zero point 0) for b = 8, 4, 3
+//                or 2, per output channel (axis 0 of the [out, in] weight, PyTorch's
 //                default_per_channel_weight_fake_quant), per tensor, or per group of
 //                `weight_group_size` inputs along each row (torchao's group-wise int4);
-//                or NF4 codes per group of `nf4_group_size` weights;
+//                or NF4 codes per group of `nf4_group_size` weights. Their qparams come from
+//                an observer's running range, or (`dynamic_weights`, torchao's QAT) from the
+//                current weights on every step, in one dynamic_fake_quantize node; dynamic
+//                int4 weights may instead be asymmetric unsigned codes 0..15 with a float
+//                zero point (WeightMapping::float_zero: torchao's int4 weight-only QAT);
 //   activations: static per-tensor affine uint8 (0..255) or uint4 (0..15) with a
 //                moving-average (or min/max) observer on each layer's output (PyTorch's
 //                default QAT activation fake-quant), or dynamic per-token asymmetric int8
@@ -16,12 +20,17 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "core/attrs.h"
 #include "core/dtype.h"
 
 namespace qg::nn {
 
-enum class WeightQuant { none, int8, int4, int2, nf4 };
+enum class WeightQuant { none, int8, int4, int3, int2, nf4 };
+// How dynamic weights map to codes: symmetric signed codes with zero point 0, or torchao's
+// tinygemm format (unsigned codes, a float zero point, scale and zero rounded to bf16).
+enum class WeightMapping { symmetric, float_zero };
 enum class ActQuant { none, uint8, uint4, int8_dynamic_token };
 enum class ObserverKind { minmax, moving_average };
 
@@ -36,6 +45,10 @@ struct QConfig {
   // follow the current weights every step (torchao's QAT fake-quant of weights).
   double weight_averaging_constant = 0.01;
   int nf4_group_size = 64;  // NF4: weights per absmax block
+  // Weight qparams from the current weights on every call (dynamic_fake_quantize: torchao's
+  // QAT weight fake-quant, no observer state) instead of an observer.
+  bool dynamic_weights = false;
+  WeightMapping weight_mapping = WeightMapping::symmetric;  // dynamic weights only
 
   static QConfig float32() { return {}; }
   static QConfig w8a8() { return {WeightQuant::int8, ActQuant::uint8}; }
@@ -46,9 +59,25 @@ struct QConfig {
   static QConfig w2a8() { return {WeightQuant::int2, ActQuant::uint8}; }
   // Group-wise int4 weights (group_size inputs per scale), static uint8 activations.
   static QConfig w4a8_group(int group_size = 32);
-  // torchao Int8DynActInt4Weight: per-token dynamic asymmetric int8 activations on GEMM
-  // inputs, group-wise symmetric int4 weights whose qparams follow the current weights.
+  // The language-model recipes, torchao's QAT numerics bit for bit (dynamic_fake_quantize):
+  // torchao Int8DynActInt4WeightQATQuantizer (8da4w): per-token dynamic asymmetric int8
+  // activations on GEMM inputs (f32 epsilon as the scale floor), group-wise symmetric int4
+  // weights whose qparams come from the current weights (the floor: the weight dtype's
+  // smallest normal).
   static QConfig int8_dyn_act_int4_weight(int group_size = 32);
+  // 8da4w's activations with symmetric int8 weights per output channel (torchao's
+  // IntxFakeQuantizeConfig(torch.int8, "per_channel")): w8a8 dynamic.
+  static QConfig int8_dyn_act_int8_weight();
+  // torchao Int4WeightOnlyQATQuantizer: asymmetric uint4 weights per group with a float zero
+  // point, scale and zero in bf16 (tinygemm's format), eps 1e-6; activations stay float.
+  static QConfig int4_weight_only(int group_size = 128);
+  // 8da4w's activations with symmetric `bits`-bit weights per group (bits 2, 3 or 4):
+  // torchao's IntxFakeQuantizeConfig(torch.int{bits}, group_size=g) weights (f32 scale
+  // precision, its default). QATConfig(Int8DynamicActivationIntxWeightConfig(torch.int{bits},
+  // PerGroup(g))) builds the same weight config but leaves the scale dtype, and the activation
+  // eps, to the tensor's dtype: equal to this recipe for f32 tensors only. Throws qg::Error for
+  // other bit widths.
+  static QConfig int8_dyn_act_intx_weight(int bits, int group_size = 32);
 
   bool quantized() const { return weight != WeightQuant::none || activation != ActQuant::none; }
   bool static_activations() const {
@@ -58,7 +87,30 @@ struct QConfig {
   int weight_bits() const;      // 32 for float weights
   int activation_bits() const;  // 32 for float activations
   std::string str() const;      // "W8A8 (weights per channel, moving_average observers)"
+  // Throws qg::Error (op "qconfig") for a combination no quantizer implements: dynamic
+  // weights that are float or NF4 or per tensor, a float zero point on other than dynamic
+  // int4 group-wise weights, int3 weights from an observer, a group size below 1.
+  void validate() const;
 };
+
+// The language-model recipes by name, with the group size of their group-wise weights (one
+// of 32, 64, 128, 256, as torchao's int4 QAT takes them; ignored by w8a8_dynamic):
+//   "8da4w", "8da3w", "8da2w"  int8_dyn_act_intx_weight(4, 3 or 2, group_size)
+//   "int4_weight_only"         int4_weight_only(group_size)
+//   "w8a8_dynamic"             int8_dyn_act_int8_weight()
+//   "float"                    float32()
+// Throws qg::Error naming the recipe and the value for an unknown name or group size.
+QConfig parse_recipe(const std::string& name, int group_size);
+const std::vector<std::string>& recipe_names();
+
+// The dynamic_fake_quantize attributes of a QConfig's dynamic quantizers (what the Builder
+// puts in the graph, and what the torchao conformance test runs):
+//   activations: per token, asymmetric [-128, 127], eps = f32's epsilon (torchao's 8da4w);
+//   weights of dtype `weight_dtype` (the [out, in] matrix the quantizer reads): symmetric
+//   [-2^(b-1), 2^(b-1) - 1] per group (or per row for scope channel), eps = the dtype's
+//   smallest normal; or float_zero [0, 2^b - 1] per group, eps 1e-6, bf16 qparams.
+Attrs dynamic_activation_attrs(const QConfig& qc);
+Attrs dynamic_weight_attrs(const QConfig& qc, DType weight_dtype);
 
 // Which float dtypes a model uses, like torch.autocast over f32 master weights (and Lightning's
 // "bf16-mixed" precision setting):
@@ -96,10 +148,12 @@ struct PrecisionPolicy {
 // "bf16-mixed", "f16-mixed", or "PARAM/COMPUTE/ACCUMULATE"; the result is validated.
 PrecisionPolicy parse_precision(const std::string& s);
 
-WeightQuant parse_weight_quant(const std::string& s);  // "32", "8", "4", "2", "nf4"
-ActQuant parse_act_quant(const std::string& s);        // "32", "8", "4", "dyn8"
-ObserverKind parse_observer(const std::string& s);     // "minmax", "moving_average"
-std::string weight_quant_name(WeightQuant w);          // parse_weight_quant reads it back
-std::string act_quant_name(ActQuant a);                // parse_act_quant reads it back
+WeightQuant parse_weight_quant(const std::string& s);      // "32", "8", "4", "3", "2", "nf4"
+ActQuant parse_act_quant(const std::string& s);            // "32", "8", "4", "dyn8"
+ObserverKind parse_observer(const std::string& s);         // "minmax", "moving_average"
+WeightMapping parse_weight_mapping(const std::string& s);  // "symmetric", "float_zero"
+std::string weight_mapping_name(WeightMapping m);          // parse_weight_mapping reads it back
+std::string weight_quant_name(WeightQuant w);              // parse_weight_quant reads it back
+std::string act_quant_name(ActQuant a);                    // parse_act_quant reads it back
 
 }  // namespace qg::nn

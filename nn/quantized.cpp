@@ -68,8 +68,9 @@ void dequantize_row(const QuantizedLinear& l, int64_t r, float* w) {
                l.scales[r * groups_per_row + c / l.group_size];
       break;
     }
-    case WeightQuant::int2:  // convert_to_quantized refuses it; nn/convert.h stores int2
-      QG_FAIL("nn", "QuantizedMlp has no int2 layer '", l.name, "'");
+    case WeightQuant::int3:  // convert_to_quantized refuses them; nn/convert.h stores them
+    case WeightQuant::int2:
+      QG_FAIL("nn", "QuantizedMlp has no ", weight_quant_name(l.kind), " layer '", l.name, "'");
   }
 }
 
@@ -188,7 +189,7 @@ QuantizedMlp convert_to_quantized(Executor& ex, const std::vector<LinearLayer>& 
                                   NodeId input_observer, const QConfig& qconfig) {
   QG_CHECK((qconfig.weight == WeightQuant::none || qconfig.weight == WeightQuant::int8 ||
             qconfig.weight == WeightQuant::int4 || qconfig.weight == WeightQuant::nf4) &&
-               qconfig.weight_scope != "group" &&
+               qconfig.weight_scope != "group" && !qconfig.dynamic_weights &&
                (qconfig.activation == ActQuant::none || qconfig.activation == ActQuant::uint8),
            "quantize",
            "QuantizedMlp handles int8/int4/nf4 weights per channel or tensor and uint8 "

@@ -59,9 +59,10 @@ std::string describe(const TrainConfig& c) {
      << c.transformer.mlp_hidden << "\nweight " << weight_quant_name(q.weight) << "\nactivation "
      << act_quant_name(q.activation) << "\nobserver "
      << (q.observer == ObserverKind::minmax ? "minmax" : "moving_average") << "\nscope "
-     << q.weight_scope << "\ngroup_size " << q.weight_group_size << "\noptimizer "
-     << c.optimizer.kind << "\nbatch " << c.mlp.batch << "\nfreeze_bn_after " << c.freeze_bn_after
-     << "\n";
+     << q.weight_scope << "\ngroup_size " << q.weight_group_size << "\nweight_qparams "
+     << (q.dynamic_weights ? "dynamic" : "observer") << "\nweight_mapping "
+     << weight_mapping_name(q.weight_mapping) << "\noptimizer " << c.optimizer.kind << "\nbatch "
+     << c.mlp.batch << "\nfreeze_bn_after " << c.freeze_bn_after << "\n";
   return os.str();
 }
 

@@ -76,6 +76,9 @@ void options_from_meta(const std::map<std::string, std::string>& meta, const std
   take("observer", "--observer", [&](const std::string& s) { o.observer = s; });
   take("scope", "--scope", [&](const std::string& s) { o.scope = s; });
   take("group_size", "--group-size", [&](const std::string& s) { o.group_size = int(to_int(s)); });
+  take("weight_qparams", "--recipe",
+       [&](const std::string& s) { o.dynamic_weights = s == "dynamic"; });
+  take("weight_mapping", "--recipe", [&](const std::string& s) { o.weight_mapping = s; });
   take("optimizer", "--optimizer", [&](const std::string& s) { o.optimizer = s; });
   take("batch", "--batch", [&](const std::string& s) { o.batch = int(to_int(s)); });
   take("freeze_bn_after", "--freeze-bn-after",

@@ -9,7 +9,8 @@
 //                 32000, hidden 1024, intermediate 2816, 12 layers, 16 heads, 8 KV heads,
 //                 untied lm_head: 207M parameters), batch 8 x 1024 tokens, Adam; its QAT row
 //                 is torchao's 8da4w (per-token dynamic int8 activations, int4 weights in
-//                 groups of 32), the recipe language models train with;
+//                 groups of 32), the recipe language models train with, or another of
+//                 nn::parse_recipe's (--recipe, --group-size);
 // and the digits models of `qat train` at its defaults (digits-mlp, digits-cnn,
 // digits-transformer), which `qat train --time-steps` times through nn::Trainer.
 // QAT is W8A8 (per-channel int8 weights, per-tensor uint8 activations with moving-average
@@ -53,6 +54,8 @@ struct StepsOptions {
   std::string variant = "both";   // float, qat or both
   bool no_trainer = false;        // digits: skip the in-process nn::Trainer column
   std::string precision = "f32";  // the llama step's PrecisionPolicy (nn::parse_precision)
+  std::string recipe = "8da4w";   // the llama QAT row's recipe (nn::parse_recipe)
+  int group_size = 32;            // of the group-wise recipes' weights
 };
 
 struct StepGraph {
@@ -324,6 +327,13 @@ void add_steps_command(CLI::App& app) {
   cmd->add_option("--precision", o->precision,
                   "The llama step's precision: f32 (default), bf16-mixed (f32 parameters, "
                   "bf16 GEMMs and attention, as torch.autocast) or f16-mixed");
+  cmd->add_option("--recipe", o->recipe,
+                  "The llama QAT row's recipe: 8da4w (default), 8da3w, 8da2w, int4_weight_only, "
+                  "w8a8_dynamic")
+      ->check(CLI::IsMember({"8da4w", "8da3w", "8da2w", "int4_weight_only", "w8a8_dynamic"}));
+  cmd->add_option("--group-size", o->group_size,
+                  "Weights per qparam of the llama recipe's groups: 32, 64, 128 or 256")
+      ->check(CLI::IsMember({32, 64, 128, 256}));
   cmd->add_flag("--tf32", o->tf32,
                 "Also time each step with TF32 GEMMs and convolutions (rows labelled tf32)");
   cmd->callback([o] {
@@ -353,7 +363,7 @@ void add_steps_command(CLI::App& app) {
           if (digits)
             build_digits(s, kind.substr(7), qat);
           else if (kind == "llama")
-            build_llama_step(s, qat ? nn::QConfig::int8_dyn_act_int4_weight(32) : qc, o->small,
+            build_llama_step(s, qat ? nn::parse_recipe(o->recipe, o->group_size) : qc, o->small,
                              nn::parse_precision(o->precision));
           else if (kind == "cnn")
             build_cnn(s, qc, o->small);
@@ -361,7 +371,13 @@ void add_steps_command(CLI::App& app) {
             build_transformer(s, qc, o->small);
           int kernels = 0;
           double us = time_step(s, device, context, o->reps, o->wall, &kernels);
+          // The default recipe keeps its row's name; others are named in it (with their
+          // group size, which w8a8_dynamic's per-channel weights do not have).
+          const bool named_recipe = o->recipe != "8da4w" || o->group_size != 32;
+          const std::string recipe_label =
+              o->recipe + (o->recipe == "w8a8_dynamic" ? "" : "/" + std::to_string(o->group_size));
           std::string label = std::string("step ") + kind + (qat ? " qat" : " float") +
+                              (kind == "llama" && qat && named_recipe ? " " + recipe_label : "") +
                               (kind == "llama" && o->precision != "f32" ? " " + o->precision
                                : tf32                                   ? " tf32"
                                                                         : " fp32");

@@ -142,12 +142,23 @@ void add_model_options(CLI::App* cmd, TrainOptions& o) {
   cmd->add_option("--group-size", o.group_size, "Weights per qparam for --scope group")
       ->capture_default_str();
   cmd->add_option("--observer", o.observer, "moving_average or minmax")->capture_default_str();
+  cmd->add_option("--recipe", o.recipe,
+                  "A language-model QAT recipe with torchao's numerics: 8da4w, 8da3w, 8da2w, "
+                  "int4_weight_only, w8a8_dynamic or float (overrides --weight-bits, --act-bits "
+                  "and --scope; group-wise ones take --group-size: 32, 64, 128 or 256)");
   cmd->add_option("--optimizer", o.optimizer, "adam or sgd")->capture_default_str();
   cmd->add_option("--batch", o.batch, "Batch size")->capture_default_str();
 }
 
 nn::QConfig qconfig_from(const TrainOptions& o) {
+  if (!o.recipe.empty()) {
+    nn::QConfig qc = nn::parse_recipe(o.recipe, o.group_size);
+    qc.observer = nn::parse_observer(o.observer);
+    return qc;
+  }
   nn::QConfig qc;
+  qc.dynamic_weights = o.dynamic_weights;
+  qc.weight_mapping = nn::parse_weight_mapping(o.weight_mapping);
   qc.weight = nn::parse_weight_quant(o.weight_bits);
   qc.activation = nn::parse_act_quant(o.act_bits);
   qc.observer = nn::parse_observer(o.observer);

@@ -21,6 +21,12 @@ struct TrainOptions {
   std::string scope = "channel";
   int group_size = 32;
   std::string observer = "moving_average";
+  // --recipe: a named language-model recipe (nn::parse_recipe) in place of --weight-bits,
+  // --act-bits and --scope; its group size is --group-size. Else the weight qparams come
+  // from observers unless dynamic_weights (checkpoints of dynamic recipes set it).
+  std::string recipe;
+  bool dynamic_weights = false;
+  std::string weight_mapping = "symmetric";
   std::string optimizer = "adam";
   double lr = 3e-3;
   int epochs = 30;

@@ -19,6 +19,12 @@
 //   q       = clamp(round(x * inv) + zp, qmin, qmax)  (Round is half to even, as rint)
 // and the dequantize that follows is (q - zp) * scale. Non-finite inputs are not skipped by
 // ReduceMin/ReduceMax as they are in qatgraph (the digits inputs are finite).
+//
+// dynamic_fake_quantize per token, asymmetric (the dynamic recipes' activations), likewise in
+// f32 ops, as ops/dynamic_fake_quantize/dynamic_fake_quantize_math.h computes an f32 x:
+//   scale = max((max_pos - min_neg) * f32(1 / (qmax - qmin)), eps)
+//   zp    = clamp(qmin - round(min_neg / scale), qmin, qmax)
+//   y     = (clamp(round(x * (1 / scale)) + zp, qmin, qmax) - zp) * scale
 #include "core/error.h"
 #include "export/onnx/onnx_context.h"
 #include "ops/common/quant_attrs.h"
@@ -110,6 +116,40 @@ void map_dynamic_range_quantize(Context& ctx, const Node& n) {
   ctx.bind(n.outputs[2], zp);
 }
 
+void map_dynamic_fake_quantize(Context& ctx, const Node& n) {
+  QG_CHECK(n.attrs.get_string("mode") == "asymmetric" && n.attrs.get_int("group_size") == 0, kOp,
+           "dynamic_fake_quantize '", n.name,
+           "': only the asymmetric per-token form (activations) is exported; weights are "
+           "converted to integers first (got mode ",
+           n.attrs.get_string("mode"), ", group_size ", n.attrs.get_int("group_size"), ")");
+  const std::string base = strip(n.name, ".dfq");
+  const std::string x = ctx.value(n.inputs[0]);
+  const float qmin = static_cast<float>(n.attrs.get_int("quant_min"));
+  const float qmax = static_cast<float>(n.attrs.get_int("quant_max"));
+  AttrList reduce = {attr_int("keepdims", 1), attr_ints("axes", {-1})};
+  auto c = [&](const std::string& what, float v) { return ctx.scalar_f32(base + "." + what, v); };
+  auto op = [&](const char* type, const std::vector<std::string>& in, const std::string& what,
+                const AttrList& a = {}) { return ctx.node1(type, in, base + "." + what, a); };
+  const std::string zero = c("zero", 0.0f), one = c("one", 1.0f);
+  const std::string lo = c("qmin", qmin), hi = c("qmax", qmax);
+  std::string min_neg = op("Min", {op("ReduceMin", {x}, "min", reduce), zero}, "min_neg");
+  std::string max_pos = op("Max", {op("ReduceMax", {x}, "max", reduce), zero}, "max_pos");
+  std::string range = op("Sub", {max_pos, min_neg}, "range");
+  std::string scale0 = op("Mul", {range, c("inv_levels", 1.0f / (qmax - qmin))}, "scale0");
+  std::string scale =
+      op("Max", {scale0, c("eps", static_cast<float>(n.attrs.get_real("eps")))}, "scale");
+  std::string zp_raw = op(
+      "Sub", {lo, op("Round", {op("Div", {min_neg, scale}, "min_steps")}, "min_code")}, "zp_raw");
+  std::string zp = op("Clip", {zp_raw, lo, hi}, "zero_point");
+  std::string inv = op("Div", {one, scale}, "inv");
+  std::string q = op("Round", {op("Mul", {x, inv}, "x_inv")}, "rounded");
+  q = op("Clip", {op("Add", {q, zp}, "shifted"), lo, hi}, "codes");
+  std::string d = op("Sub", {q, zp}, "centered");
+  ctx.bind(n.outputs[0], ctx.node("Mul", {d, scale}, {ctx.output_name(n, 0, base + ".fq")}));
+  ctx.bind(n.outputs[2], scale);
+  ctx.bind(n.outputs[3], zp);
+}
+
 // dequantize of dynamic codes (weights' dequantize nodes are leaves: onnx_weights.cpp).
 void map_dequantize(Context& ctx, const Node& n) {
   const NodeId src = ctx.graph().value(n.inputs[0]).producer;
@@ -129,6 +169,7 @@ void map_dequantize(Context& ctx, const Node& n) {
 void add_quant_mappers(std::map<std::string, Mapper>& t) {
   t["fake_quantize"] = map_fake_quantize;
   t["dynamic_range_quantize"] = map_dynamic_range_quantize;
+  t["dynamic_fake_quantize"] = map_dynamic_fake_quantize;
   t["dequantize"] = map_dequantize;
 }
 

@@ -1,7 +1,9 @@
 // `qat crosscheck` cases of dynamic_fake_quantize beyond its gradient-check samples: the
 // recipes' shapes (per-token int8 rows of 1024 and 2816, int4 groups of 32 of a weight),
 // rows that are not a multiple of 32 (partial mask words), all-zero and one-signed rows
-// (the eps floor and the zero point's clamp), and a NaN in one row (both must raise).
+// (the eps floor and the zero point's clamp), a NaN in one row (both must raise), and the
+// float zero point of the int4 weight-only recipe (bf16 qparams, groups of 32 to 256, odd
+// groups, constant groups at the eps floor).
 #include "ops/common/crosscheck_inputs.h"
 
 namespace qg {
@@ -16,6 +18,12 @@ Attrs token8() {
 Attrs group4(int64_t g) {
   return {
       {"group_size", g}, {"mode", std::string("symmetric")}, {"quant_min", -8}, {"quant_max", 7}};
+}
+
+Attrs float_zero4(int64_t g, const std::string& qparam_dtype) {
+  return {{"group_size", g}, {"mode", std::string("float_zero")},
+          {"quant_min", 0},  {"quant_max", 15},
+          {"eps", 1e-6},     {"qparam_dtype", qparam_dtype}};
 }
 
 std::vector<CrosscheckCase> cases() {
@@ -37,6 +45,20 @@ std::vector<CrosscheckCase> cases() {
   }
   c.push_back(
       {"zero, one-signed and tiny rows", {fixed({4, 40}, DType::f64, 0, 0, rows)}, token8(), true});
+  c.push_back({"group 32 float_zero u4 bf16 qparams [96,1024]",
+               {x_in({96, 1024}, -0.2, 0.3)},
+               float_zero4(32, "bf16"),
+               true});
+  c.push_back(
+      {"group 256 float_zero u4 [48,512]", {x_in({48, 512})}, float_zero4(256, "input"), true});
+  c.push_back(
+      {"group 3 float_zero u4 bf16 qparams [5,12]", {x_in({5, 12})}, float_zero4(3, "bf16"), true});
+  std::vector<double> flat(2 * 64, 0.25);  // constant groups: the eps floor
+  for (int i = 0; i < 32; ++i) flat[64 + i] = -3.0;
+  c.push_back({"float_zero constant groups",
+               {fixed({2, 64}, DType::f64, 0, 0, flat)},
+               float_zero4(32, "bf16"),
+               true});
   c.push_back({"NaN and Inf rows (both must raise)",
                {fixed({4, 30}, DType::f64, 0, 0, with_non_finite(120))},
                token8(),

@@ -7,7 +7,9 @@
 // rows of 1024 or 2816, groups of 32 to 256), the warp's 32 in-range bits of each step are
 // one aligned mask word; other group lengths leave y and the mask to a per-mask-byte kernel
 // reading the stored qparams. Bit-identical to the CPU kernel: the same qparam and element
-// math (qmath::fake_quant) in the same math type, y narrowed once.
+// math (dfq::fake_quant_element) in the same math type, y narrowed once. Each kernel is
+// instantiated for the integer modes and for float_zero (kFloatZero), whose zero point output
+// is f32 instead of i32.
 //
 // The common case (f32/f16/bf16, groups a whole number of 8-element packs, 16-byte aligned
 // tensors) takes team_kernel instead: a power-of-two team of lanes per group, each lane a
@@ -38,6 +40,15 @@ __device__ __forceinline__ M nan_max(M a, M b) {
   return qmath::is_nan(a) ? a : (qmath::is_nan(b) ? b : (b > a ? b : a));
 }
 
+// The zero point output: i32 codes, or float_zero's f32 values.
+template <bool kFloatZero, typename M>
+__device__ __forceinline__ void store_zero_point(void* zp, int64_t q, M v) {
+  if constexpr (kFloatZero)
+    static_cast<float*>(zp)[q] = static_cast<float>(v);
+  else
+    static_cast<int32_t*>(zp)[q] = static_cast<int32_t>(v);
+}
+
 struct LaunchArgs {
   int64_t groups, len;
   dfq::Config cfg;
@@ -46,12 +57,13 @@ struct LaunchArgs {
   int32_t node;
 };
 
-// scale_m: the scales in the math type for byte_kernel (f64's would lose bits as f32), or null.
-template <typename T>
+// scale_m, zero_m: the scales (and float_zero's zeros) in the math type for byte_kernel (f64's
+// would lose bits as f32), or null.
+template <typename T, bool kFloatZero>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     group_kernel(const T* __restrict__ x, T* __restrict__ y, uint32_t* __restrict__ mask,
-                 float* __restrict__ scale, int32_t* __restrict__ zp, math_of<T>* scale_m,
-                 LaunchArgs a) {
+                 float* __restrict__ scale, void* __restrict__ zp, math_of<T>* scale_m,
+                 math_of<T>* zero_m, LaunchArgs a) {
   using M = math_of<T>;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
@@ -73,8 +85,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     if (lane == 0) {
       if (!p.valid) report_device_error(a.err, kBadScale, a.node, q, static_cast<double>(p.scale));
       scale[q] = static_cast<float>(p.scale);
-      zp[q] = static_cast<int32_t>(p.zero_point);
+      store_zero_point<kFloatZero>(zp, q, p.zero_point);
       if (scale_m != nullptr) scale_m[q] = p.scale;
+      if (zero_m != nullptr) zero_m[q] = p.zero_point;
     }
     if (!a.quantize) continue;
     const M inv = M(1) / p.scale;
@@ -83,7 +96,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     uint32_t* words = mask + q * (a.len / 32);
     for (int64_t i = lane, w = 0; i < a.len; i += 32, ++w) {
       const qmath::FakeQuantResult<M> r =
-          qmath::fake_quant(to_math(g[i]), inv, p.scale, p.zero_point, qmin, qmax);
+          dfq::fake_quant_element<kFloatZero>(to_math(g[i]), p, inv, qmin, qmax, a.cfg);
       out[i] = from_math<T>(r.y);
       const uint32_t bits = __ballot_sync(0xffffffffu, r.in_range);
       if (lane == 0) words[w] = bits;
@@ -94,10 +107,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // kTeam lanes per group (a power of two); lane m of a team takes packs m, m + kTeam, ... of
 // its group. The loop over groups is uniform per warp (a team past the last group computes on
 // zeros and stores nothing) so the team shuffles always see the whole warp.
-template <typename T, int kTeam>
+template <typename T, int kTeam, bool kFloatZero>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     team_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ mask,
-                float* __restrict__ scale, int32_t* __restrict__ zp, LaunchArgs a) {
+                float* __restrict__ scale, void* __restrict__ zp, LaunchArgs a) {
   using M = math_of<T>;
   constexpr int kTeamsPerWarp = 32 / kTeam;
   const int lane = threadIdx.x & 31, member = lane % kTeam;
@@ -108,8 +121,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const int64_t q = base + lane / kTeam;
     const bool active = q < a.groups;
     const Pack8<T>* g = reinterpret_cast<const Pack8<T>*>(x + (active ? q : 0) * a.len);
-    // Starting from 0 changes nothing: the qparams take min(min, 0) and max(max, 0).
-    M mn = M(0), mx = M(0);
+    // The integer modes may start from 0 (their qparams take min(min, 0) and max(max, 0));
+    // float_zero's range is the group's own, so it starts from +-infinity.
+    M mn = kFloatZero ? M(INFINITY) : M(0), mx = kFloatZero ? M(-INFINITY) : M(0);
     if (active) {
 #pragma unroll 4
       for (int64_t p = member; p < packs; p += kTeam) {
@@ -129,7 +143,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     if (member == 0) {
       if (!p.valid) report_device_error(a.err, kBadScale, a.node, q, static_cast<double>(p.scale));
       scale[q] = static_cast<float>(p.scale);
-      zp[q] = static_cast<int32_t>(p.zero_point);
+      store_zero_point<kFloatZero>(zp, q, p.zero_point);
     }
     const M inv = M(1) / p.scale;
     const M qmin = static_cast<M>(a.cfg.qmin), qmax = static_cast<M>(a.cfg.qmax);
@@ -143,7 +157,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const qmath::FakeQuantResult<M> f =
-            qmath::fake_quant(to_math(v.v[j]), inv, p.scale, p.zero_point, qmin, qmax);
+            dfq::fake_quant_element<kFloatZero>(to_math(v.v[j]), p, inv, qmin, qmax, a.cfg);
         // The select form: the same bits as from_math without a branch per element.
         r.v[j] = from_math_select<T>(f.y);
         bits |= static_cast<uint32_t>(f.in_range) << j;
@@ -159,9 +173,15 @@ void launch_team(const Tensor& x, KernelContext& ctx, const LaunchArgs& a, cudaS
   constexpr int64_t kGroupsPerBlock = kWarpsPerBlock * (32 / kTeam);
   const int64_t blocks = std::min<int64_t>((a.groups + kGroupsPerBlock - 1) / kGroupsPerBlock,
                                            int64_t{32} * multiprocessor_count());
-  team_kernel<T, kTeam><<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
-      in_ptr<T>(x), out_ptr<T>(ctx.outputs[0]), out_ptr<uint8_t>(ctx.outputs[1]),
-      out_ptr<float>(ctx.outputs[2]), out_ptr<int32_t>(ctx.outputs[3]), a);
+  auto launch = [&](auto kernel) {
+    kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
+        in_ptr<T>(x), out_ptr<T>(ctx.outputs[0]), out_ptr<uint8_t>(ctx.outputs[1]),
+        out_ptr<float>(ctx.outputs[2]), ctx.outputs[3].raw_data(), a);
+  };
+  if (a.cfg.mode == dfq::Mode::float_zero)
+    launch(team_kernel<T, kTeam, true>);
+  else
+    launch(team_kernel<T, kTeam, false>);
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
@@ -188,20 +208,27 @@ bool try_team_kernel(const Tensor& x, KernelContext& ctx, const LaunchArgs& a,
   }
 }
 
-// y and the mask for group lengths that split mask words: one thread per mask byte.
-template <typename T>
+// y and the mask for group lengths that split mask words: one thread per mask byte. zp: the
+// i32 zero points (integer modes); zero: float_zero's zeros in the math type.
+template <typename T, bool kFloatZero>
 __global__ void byte_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ mask,
                             const math_of<T>* __restrict__ scale, const int32_t* __restrict__ zp,
-                            int64_t n, LaunchArgs a) {
+                            const math_of<T>* __restrict__ zero, int64_t n, LaunchArgs a) {
   using M = math_of<T>;
   const M qmin = static_cast<M>(a.cfg.qmin), qmax = static_cast<M>(a.cfg.qmax);
   for (int64_t b = global_thread(); b * 8 < n; b += global_stride()) {
     uint8_t bits = 0;
     for (int64_t i = b * 8; i < n && i < b * 8 + 8; ++i) {
       const int64_t q = i / a.len;
-      const M s = scale[q], z = static_cast<M>(zp[q]);
+      dfq::QParams<M> p{scale[q], M(0), true};
+      if constexpr (kFloatZero) {
+        p.zero_point = zero[q];
+        p.low = dfq::float_zero_low(p.scale, p.zero_point, a.cfg);
+      } else {
+        p.zero_point = static_cast<M>(zp[q]);
+      }
       const qmath::FakeQuantResult<M> r =
-          qmath::fake_quant(to_math(x[i]), M(1) / s, s, z, qmin, qmax);
+          dfq::fake_quant_element<kFloatZero>(to_math(x[i]), p, M(1) / p.scale, qmin, qmax, a.cfg);
       y[i] = from_math<T>(r.y);
       if (r.in_range) bits |= static_cast<uint8_t>(1u << (i - b * 8));
     }
@@ -223,28 +250,43 @@ void dynamic_fake_quantize_cuda(KernelContext& ctx) {
     const int64_t blocks = std::min<int64_t>((p.groups + kWarpsPerBlock - 1) / kWarpsPerBlock,
                                              int64_t{32} * multiprocessor_count());
     using M = math_of<T>;
-    // Mask words split by groups: byte_kernel quantizes from the scales in the math type
-    // (the f32 scale output itself, or an f64 copy).
-    Tensor scale_m;
-    M* scale_m_ptr = nullptr;
+    const bool float_zero = a.cfg.mode == dfq::Mode::float_zero;
+    // Mask words split by groups: byte_kernel quantizes from the scales (and float_zero's
+    // zeros) in the math type: the f32 outputs themselves, or f64 copies group_kernel writes.
+    Tensor copies;
+    M *scale_m = nullptr, *zero_m = nullptr, *copy_scale = nullptr, *copy_zero = nullptr;
     if (!a.quantize) {
       if constexpr (std::is_same_v<M, float>) {
-        scale_m_ptr = out_ptr<float>(ctx.outputs[2]);
+        scale_m = out_ptr<float>(ctx.outputs[2]);
+        if (float_zero) zero_m = out_ptr<float>(ctx.outputs[3]);
       } else {
-        scale_m = Tensor::empty({p.groups}, DType::f64, x.device());
-        scale_m_ptr = out_ptr<double>(scale_m);
+        copies = Tensor::empty({2, p.groups}, DType::f64, x.device());
+        scale_m = copy_scale = out_ptr<double>(copies);
+        zero_m = copy_zero = copy_scale + p.groups;
       }
     }
-    group_kernel<T><<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
-        in_ptr<T>(x), out_ptr<T>(ctx.outputs[0]), out_ptr<uint32_t>(ctx.outputs[1]),
-        out_ptr<float>(ctx.outputs[2]), out_ptr<int32_t>(ctx.outputs[3]),
-        std::is_same_v<M, float> ? nullptr : scale_m_ptr, a);
+    auto groups = [&](auto kernel) {
+      kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
+          in_ptr<T>(x), out_ptr<T>(ctx.outputs[0]), out_ptr<uint32_t>(ctx.outputs[1]),
+          out_ptr<float>(ctx.outputs[2]), ctx.outputs[3].raw_data(), copy_scale, copy_zero, a);
+    };
+    if (float_zero)
+      groups(group_kernel<T, true>);
+    else
+      groups(group_kernel<T, false>);
     QG_CUDA_CHECK_LAUNCH(ctx.op);
     if (a.quantize) return;
     auto shape = elementwise_launch((n + 7) / 8);
-    byte_kernel<T><<<shape.blocks, shape.threads, 0, stream>>>(
-        in_ptr<T>(x), out_ptr<T>(ctx.outputs[0]), out_ptr<uint8_t>(ctx.outputs[1]), scale_m_ptr,
-        in_ptr<int32_t>(ctx.outputs[3]), n, a);
+    const int32_t* zp = float_zero ? nullptr : in_ptr<int32_t>(ctx.outputs[3]);
+    auto bytes = [&](auto kernel) {
+      kernel<<<shape.blocks, shape.threads, 0, stream>>>(in_ptr<T>(x), out_ptr<T>(ctx.outputs[0]),
+                                                         out_ptr<uint8_t>(ctx.outputs[1]), scale_m,
+                                                         zp, zero_m, n, a);
+    };
+    if (float_zero)
+      bytes(byte_kernel<T, true>);
+    else
+      bytes(byte_kernel<T, false>);
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
 }

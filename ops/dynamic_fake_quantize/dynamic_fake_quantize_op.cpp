@@ -3,9 +3,11 @@
 // consecutive elements of the last axis (the whole last axis when group_size is 0: per
 // token for activations, per output channel for a [out, in] weight), with torchao's QAT
 // arithmetic (dynamic_fake_quantize_math.h): its 8da4w recipe's per-token asymmetric int8
-// activations and per-group symmetric int4 weights, in the input's dtype. The element math
-// is fake_quantize's (qmath::fake_quant in the math type, y rounded to x's dtype once), and
-// the mask is its bit-packed in-range mask, so the STE backward is ste_backward's.
+// activations and per-group symmetric int4 weights, in the input's dtype, and its int4
+// weight-only recipe's float zero point (mode float_zero, qparams stored in `qparam_dtype`).
+// The integer modes' element math is fake_quantize's (qmath::fake_quant in the math type, y
+// rounded to x's dtype once); float_zero's is torchao's tinygemm quantize + dequantize. The
+// mask is the bit-packed in-range mask, so the STE backward is ste_backward's.
 // One kernel reads x once: the qparams never round-trip through memory before use.
 #include <cmath>
 
@@ -26,15 +28,30 @@ dfq::Rounding rounding_of(DType t) {
   return dfq::Rounding::none;
 }
 
+// The dtype torch computes a binary op of a T tensor and an S tensor in (float dtypes).
+DType promoted(DType t, DType s) {
+  if (t == s) return t;
+  if (t == DType::f64 || s == DType::f64) return DType::f64;
+  return DType::f32;  // f32 with anything narrower, and f16 with bf16
+}
+
 // The range, mode and eps, checked when the node is built and again when it is prepared.
 void check_attrs(const std::string& op, const Attrs& attrs) {
   const int64_t qmin = attrs.get_int("quant_min"), qmax = attrs.get_int("quant_max");
   QG_CHECK(qmin < qmax, op, "quant_min = ", qmin, " must be below quant_max = ", qmax);
   QG_CHECK(qmin >= -(int64_t{1} << 16) && qmax <= (int64_t{1} << 16), op,
            "[quant_min, quant_max] = [", qmin, ", ", qmax, "] is wider than 17 bits");
-  QG_CHECK(attrs.get_string("mode") != "symmetric" || (qmin < 0 && qmax > 0), op,
+  const std::string& mode = attrs.get_string("mode");
+  QG_CHECK(mode != "symmetric" || (qmin < 0 && qmax > 0), op,
            "attribute 'mode' = symmetric needs a signed range around 0, got [", qmin, ", ", qmax,
            "]");
+  QG_CHECK(mode != "float_zero" || qmin == 0, op,
+           "attribute 'mode' = float_zero takes unsigned codes from 0 (torchao's uint range), "
+           "got [",
+           qmin, ", ", qmax, "]");
+  QG_CHECK(mode == "float_zero" || attrs.get_string("qparam_dtype") == "input", op,
+           "attribute 'qparam_dtype' = ", attrs.get_string("qparam_dtype"),
+           " applies to mode float_zero only (mode is ", mode, ")");
   const double eps = attrs.get_real("eps");
   QG_CHECK(std::isfinite(eps) && eps >= 0, op, "attribute 'eps' = ", eps,
            " must be finite and >= 0");
@@ -52,15 +69,23 @@ std::shared_ptr<const KernelArgs> parse_args(const ArgsSource& s) {
            " does not divide the last axis of ", x.str());
   check_attrs(s.op, s.attrs);
   const int64_t qmin = s.attrs.get_int("quant_min"), qmax = s.attrs.get_int("quant_max");
-  const bool symmetric = s.attrs.get_string("mode") == "symmetric";
+  const std::string& mode = s.attrs.get_string("mode");
+  const bool symmetric = mode == "symmetric";
   const double eps = s.attrs.get_real("eps");
   a->group_len = g == 0 ? last : g;
   a->groups = x.numel() / a->group_len;
   a->config.qmin = static_cast<int32_t>(qmin);
   a->config.qmax = static_cast<int32_t>(qmax);
-  a->config.symmetric = symmetric;
+  a->config.mode = symmetric              ? dfq::Mode::symmetric
+                   : mode == "float_zero" ? dfq::Mode::float_zero
+                                          : dfq::Mode::asymmetric;
   a->config.eps = eps;
   a->config.rounding = rounding_of(x.dtype);
+  const std::string& qdt = s.attrs.get_string("qparam_dtype");
+  const DType qparam = qdt == "input" ? x.dtype : dtype_from_name(qdt);
+  a->config.qparam_rounding = rounding_of(qparam);
+  a->config.promoted_rounding = rounding_of(promoted(x.dtype, qparam));
+  a->config.mid = static_cast<double>(qmax + qmin + 1) / 2.0;
   // The divisor as torch holds a Python float (f64), converted to the math type; its
   // reciprocal is taken in the math type (PyTorch's CUDA division by a CPU scalar).
   const double range = static_cast<double>(qmax - qmin) / (symmetric ? 2.0 : 1.0);
@@ -83,8 +108,9 @@ std::vector<TensorType> infer(const InferContext& ctx) {
            " does not divide the last axis of ", x.str());
   Shape qshape(x.shape.begin(), x.shape.end() - 1);
   if (g != 0) qshape.push_back(last / g);
+  const DType zp = ctx.attrs.get_string("mode") == "float_zero" ? DType::f32 : DType::i32;
   return {x, TensorType{DType::u8, {bitmask_bytes(x.numel())}}, TensorType{DType::f32, qshape},
-          TensorType{DType::i32, qshape}};
+          TensorType{zp, qshape}};
 }
 
 template <typename T>
@@ -95,7 +121,7 @@ void cpu_typed(KernelContext& ctx) {
   T* y = ctx.outputs[0].data<T>();
   uint8_t* mask = ctx.outputs[1].data<uint8_t>();
   float* scale = ctx.outputs[2].data<float>();
-  int32_t* zp = ctx.outputs[3].data<int32_t>();
+  const bool float_zero = a.config.mode == dfq::Mode::float_zero;
   const int64_t len = a.group_len, n = ctx.inputs[0].numel();
   std::fill(mask, mask + bitmask_bytes(n), uint8_t{0});
   // Groups are checked first, in order, so the error names the first bad one.
@@ -123,20 +149,25 @@ void cpu_typed(KernelContext& ctx) {
   const M qmin = static_cast<M>(a.config.qmin), qmax = static_cast<M>(a.config.qmax);
   for (int64_t q = 0; q < a.groups; ++q) {
     scale[q] = static_cast<float>(qp[q].scale);
-    zp[q] = static_cast<int32_t>(qp[q].zero_point);
+    if (float_zero)
+      ctx.outputs[3].data<float>()[q] = static_cast<float>(qp[q].zero_point);
+    else
+      ctx.outputs[3].data<int32_t>()[q] = static_cast<int32_t>(qp[q].zero_point);
   }
   // Elements in runs of whole mask bytes, so no two threads write one byte.
-  parallel_for(bitmask_bytes(n), std::max<int64_t>(1, kElementGrain / 8),
-               [&](int64_t b, int64_t e) {
-                 for (int64_t i = b * 8; i < std::min(n, e * 8); ++i) {
-                   const dfq::QParams<M>& p = qp[i / len];
-                   const M s = p.scale, inv = M(1) / s;
-                   qmath::FakeQuantResult<M> r =
-                       qmath::fake_quant(static_cast<M>(x[i]), inv, s, p.zero_point, qmin, qmax);
-                   y[i] = static_cast<T>(r.y);
-                   if (r.in_range) mask[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
-                 }
-               });
+  parallel_for(
+      bitmask_bytes(n), std::max<int64_t>(1, kElementGrain / 8), [&](int64_t b, int64_t e) {
+        for (int64_t i = b * 8; i < std::min(n, e * 8); ++i) {
+          const dfq::QParams<M>& p = qp[i / len];
+          const M s = p.scale, inv = M(1) / s;
+          qmath::FakeQuantResult<M> r =
+              float_zero
+                  ? dfq::fake_quant_float_zero(static_cast<M>(x[i]), p, qmin, qmax, a.config)
+                  : qmath::fake_quant(static_cast<M>(x[i]), inv, s, p.zero_point, qmin, qmax);
+          y[i] = static_cast<T>(r.y);
+          if (r.in_range) mask[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+        }
+      });
 }
 
 void dynamic_fake_quantize_cpu(KernelContext& ctx) {
@@ -161,10 +192,17 @@ std::vector<Tensor> ste_reference(const std::vector<Tensor>& in, const Tensor& d
       mx = std::max(mx, in[0].at(q * a.group_len + i));
     }
     dfq::QParams<double> p = dfq::qparams(mn, mx, a.config);
+    const double qmin = a.config.qmin, qmax = a.config.qmax;
     for (int64_t i = 0; i < a.group_len; ++i) {
       const int64_t k = q * a.group_len + i;
-      const double code = std::nearbyint(in[0].at(k) * (1.0 / p.scale)) + p.zero_point;
-      dx.data<double>()[k] = code >= a.config.qmin && code <= a.config.qmax ? dy.at(k) : 0.0;
+      bool in_range;
+      if (a.config.mode == dfq::Mode::float_zero) {
+        in_range = dfq::fake_quant_float_zero(in[0].at(k), p, qmin, qmax, a.config).in_range;
+      } else {
+        const double code = std::nearbyint(in[0].at(k) * (1.0 / p.scale)) + p.zero_point;
+        in_range = code >= qmin && code <= qmax;
+      }
+      dx.data<double>()[k] = in_range ? dy.at(k) : 0.0;
     }
   }
   return {dx};
@@ -185,13 +223,19 @@ void define_dynamic_fake_quantize_ops(OpRegistry& r) {
   OpDef& op = r.define("dynamic_fake_quantize");
   op.doc =
       "Fake quantization with qparams from x itself per group of the last axis, torchao's QAT "
-      "arithmetic in x's dtype; outputs y, the bit-packed in-range mask, scale and zero_point.";
+      "arithmetic in x's dtype; outputs y, the bit-packed in-range mask, scale and zero_point "
+      "(i32; f32 for mode float_zero).";
   op.inputs = {"x"};
   op.outputs = {"y", "mask", "scale", "zero_point"};
   op.attrs = {
       int_attr("group_size", 0, "elements per group along the last axis; 0: the whole axis", 0),
-      string_attr("mode", std::string("asymmetric"), {"asymmetric", "symmetric"},
-                  "asymmetric: range [min(x, 0), max(x, 0)]; symmetric: max |x|, zero point 0"),
+      string_attr("mode", std::string("asymmetric"), {"asymmetric", "symmetric", "float_zero"},
+                  "asymmetric: range [min(x, 0), max(x, 0)]; symmetric: max |x|, zero point 0; "
+                  "float_zero: range [min(x), max(x)], a float zero point (torchao's int4 "
+                  "weight-only QAT, tinygemm's format)"),
+      string_attr("qparam_dtype", std::string("input"), {"input", "f32", "bf16", "f16"},
+                  "float_zero: the dtype scale and zero are rounded to (torchao's "
+                  "scale_precision; bf16 for its int4 weight-only QAT); input: x's dtype"),
       int_attr("quant_min", std::nullopt, "smallest code"),
       int_attr("quant_max", std::nullopt, "largest code"),
       real_attr("eps", 1.1920928955078125e-07,
@@ -212,6 +256,19 @@ void define_dynamic_fake_quantize_ops(OpRegistry& r) {
                 {"mode", std::string("symmetric")},
                 {"quant_min", -8},
                 {"quant_max", 7}}),
+        sample("group 4 float_zero u4 [2,8]", {2, 8},
+               {{"group_size", 4},
+                {"mode", std::string("float_zero")},
+                {"quant_min", 0},
+                {"quant_max", 15},
+                {"eps", 1e-6}}),
+        sample("group 8 float_zero u4, bf16 qparams [3,16]", {3, 16},
+               {{"group_size", 8},
+                {"mode", std::string("float_zero")},
+                {"qparam_dtype", std::string("bf16")},
+                {"quant_min", 0},
+                {"quant_max", 15},
+                {"eps", 1e-6}}),
     };
   };
 #ifdef QG_WITH_CUDA

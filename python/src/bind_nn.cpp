@@ -21,11 +21,36 @@ namespace {
 
 using namespace qg::nn;
 
+// An op's attributes as the dict qatgraph's kernel calls take.
+nb::dict attrs_dict(const qg::Attrs& attrs) {
+  nb::dict d;
+  for (const auto& [key, a] : attrs.items()) {
+    switch (a.type()) {
+      case qg::AttrType::integer:
+        d[key.c_str()] = a.as_int();
+        break;
+      case qg::AttrType::real:
+        d[key.c_str()] = a.as_real();
+        break;
+      case qg::AttrType::boolean:
+        d[key.c_str()] = a.as_bool();
+        break;
+      case qg::AttrType::string:
+        d[key.c_str()] = a.as_string();
+        break;
+      default:
+        d[key.c_str()] = a.as_ints();
+    }
+  }
+  return d;
+}
+
 void bind_qconfig(nb::module_& m) {
   nb::enum_<WeightQuant>(m, "WeightQuant", "The weight quantizer a QConfig gives every layer.")
       .value("none", WeightQuant::none, "float weights")
       .value("int8", WeightQuant::int8, "symmetric signed 8-bit codes, zero point 0")
       .value("int4", WeightQuant::int4, "symmetric signed 4-bit codes (-8..7)")
+      .value("int3", WeightQuant::int3, "symmetric signed 3-bit codes (-4..3), dynamic only")
       .value("int2", WeightQuant::int2, "symmetric signed 2-bit codes (-2..1)")
       .value("nf4", WeightQuant::nf4, "NormalFloat-4 codes per group of nf4_group_size weights");
   nb::enum_<ActQuant>(m, "ActQuant", "The activation quantizer a QConfig gives every layer.")
@@ -39,6 +64,10 @@ void bind_qconfig(nb::module_& m) {
       .value("minmax", ObserverKind::minmax, "running min and max over every batch seen")
       .value("moving_average", ObserverKind::moving_average,
              "moving averages of the batch min and max (PyTorch's QAT default)");
+  nb::enum_<WeightMapping>(m, "WeightMapping", "How dynamic weights map to codes.")
+      .value("symmetric", WeightMapping::symmetric, "signed codes, zero point 0")
+      .value("float_zero", WeightMapping::float_zero,
+             "unsigned codes with a bf16 float zero point (torchao's int4 weight-only QAT)");
   nb::class_<QConfig>(m, "QConfig", "Which fake-quantizers a model gets (nn/qconfig.h).")
       .def(nb::init<>())
       .def_rw("weight", &QConfig::weight, "the weight quantizer (WeightQuant)")
@@ -53,6 +82,10 @@ void bind_qconfig(nb::module_& m) {
       .def_rw("weight_averaging_constant", &QConfig::weight_averaging_constant,
               "moving-average weight observers' weight of a new batch (1.0: follow the weights)")
       .def_rw("nf4_group_size", &QConfig::nf4_group_size, "NF4: weights per absmax block")
+      .def_rw("dynamic_weights", &QConfig::dynamic_weights,
+              "weight qparams from the current weights every step (torchao's QAT), no observer")
+      .def_rw("weight_mapping", &QConfig::weight_mapping,
+              "dynamic weights: symmetric or float_zero (WeightMapping)")
       .def_static("float32", &QConfig::float32, "No quantizer: a float model.")
       .def_static("w8a8", &QConfig::w8a8,
                   "int8 per-channel weights, uint8 activations (torch.ao's default QAT qconfig).")
@@ -66,8 +99,34 @@ void bind_qconfig(nb::module_& m) {
                   nb::arg("group_size") = 32,
                   "torchao's Int8DynActInt4Weight (8da4w): dynamic per-token int8 GEMM "
                   "inputs, group-wise int4 weights whose qparams follow the weights.")
+      .def_static("int8_dyn_act_int8_weight", &QConfig::int8_dyn_act_int8_weight,
+                  "w8a8 dynamic: 8da4w's activations, per-channel symmetric int8 weights.")
+      .def_static("int4_weight_only", &QConfig::int4_weight_only, nb::arg("group_size") = 128,
+                  "torchao's Int4WeightOnlyQATQuantizer: uint4 weights per group with a bf16 "
+                  "float zero point; float activations.")
+      .def_static("int8_dyn_act_intx_weight", &QConfig::int8_dyn_act_intx_weight, nb::arg("bits"),
+                  nb::arg("group_size") = 32,
+                  "8da4w's activations with symmetric bits-bit weights per group (2, 3 or 4).")
+      .def("validate", &QConfig::validate,
+           "Raises qatgraph.Error for a combination no quantizer implements.")
+      .def(
+          "dynamic_activation_attrs",
+          [](const QConfig& q) { return attrs_dict(dynamic_activation_attrs(q)); },
+          "The dynamic_fake_quantize attributes of the GEMM-input quantizer (a dict).")
+      .def(
+          "dynamic_weight_attrs",
+          [](const QConfig& q, const std::string& dtype) {
+            return attrs_dict(dynamic_weight_attrs(q, qg::dtype_from_name(dtype)));
+          },
+          nb::arg("dtype") = "f32",
+          "The dynamic_fake_quantize attributes of the weight quantizer on weights of this "
+          "dtype (\"f32\", \"bf16\", \"f16\"), a dict.")
       .def_prop_ro("quantized", &QConfig::quantized, "True when any quantizer is set")
       .def("__repr__", [](const QConfig& q) { return "<QConfig " + q.str() + ">"; });
+  m.def("parse_recipe", &parse_recipe, nb::arg("name"), nb::arg("group_size") = 32,
+        "The QConfig of a language-model recipe by name (8da4w, 8da3w, 8da2w, "
+        "int4_weight_only, w8a8_dynamic, float); group_size one of 32, 64, 128, 256.");
+  m.def("recipe_names", &recipe_names, "The names parse_recipe takes.");
 }
 
 void bind_builder(nb::module_& m) {

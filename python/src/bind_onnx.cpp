@@ -86,6 +86,9 @@ TrainConfig config_from_checkpoint(const std::string& path) {
   get("scope", [&](const std::string& s) { c.qconfig.weight_scope = s; });
   get("group_size",
       [&](const std::string& s) { c.qconfig.weight_group_size = static_cast<int>(one(s)); });
+  get("weight_qparams", [&](const std::string& s) { c.qconfig.dynamic_weights = s == "dynamic"; });
+  get("weight_mapping",
+      [&](const std::string& s) { c.qconfig.weight_mapping = parse_weight_mapping(s); });
   get("optimizer", [&](const std::string& s) { c.optimizer.kind = s; });
   get("freeze_bn_after", [&](const std::string& s) { c.freeze_bn_after = one(s); });
   get("seed", [&](const std::string& s) { c.seed = std::stoull(s); });

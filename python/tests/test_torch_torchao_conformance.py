@@ -2,6 +2,10 @@
 bit for bit: the qparams, the fake-quantized activations and weights, and the whole QAT
 Linear's forward, in f32, bf16 and f16, on CUDA when there is one, else on the CPU. Gradients
 agree within the rounding of torchao's differentiated composition (see assert_grad_close).
+The engine's recipes (qatgraph.nn.parse_recipe: the dynamic_fake_quantize nodes its Builder
+puts on every Linear's weight and input, QConfig.dynamic_weight_attrs /
+dynamic_activation_attrs) against torchao's fake quantizers the same way, bit for bit
+(test_engine_recipe_*).
 Skipped where torchao cannot be imported (it needs a recent torch: Debian's 1.13 is too old).
 
 Run it on the GPU machine (torch 2.11), with torchao's wheel unzipped, not installed, from the
@@ -35,7 +39,9 @@ try:
 except Exception as error:  # an old torch fails inside torchao with other errors too
     pytest.skip(f"torchao cannot be imported: {error!r}", allow_module_level=True)
 
+import qatgraph.nn as qgn  # noqa: E402
 import qatgraph.torch as qgt  # noqa: E402
+from qatgraph.torch import _kernels  # noqa: E402
 from torch import nn  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -238,3 +244,81 @@ def test_state_dicts_load_both_ways(case):
         ours[0].weight.mul_(2.0)
     theirs.load_state_dict(ours.state_dict())
     assert_bits_equal(ours(x), theirs(x), "output after loading our state_dict")
+
+
+# --- The engine's recipes (nn::parse_recipe) against torchao's fake quantizers ---------------
+
+def their_intx_weight_quantizer(bits, group_size):
+    """torchao's weight fake quantizer of QATConfig(Int8DynamicActivationIntxWeightConfig(
+    weight_dtype=torch.int{bits}, weight_granularity=PerGroup(group_size))): symmetric per
+    group, scale_precision as that config leaves it."""
+    from torchao.quantization.qat import IntxFakeQuantizer
+    dtype = {2: torch.int2, 3: torch.int3, 4: torch.int4}[bits]
+    return IntxFakeQuantizer(IntxFakeQuantizeConfig(dtype, group_size=group_size,
+                                                    is_symmetric=True))
+
+
+def their_weight_quantizer(recipe, group_size, dtype):
+    """torchao's weight fake quantizer of the recipe, on a bias-free Linear of `dtype`."""
+    if recipe in ("8da3w", "8da2w"):
+        return their_intx_weight_quantizer(int(recipe[3]), group_size)
+    name = {"8da4w": "8da4w", "int4_weight_only": "int4_weight_only",
+            "w8a8_dynamic": "w8a8_dynamic"}[recipe]
+    model = nn.Sequential(nn.Linear(IN_FEATURES, OUT_FEATURES, bias=False)).to(dtype).to(DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = THEIRS[name](group_size, model)
+    return theirs[0].weight_fake_quantizer
+
+
+def their_activation_quantizer():
+    """torchao 8da4w's activation fake quantizer (the engine's dynamic recipes share it)."""
+    model = nn.Sequential(nn.Linear(IN_FEATURES, OUT_FEATURES)).to(DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = their_8da4w(32, model)
+    return theirs[0].activation_fake_quantizer
+
+
+ENGINE_DTYPE_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+ENGINE_CASES = ([("8da4w", g) for g in GROUP_SIZES] + [("8da3w", g) for g in GROUP_SIZES]
+                + [("8da2w", g) for g in GROUP_SIZES]
+                + [("int4_weight_only", g) for g in GROUP_SIZES] + [("w8a8_dynamic", 32)])
+
+
+def engine_fake_quantize(attrs, x):
+    """(y, scale, zero_point) of the engine's dynamic_fake_quantize with these attributes."""
+    y, _, scale, zero_point = _kernels.run("dynamic_fake_quantize", attrs, [x])
+    return y, scale, zero_point
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", ENGINE_CASES, ids=case_id)
+def test_engine_recipe_weight_fake_quant(case, dtype):
+    recipe, group_size = case
+    qc = qgn.parse_recipe(recipe, group_size)
+    attrs = qc.dynamic_weight_attrs(ENGINE_DTYPE_NAMES[dtype])
+    theirs_q = their_weight_quantizer(recipe, group_size, dtype)
+    w = weights(dtype)
+    theirs_y = theirs_q(w)
+    ours_y, scale, zero_point = engine_fake_quantize(attrs, w)
+    assert_bits_equal(ours_y, theirs_y, f"engine {recipe} fake-quantized weight")
+    theirs_scale = theirs_q.scale.reshape(scale.shape)
+    assert torch.equal(scale.double(), theirs_scale.double()), "weight scale"
+    assert torch.equal(zero_point.double(),
+                       theirs_q.zero_point.reshape(scale.shape).double()), "weight zero point"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("recipe", ["8da4w", "8da3w", "8da2w", "w8a8_dynamic"])
+def test_engine_recipe_activation_fake_quant(recipe, dtype):
+    attrs = qgn.parse_recipe(recipe, 32).dynamic_activation_attrs()
+    theirs_q = their_activation_quantizer()
+    for seed in range(3):
+        x = activations(dtype, seed)
+        theirs_y = theirs_q(x)
+        ours_y, scale, zero_point = engine_fake_quantize(attrs, x)
+        assert_bits_equal(ours_y, theirs_y, f"engine {recipe} activation (seed {seed})")
+        assert torch.equal(scale.double(), theirs_q.scale.reshape(scale.shape).double())
+        assert torch.equal(zero_point.double(),
+                           theirs_q.zero_point.reshape(scale.shape).double())

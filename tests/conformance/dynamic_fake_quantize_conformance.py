@@ -11,6 +11,11 @@ over the groups (f32), the same formula in torch ops (f64), and the in-range mas
 points, y and the mask bit for bit. Random shapes, group sizes, ranges and data (one-signed,
 all-zero and tiny rows). The bf16/f16 rounding of the qparams is checked against torchao on the
 GPU (python/tests/test_torch_torchao_conformance.py) and by hand in tests/ops_dynamic_fake_quantize.
+
+Mode float_zero (torchao's int4 weight-only QAT) against its torch ops likewise: the group's
+own range, scale = clamp((max - min) * (1 / (qmax - qmin)), eps), zero = min + scale * mid,
+both rounded to the qparam dtype (x's, or bf16), then tinygemm's quantize (x - (zero - scale *
+mid)) / scale and dequantize (q - mid) * scale + zero, with the in-range mask before the clamp.
 """
 import os
 import sys
@@ -54,6 +59,52 @@ def reference(x, qmin, qmax, group, symmetric, eps):
         assert torch.equal(y_op.reshape(t.shape).view(torch.int32), y.view(torch.int32))
     in_range = ((q >= qmin) & (q <= qmax)).reshape(-1).numpy()
     return y.numpy(), in_range, scale.to(torch.float32).numpy(), zp.to(torch.int32).numpy()
+
+
+def float_zero_reference(x, qmax, group, eps, qparam_dtype):
+    """(y, in_range, scale f32, zero f32) of mode float_zero by torch ops in x's dtype."""
+    t = torch.from_numpy(x)
+    v = t.reshape(-1, group)
+    dt = t.dtype
+    mn, mx = torch.amin(v, dim=1), torch.amax(v, dim=1)
+    inv = torch.tensor(1.0, dtype=dt) / torch.tensor(float(qmax), dtype=dt)
+    scale = (mx - mn) * inv
+    scale = torch.where(scale < torch.tensor(eps, dtype=dt), torch.tensor(eps, dtype=dt), scale)
+    mid = (qmax + 1) / 2
+    zero = mn + scale * mid
+    qdt = {"input": dt, "bf16": torch.bfloat16}[qparam_dtype]
+    scale, zero = scale.to(qdt), zero.to(qdt)
+    s, z = scale.unsqueeze(1), zero.unsqueeze(1)
+    low = z - s * mid
+    q = torch.round((v - low) / s)
+    in_range = ((q >= 0) & (q <= qmax)).reshape(-1).numpy()
+    d = (torch.clamp(q, 0, qmax) - mid).to(dt)
+    d *= s
+    d += z
+    return (d.reshape(t.shape).numpy(), in_range, scale.to(torch.float32).numpy(),
+            zero.to(torch.float32).numpy())
+
+
+def float_zero_case(qat, tally, rng, dtype):
+    rows = int(rng.integers(1, 9))
+    group = int(rng.choice([3, 8, 32, 64, 128]))
+    k = group * int(rng.integers(1, 4))
+    qmax = int(rng.choice([15, 15, 7, 255]))
+    qdt = "bf16" if rng.integers(0, 2) else "input"
+    x = rand_x(rng, rows, k, dtype)
+    attrs = {"quant_min": 0, "quant_max": qmax, "group_size": group, "mode": "float_zero",
+             "eps": 1e-6, "qparam_dtype": qdt}
+    got = run_op(qat, "dynamic_fake_quantize", {"x": x}, OUTS, attrs)
+    y, in_range, scale, zero = float_zero_reference(x, qmax, group, 1e-6, qdt)
+    mask = np.unpackbits(got["mask"], bitorder="little")[: x.size].astype(bool)
+    label = f"{np.dtype(dtype).name} [{rows},{k}] group {group} float_zero [0,{qmax}] {qdt}"
+    tally.check("scale", got["scale"].reshape(-1).view(np.int32).tolist()
+                == scale.view(np.int32).tolist(), f"{label}: {got['scale']} vs {scale}")
+    tally.check("zero_point", got["zero_point"].reshape(-1).view(np.int32).tolist()
+                == zero.view(np.int32).tolist(), f"{label}: {got['zero_point']} vs {zero}")
+    iview = np.int32 if dtype == np.float32 else np.int64
+    tally.check("y", np.array_equal(got["y"].view(iview), y.view(iview)), label)
+    tally.check("mask", np.array_equal(mask, in_range), label)
 
 
 def rand_x(rng, rows, k, dtype):
@@ -105,6 +156,8 @@ def bad_inputs(qat, tally):
                     {"quant_min": -8, "quant_max": 7, "group_size": 4}, "does not divide")
     check_bad_input(qat, tally, op, {"x": x}, OUTS,
                     {"quant_min": 0, "quant_max": 15, "mode": "symmetric"}, "symmetric")
+    check_bad_input(qat, tally, op, {"x": x}, OUTS,
+                    {"quant_min": -8, "quant_max": 7, "mode": "float_zero"}, "unsigned")
     bad = np.array([[1.0, np.nan, 2.0]], np.float32)
     check_bad_input(qat, tally, op, {"x": bad}, OUTS, {"quant_min": -8, "quant_max": 7},
                     "positive and finite")
@@ -117,6 +170,8 @@ def main():
     for dtype in (np.float32, np.float64):
         for _ in range(40):
             case(args.qat, tally, rng, dtype)
+        for _ in range(30):
+            float_zero_case(args.qat, tally, rng, dtype)
     bad_inputs(args.qat, tally)
     tally.finish()
 

@@ -8,8 +8,9 @@ The qparams are computed with torch ops in the tensor's own dtype, as torchao co
 (the scales of a bf16 tensor are bf16 values): qatgraph's qparam kernels work in f32. The
 fake quantization runs on qatgraph's kernels where torchao's arithmetic is theirs, the integer
 zero point: `q = clamp(rint(x * (1 / scale)) + zp)`, `(q - zp) * scale` in f32, rounded once to
-the input's dtype. torchao's float zero point (tinygemm's int4 format) has no qatgraph kernel
-and is composed of the same torch ops as torchao's, in the same order and dtypes.
+the input's dtype. torchao's float zero point (tinygemm's int4 format) runs on qatgraph's
+dynamic_fake_quantize (mode float_zero) on CUDA, and on the CPU is composed of the same torch
+ops as torchao's, in the same order and dtypes.
 
 Gradients are the straight-through estimator `dx = dy * mask`, exactly. torchao differentiates
 its composition instead, which gives `dy * scale * (1 / scale) * mask` (or `/ scale`): equal up
@@ -19,7 +20,13 @@ import torch
 from torch import nn
 
 from .. import _core
-from .functional import _dynamic_attrs, dynamic_fake_quantize, fake_quantize
+from . import _kernels
+from .functional import (
+    _DynamicFakeQuantizeFn,
+    _dynamic_attrs,
+    dynamic_fake_quantize,
+    fake_quantize,
+)
 
 _PREFIX = "[qatgraph.torch]"
 # The dtypes torchao's quantize primitives take.
@@ -280,8 +287,10 @@ class GroupFloatZeroFakeQuantize(_WeightQuantizer):
     ZeroPointDomain.FLOAT, the format of tinygemm's int4 kernel, its int4 weight-only QAT):
     scale and zero as float_zero_qparams (bf16), then
     `q = clamp(rint((w - (zero - scale * mid)) / scale), 0, 2^bits - 1)`,
-    `w' = (q - mid) * scale + zero`, mid = 2^(bits-1). qatgraph's kernels take integer zero
-    points only, so this is composed of torch ops, torchao's, in its order and dtypes.
+    `w' = (q - mid) * scale + zero`, mid = 2^(bits-1). On CUDA one dynamic_fake_quantize
+    kernel (mode float_zero, bf16 qparams) computes it; on the CPU torch ops do, torchao's, in
+    its order and dtypes (torch's CPU division by a number divides, where CUDA's multiplies by
+    the reciprocal as the kernel does).
     """
 
     def __init__(self, bits=4, group_size=128, recipe="int4_weight_only"):
@@ -297,6 +306,11 @@ class GroupFloatZeroFakeQuantize(_WeightQuantizer):
         if not self.enabled:
             return w
         size = self._groups(w)
+        if w.is_cuda:
+            attrs = _kernels.attrs_key({
+                "group_size": size, "mode": "float_zero", "quant_min": 0,
+                "quant_max": self.quant_max, "eps": TINYGEMM_EPS, "qparam_dtype": "bf16"})
+            return _DynamicFakeQuantizeFn.apply(w, attrs)[0]
         scale, zero = float_zero_qparams(w, self.bits, size)
         return _FloatZeroFakeQuantizeFn.apply(w, scale, zero, self.bits, size)
 
