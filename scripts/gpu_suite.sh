@@ -33,8 +33,13 @@ out=$(cd "$out" && pwd)
   >"$out/ctest.log" 2>&1)
 note "ctest: rc=$?; $(grep -E 'tests passed|tests failed' "$out/ctest.log")"
 grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)' "$out/ctest.log" | head -30
-# The pytest suite again on its own, with faulthandler's backtrace if it crashes.
-PYTHONPATH="$build/python" PYTHONFAULTHANDLER=1 timeout 300 python3 -m pytest -q -x python/tests \
+# The pytest suite again on its own, with faulthandler's backtrace if it crashes, and with
+# torchao's carried wheel (.gpudeps/wheels) unzipped onto PYTHONPATH for its conformance tests.
+torchao=.gpudeps/torchao
+if [ ! -d "$torchao" ] && ls .gpudeps/wheels/torchao-*.whl >/dev/null 2>&1; then
+  python3 -m zipfile -e .gpudeps/wheels/torchao-*.whl "$torchao"
+fi
+PYTHONPATH="$build/python:$torchao" PYTHONFAULTHANDLER=1 timeout 300 python3 -m pytest -q -x python/tests \
   >"$out/pytest.log" 2>&1
 rc=$?
 note "pytest ($(python3 --version 2>&1)): rc=$rc; $(tail -1 "$out/pytest.log")"
