@@ -11,6 +11,10 @@ rounds=${ROUNDS:-5}
 reps=${REPS:-500}
 out=${OUT:-out}
 mkdir -p "$out"
+# The digits data: the GPU image's sklearn ships the same CSV.
+if [ -z "${QG_DIGITS_CSV:-}" ] && [ ! -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ]; then
+  QG_DIGITS_CSV=$(python3 -c "import os, sklearn; print(os.path.join(os.path.dirname(sklearn.__file__), 'datasets', 'data', 'digits.csv.gz'))" 2>/dev/null) && export QG_DIGITS_CSV
+fi
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 steps_us() {  # model variant
   "$build"/apps/qat steps --device cuda --model "digits-$1" --variant "$2" --no-trainer --wall \
