@@ -41,13 +41,17 @@ void on_device(int device, Body body) {
 // The copy behind Tensor::to and copy_bytes, which have no context: the source may have
 // been written, or the destination's previous owner still read, by work on any context's
 // stream, so the device (both devices of a peer copy) finishes its queued work first; the
-// copy then completes before returning.
+// copy then completes before returning. cudaMemcpy from pageable host memory returns once
+// the bytes are staged, before the DMA into device memory has landed, and the contexts'
+// non-blocking streams do not wait for the legacy stream that carries it: so a copy into a
+// device also waits for its device, or a kernel or copy queued next on a context's stream
+// could read the destination's old bytes.
 void copy_without_context(void* dst, Device dst_device, const void* src, Device src_device,
                           size_t bytes) {
   for (Device d : {src_device, dst_device})
     if (!d.is_cpu()) on_device(d.index, [] { QG_CUDA_CHECK("copy", cudaDeviceSynchronize()); });
   QG_CUDA_CHECK("copy", cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
-  if (!dst_device.is_cpu() && !src_device.is_cpu())
+  if (!dst_device.is_cpu())
     on_device(dst_device.index, [] { QG_CUDA_CHECK("copy", cudaDeviceSynchronize()); });
 }
 
