@@ -40,6 +40,7 @@
 #ifdef QG_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include "device/cuda/cuda_allocator.h"
 #include "device/cuda/cuda_check.h"
 #endif
 
@@ -174,8 +175,35 @@ double trainer_step_us(const std::string& kind, bool qat, Device device, int rep
 // Compiles the step as every caller does (runtime/compile.h: passes, memory plan, CUDA
 // graph) and returns the median microseconds of one step: a replay on CUDA, a StaticRun
 // launch on the CPU. The feeds are written once; every step re-reads them.
+// The CUDA caching allocator's bytes in use on `device` (0 on the CPU), and the most it held
+// since the last reset_peak().
+size_t device_bytes_in_use(Device device, bool peak) {
+#ifdef QG_WITH_CUDA
+  if (!device.is_cpu()) {
+    cuda::CachingAllocator& a = cuda::allocator(device.index);
+    return peak ? a.peak_bytes_in_use() : a.bytes_in_use();
+  }
+#endif
+  (void)device;
+  (void)peak;
+  return 0;
+}
+
+void reset_device_peak(Device device) {
+#ifdef QG_WITH_CUDA
+  if (!device.is_cpu()) cuda::allocator(device.index).reset_peak();
+#endif
+  (void)device;
+}
+
+// Times one compiled step. `resident_bytes` gets, on CUDA, the most device memory the step
+// held while it was timed: parameters, gradients, optimizer states, the memory plan's arena
+// and the scratch pool, which a compiled step allocates once (torch.cuda.max_memory_allocated
+// over training steps is the PyTorch figure to set it against). The executor's first,
+// validated run allocates every value anew and is left out.
 double time_step(StepGraph& s, Device device, const ContextOptions& context, int reps, bool wall,
-                 int* kernels) {
+                 int* kernels, size_t* resident_bytes) {
+  const size_t before = device_bytes_in_use(device, false);
   CompileOptions options;
   options.device = device;
   options.context = context;
@@ -185,6 +213,16 @@ double time_step(StepGraph& s, Device device, const ContextOptions& context, int
   step.train({}, {});       // the first launch (records the temporaries)
   *kernels = step.kernels_per_launch({}, true, true);
   s.updates = step.updates();
+  reset_device_peak(device);
+  struct ReadPeak {  // on every return below, after the timed steps
+    Device device;
+    size_t before;
+    size_t* out;
+    ~ReadPeak() {
+      const size_t peak = device_bytes_in_use(device, true);
+      *out = peak > before ? peak - before : 0;
+    }
+  } read_peak{device, before, resident_bytes};
   if (wall) {  // the mean over back-to-back steps, as nn::Trainer::time_steps measures it
     for (int i = 0; i < std::max(3, reps / 10); ++i) step.train({}, {});
     step.synchronize();
@@ -370,7 +408,8 @@ void add_steps_command(CLI::App& app) {
           else
             build_transformer(s, qc, o->small);
           int kernels = 0;
-          double us = time_step(s, device, context, o->reps, o->wall, &kernels);
+          size_t resident = 0;
+          double us = time_step(s, device, context, o->reps, o->wall, &kernels, &resident);
           // The default recipe keeps its row's name; others are named in it (with their
           // group size, which w8a8_dynamic's per-channel weights do not have).
           const bool named_recipe = o->recipe != "8da4w" || o->group_size != 32;
@@ -386,12 +425,15 @@ void add_steps_command(CLI::App& app) {
               !o->no_trainer)  // the trainer's own step, for `qat train --time-steps`
             std::printf("   nn::Trainer %.3f ms",
                         trainer_step_us(kind.substr(7), qat, device, o->reps) / 1000.0);
+          // Last on the row, so the columns scripts read stay where they were.
+          if (resident > 0) std::printf("   resident %.2f GiB", resident / 1073741824.0);
           std::printf("\n");
           std::fflush(stdout);
           if (o->profile) profile_step(s, device, context, 5, o->profile_nodes);
           rows += std::string(rows.empty() ? "" : ",\n") + "  {\"case\": \"" + label +
                   "\", \"ours_us\": " + std::to_string(us) +
-                  ", \"kernels\": " + std::to_string(kernels) + "}";
+                  ", \"kernels\": " + std::to_string(kernels) +
+                  ", \"resident_bytes\": " + std::to_string(resident) + "}";
         }
     }
     if (!o->json.empty()) {
