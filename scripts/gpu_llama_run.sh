@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# On a GPU machine, one call: builds qat, times the 207M Llama step of every QAT recipe beside
+# the bf16 float step (`qat steps`, with the device memory each holds), then trains the ~100M
+# decoder of examples/llama_100m_config.json on the Python documentation, float and 8da4w QAT
+# from the same initialisation, and prints their validation perplexity. The tokenizer and token
+# cache can be made here beforehand and carried (DATA, default out/llama100m-data). Logs go to
+# $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-out}
+mkdir -p "$out"
+build=${BUILD_DIR:-build-gpu}
+data=${DATA:-out/llama100m-data}
+steps=${STEPS:-400}
+if [ -d .gpudeps/root ] && [ ! -f /usr/include/eigen3/Eigen/Core ]; then
+  cp -rn .gpudeps/root/. /
+fi
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
+t0=$(date +%s)
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_BENCH=OFF >"$out/configure.log" 2>&1 ||
+  { tail -30 "$out/configure.log"; exit 1; }
+cmake --build "$build" -j "$(nproc)" --target qat >"$out/build.log" 2>&1 ||
+  { grep -E "error" -A4 "$out/build.log" | head -60; exit 1; }
+echo "build: $(($(date +%s) - t0)) s; $(grep -E 'qatgraph: SentencePiece' "$out/configure.log")"
+echo "==== llama 207M steps, bf16-mixed, each recipe beside the float step"
+for recipe in ${RECIPES:-8da4w int4_weight_only w8a8_dynamic}; do
+  timeout 120 "$build"/apps/qat steps --device cuda --model llama --precision bf16-mixed \
+    --recipe "$recipe" --reps 20 2>&1 | grep "step llama"
+done
+echo "==== ~100M decoder on the Python documentation: $steps steps, batch 8 x 512, f32"
+for recipe in float 8da4w; do
+  args=()
+  [ "$recipe" != float ] && args=(--recipe "$recipe")
+  t1=$(date +%s)
+  timeout "${T_TRAIN:-200}" "$build"/apps/qat train --model llama --config examples/llama_100m_config.json \
+    --data "$data" --out "$out/lm_$recipe" --device cuda --steps "$steps" --seq 512 --batch 8 \
+    --lr 1e-3 --warmup 40 --eval-every "$((steps / 2))" --eval-windows 64 "${args[@]}" \
+    >"$out/lm_$recipe.log" 2>&1
+  echo "$recipe: rc=$? in $(($(date +%s) - t1)) s"
+  grep -E "parameters|unigram|validation loss|perplexity" "$out/lm_$recipe.log" | tail -4
+done
