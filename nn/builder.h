@@ -22,7 +22,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/graph.h"
@@ -67,6 +69,18 @@ struct ConvBnLayer {
   bool folded = true;  // false with float weights: conv -> batch_norm, nothing folded
 };
 
+// Which part of a GEMM's input chain (gemm_input -> flatten -> cast to the compute dtype)
+// linears reading the same value share (Builder::gemm_operand):
+//   off         every linear builds its own chain.
+//   quantizer   one gemm_input + flatten per source value where gemm_input adds a node (dynamic
+//               activations); each linear keeps its own cast. Forward and gradients are bit
+//               for bit those of `off`: see nn/gemm_operand.cpp.
+//   with_cast   the cast as well. The forward is bit for bit `off`'s, but under a mixed policy
+//               the branches' gradients meet in the compute dtype (bf16 adds) instead of the
+//               parameter dtype, so gradients round differently from `off` (and from
+//               torch.autocast, which casts once per Linear).
+enum class GemmInputSharing { off, quantizer, with_cast };
+
 class Builder {
  public:
   // Throws qg::Error when the QConfig or the PrecisionPolicy is invalid.
@@ -81,6 +95,17 @@ class Builder {
   // The dynamic per-token activation quantizer of a GEMM input (one dynamic_fake_quantize
   // node, dynamic_activation_attrs); identity otherwise.
   ValueId gemm_input(ValueId x, const std::string& name);
+  // The operand a linear named `name` reads for x (rank >= 2, in = its last axis), in two
+  // steps so that a linear's nodes keep their order (operand, weight quantizer, casts):
+  //   gemm_operand             gemm_input(x, name + ".in"), reshaped to [rows, in]
+  //                            ("<name>.flatten") when x has rank > 2;
+  //   gemm_operand_to_compute  that operand cast to the compute dtype ("<name>.in.to_compute").
+  // Under the sharing mode (gemm_input_sharing) a later linear reading the same x reuses the
+  // first one's nodes, which keep the first linear's names (nn/gemm_operand.cpp).
+  ValueId gemm_operand(ValueId x, const std::string& name);
+  ValueId gemm_operand_to_compute(ValueId x, ValueId operand, const std::string& name);
+  GemmInputSharing gemm_input_sharing() const { return sharing_; }
+  void set_gemm_input_sharing(GemmInputSharing sharing) { sharing_ = sharing; }
   // The weight quantizer on w ([out, in...]; inputs beyond axis 0 are flattened for the
   // qparams): observer -> fake_quantize, or one dynamic_fake_quantize node for dynamic
   // weights (dynamic_weight_attrs); records a WeightQuantizer for conversion. Dynamic
@@ -165,6 +190,10 @@ class Builder {
   std::vector<ConvBnLayer> conv_bns_;
   std::vector<ValueId> params_;
   NodeId input_observer_ = -1;
+  GemmInputSharing sharing_ = GemmInputSharing::quantizer;
+  // gemm_operand's shared chains: (source value, rows of the flattened operand, the
+  // operand's dtype) -> the chain's output.
+  std::map<std::tuple<ValueId, int64_t, DType>, ValueId> shared_operands_;
 };
 
 // Throws unless x is [N, in_channels, H, W] (conv layers; `op` names the layer kind).

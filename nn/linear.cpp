@@ -26,17 +26,15 @@ ValueId Builder::linear(ValueId x, int64_t out_features, const std::string& name
   double bound = 1.0 / std::sqrt(static_cast<double>(l.in_features));
   l.weight = uniform_parameter(name + ".weight", {out_features, l.in_features}, bound);
   if (bias) l.bias = uniform_parameter(name + ".bias", {out_features}, bound);
-  ValueId xin = gemm_input(x, name + ".in");
-  // Inputs of rank > 2 ([N, T, D] tokens) run as one [N * T, D] GEMM.
-  const int64_t rows = shape_numel(xs) / l.in_features;
-  if (xs.size() > 2)
-    xin = g_.apply1("reshape", {xin}, {{"shape", Shape{rows, l.in_features}}}, name + ".flatten");
+  // Inputs of rank > 2 ([N, T, D] tokens) run as one [N * T, D] GEMM; linears reading the
+  // same x may share this operand (nn/gemm_operand.cpp).
+  ValueId xin = gemm_operand(x, name);
   ValueId w = weight(l.weight, name);
   l.weight_observer = weights_.empty() || qc_.weight == WeightQuant::none || qc_.dynamic_weights
                           ? -1
                           : weights_.back().observer;
   // The GEMM runs in the compute dtype (casts only under a mixed precision policy).
-  xin = to_compute(xin, name + ".in");
+  xin = gemm_operand_to_compute(x, xin, name);
   w = to_compute(w, name + ".weight");
   ValueId y = g_.apply1("matmul", {xin, w}, {{"transpose_b", true}}, name + ".matmul");
   if (bias) y = g_.apply1("add", {y, to_compute(l.bias, name + ".bias")}, {}, name + ".add_bias");

@@ -10,19 +10,19 @@ namespace {
 
 // The tied lm_head: logits = h E^T with the embedding table E [V, D] as the weight, through
 // the same quantizers a Linear applies (the table is the one parameter both read).
-ValueId tied_lm_head(Builder& b, ValueId h, ValueId table, int64_t rows, int64_t d) {
+ValueId tied_lm_head(Builder& b, ValueId h, ValueId table) {
   Graph& g = b.graph();
-  ValueId x = b.gemm_input(h, "lm_head.in");
-  x = g.apply1("reshape", {x}, {{"shape", Shape{rows, d}}}, "lm_head.flatten");
+  ValueId x = b.gemm_operand(h, "lm_head");
   ValueId w = b.to_compute(b.weight(table, "lm_head"), "lm_head.weight");
-  return g.apply1("matmul", {b.to_compute(x, "lm_head.in"), w}, {{"transpose_b", true}},
-                  "lm_head.matmul");
+  return g.apply1("matmul", {b.gemm_operand_to_compute(h, x, "lm_head"), w},
+                  {{"transpose_b", true}}, "lm_head.matmul");
 }
 
 }  // namespace
 
 LlamaModel build_llama(Graph& graph, const LlamaConfig& config, int64_t batch, int64_t seq,
-                       const QConfig& qconfig, uint64_t seed, const PrecisionPolicy& precision) {
+                       const QConfig& qconfig, uint64_t seed, const PrecisionPolicy& precision,
+                       GemmInputSharing sharing) {
   QG_CHECK(batch > 0 && seq >= 2 && seq <= config.max_position_embeddings, "nn.llama", "batch ",
            batch, " must be positive and seq ", seq,
            " within [2, max_position_embeddings = ", config.max_position_embeddings,
@@ -33,6 +33,7 @@ LlamaModel build_llama(Graph& graph, const LlamaConfig& config, int64_t batch, i
            config.num_attention_heads, ", vocab ", config.vocab_size, ", layers ",
            config.num_hidden_layers);
   Builder b(graph, qconfig, seed, precision);
+  b.set_gemm_input_sharing(sharing);
   LlamaModel m;
   m.config = config;
   m.batch = batch;
@@ -61,7 +62,7 @@ LlamaModel build_llama(Graph& graph, const LlamaConfig& config, int64_t batch, i
   // [rows, vocab]: the GEMM's own layout, which the loss reads before the logits' reshape.
   ValueId flat;
   if (config.tie_word_embeddings) {
-    flat = tied_lm_head(b, h, table, rows, d);
+    flat = tied_lm_head(b, h, table);
   } else {
     ValueId x = graph.apply1("reshape", {h}, {{"shape", Shape{rows, d}}}, "lm_head.rows");
     flat = b.linear(x, vocab, "lm_head", false, false, /*bias=*/false);

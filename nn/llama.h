@@ -38,9 +38,12 @@ struct LlamaModel {
 // and the residual stream in the parameter dtype; every GEMM (projections, MLP, lm_head) and
 // the attention in the compute dtype, whose outputs are cast back before each residual add;
 // RMSNorm's statistics and the loss in f32 (the logits stay in the compute dtype).
+// `sharing`: which part of the GEMM-input chain the projections that read one normed input
+// (q/k/v, gate/up) share (nn/builder.h).
 LlamaModel build_llama(Graph& graph, const LlamaConfig& config, int64_t batch, int64_t seq,
                        const QConfig& qconfig, uint64_t seed,
-                       const PrecisionPolicy& precision = PrecisionPolicy::f32());
+                       const PrecisionPolicy& precision = PrecisionPolicy::f32(),
+                       GemmInputSharing sharing = GemmInputSharing::quantizer);
 
 // labels[b, t] = input_ids[b, t + 1]: i64 [batch, seq] -> [batch, seq - 1].
 Tensor next_token_labels(const Tensor& input_ids);
