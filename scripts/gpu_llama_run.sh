@@ -2,7 +2,10 @@
 # On a GPU machine, one call: builds qat, times the 207M Llama step of every QAT recipe beside
 # the bf16 float step (`qat steps`, with the device memory each holds), then trains the ~100M
 # decoder of examples/llama_100m_config.json on the Python documentation, float and 8da4w QAT
-# from the same initialisation, and prints their validation perplexity. The tokenizer and token
+# from the same initialisation, and prints their validation perplexity. The training part needs
+# a libsentencepiece that matches the carried headers (Debian's 0.1.97): the lent H200 image
+# has a libsentencepiece of its own, which `cp -n` keeps and against which qat aborts with
+# "free(): invalid pointer" before the first step. The tokenizer and token
 # cache can be made here beforehand and carried (DATA, default out/llama100m-data). Logs go to
 # $OUT.
 set -uo pipefail
@@ -12,9 +15,9 @@ mkdir -p "$out"
 build=${BUILD_DIR:-build-gpu}
 data=${DATA:-out/llama100m-data}
 steps=${STEPS:-400}
-if [ -d .gpudeps/root ] && [ ! -f /usr/include/eigen3/Eigen/Core ]; then
-  cp -rn .gpudeps/root/. /
-fi
+# Missing build dependencies and the corpus (.gpudeps/root, scripts/pack_gpu_deps.sh); -n
+# adds what is missing and replaces nothing.
+[ -d .gpudeps/root ] && cp -rn .gpudeps/root/. /
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
 t0=$(date +%s)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_BENCH=OFF >"$out/configure.log" 2>&1 ||
@@ -23,7 +26,7 @@ cmake --build "$build" -j "$(nproc)" --target qat >"$out/build.log" 2>&1 ||
   { grep -E "error" -A4 "$out/build.log" | head -60; exit 1; }
 echo "build: $(($(date +%s) - t0)) s; $(grep -E 'qatgraph: SentencePiece' "$out/configure.log")"
 echo "==== llama 207M steps, bf16-mixed, each recipe beside the float step"
-for recipe in ${RECIPES:-8da4w int4_weight_only w8a8_dynamic}; do
+[ -n "${SKIP_STEPS:-}" ] || for recipe in ${RECIPES:-8da4w int4_weight_only w8a8_dynamic}; do
   timeout 120 "$build"/apps/qat steps --device cuda --model llama --precision bf16-mixed \
     --recipe "$recipe" --reps 20 2>&1 | grep "step llama"
 done
