@@ -16,6 +16,7 @@
 #include "runtime/compile.h"
 #include "runtime/executor.h"
 #include "tests/core/test_util.h"
+#include "tests/nn/tiny_llama_util.h"
 #include "train/optimizer.h"
 
 namespace qg {
@@ -35,19 +36,6 @@ nn::LlamaModel tiny(Graph& g, const std::string& recipe, const nn::PrecisionPoli
       "vocab_size": 50, "max_position_embeddings": 16, "tie_word_embeddings": false})";
   return nn::build_llama(g, nn::parse_llama_config(config, "tiny"), 2, 7,
                          nn::parse_recipe(recipe, 32), 3, precision, sharing);
-}
-
-Executor::Feeds feeds() {
-  Tensor ids =
-      Tensor::from_vector<int64_t>({2, 7}, {3, 17, 42, 0, 49, 8, 8, 25, 1, 33, 12, 40, 7, 19});
-  return {{"input_ids", ids}, {"labels", nn::next_token_labels(ids)}};
-}
-
-int count_ops(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (NodeId id = 0; id < static_cast<NodeId>(g.num_nodes()); ++id)
-    n += !g.node(id).dead && g.node(id).op->name == op;
-  return n;
 }
 
 // Bit for bit, so that -0 and +0 or two NaN payloads would differ too.
@@ -81,7 +69,7 @@ std::vector<Tensor> loss_and_gradients(const Variant& v, GemmInputSharing sharin
   std::vector<ValueId> fetch = {m.loss};
   for (ValueId gr : grad(g, m.loss, m.parameters)) fetch.push_back(gr);
   Executor ex(g);
-  return ex.run(feeds(), fetch);
+  return ex.run(testing::tiny_llama_feeds(), fetch);
 }
 
 TEST(GemmInputSharing, SharedQuantizerGivesTheSameLossAndGradientsBitForBit) {
@@ -112,7 +100,8 @@ TEST(GemmInputSharing, SharedQuantizerTrainsBitForBitThroughCompile) {
       Graph g;
       nn::LlamaModel m = tiny(g, v.recipe, v.precision, sharing);
       CompiledStep step(g, {m.loss, m.parameters, nn::optimizer_nodes({"adam", 1e-2}), {}}, {});
-      for (int s = 0; s < 3; ++s) losses[sharing].push_back(step.train(feeds(), {m.loss})[0]);
+      for (int s = 0; s < 3; ++s)
+        losses[sharing].push_back(step.train(testing::tiny_llama_feeds(), {m.loss})[0]);
       step.synchronize();
       for (const auto& [key, t] : state_index(step.executor()))
         states[sharing].emplace(key, t->to(Device::cpu()));
@@ -149,11 +138,11 @@ TEST(GemmInputSharing, NodeCountsOfThe8da4wLlama) {
     SCOPED_TRACE(static_cast<int>(c.sharing));
     Graph g;
     nn::LlamaModel m = tiny(g, "8da4w", nn::PrecisionPolicy::bf16_mixed(), c.sharing);
-    EXPECT_EQ(count_ops(g, "dynamic_fake_quantize"), c.dfq);
+    EXPECT_EQ(testing::count_live_ops(g, "dynamic_fake_quantize"), c.dfq);
     // Every cast: the GEMM inputs', one per weight (to bf16), and the attention and MLP
     // outputs' back to f32 before each residual add.
     const int weight_casts = linears, residual_casts = 2 * kLayers;
-    EXPECT_EQ(count_ops(g, "cast"), c.input_casts + weight_casts + residual_casts);
+    EXPECT_EQ(testing::count_live_ops(g, "cast"), c.input_casts + weight_casts + residual_casts);
     int named_input_casts = 0;
     for (NodeId id = 0; id < static_cast<NodeId>(g.num_nodes()); ++id) {
       const Node& n = g.node(id);
@@ -217,7 +206,7 @@ TEST(GemmInputSharing, SharedCastKeepsTheLogits) {
       Graph g;
       nn::LlamaModel m = tiny(g, recipe, nn::PrecisionPolicy::bf16_mixed(), sharing);
       Executor ex(g);
-      std::vector<Tensor> r = ex.run(feeds(), {m.loss, m.logits});
+      std::vector<Tensor> r = ex.run(testing::tiny_llama_feeds(), {m.loss, m.logits});
       out.insert(out.end(), r.begin(), r.end());
     }
     expect_bits_equal(out[0], out[2], "loss");

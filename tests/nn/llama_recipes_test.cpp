@@ -17,6 +17,7 @@
 #include "runtime/compile.h"
 #include "runtime/executor.h"
 #include "tests/core/test_util.h"
+#include "tests/nn/tiny_llama_util.h"
 #include "train/optimizer.h"
 
 namespace qg {
@@ -34,18 +35,6 @@ std::string tiny_config(int hidden, int intermediate) {
 nn::LlamaModel tiny(Graph& g, const nn::QConfig& qc, int hidden = 64, int intermediate = 128) {
   return nn::build_llama(g, nn::parse_llama_config(tiny_config(hidden, intermediate), "tiny"), 2, 7,
                          qc, 3);
-}
-
-Executor::Feeds feeds() {
-  Tensor ids =
-      Tensor::from_vector<int64_t>({2, 7}, {3, 17, 42, 0, 49, 8, 8, 25, 1, 33, 12, 40, 7, 19});
-  return {{"input_ids", ids}, {"labels", nn::next_token_labels(ids)}};
-}
-
-int count_ops(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (NodeId id = 0; id < static_cast<NodeId>(g.num_nodes()); ++id) n += g.node(id).op->name == op;
-  return n;
 }
 
 struct Case {
@@ -72,10 +61,11 @@ TEST(LlamaRecipes, EachQuantizerIsOneDynamicFakeQuantizeNode) {
     // Activations: the linears that read one value share its quantizer (q/k/v, gate/up;
     // nn/gemm_operand.cpp), so one each for q/k/v, o, gate/up, down and lm_head.
     const int input_quantizers = 5;
-    EXPECT_EQ(count_ops(g, "dynamic_fake_quantize"), linears + (dyn_act ? input_quantizers : 0));
+    EXPECT_EQ(testing::count_live_ops(g, "dynamic_fake_quantize"),
+              linears + (dyn_act ? input_quantizers : 0));
     for (const char* op : {"moving_average_observer", "minmax_observer", "fake_quantize",
                            "dynamic_range_quantize", "dequantize", "stop_gradient"})
-      EXPECT_EQ(count_ops(g, op), 0) << op;
+      EXPECT_EQ(testing::count_live_ops(g, op), 0) << op;
     for (const nn::WeightQuantizer& w : m.weights) {
       const Node& n = g.node(w.observer);
       EXPECT_EQ(n.op->name, "dynamic_fake_quantize");
@@ -208,7 +198,7 @@ TEST(LlamaRecipes, FakeQuantValuesEqualTorchaosFormulasWrittenOut) {
     ASSERT_EQ(x_in != kNoValue, dyn_act);
     if (dyn_act) fetch.insert(fetch.end(), {x_in, x_fq});
     Executor ex(g);
-    std::vector<Tensor> got = ex.run(feeds(), fetch);
+    std::vector<Tensor> got = ex.run(testing::tiny_llama_feeds(), fetch);
     for (size_t k = 0; k < m.weights.size(); ++k) {
       const std::vector<float> w = floats(got[2 * k]);
       const int64_t in = got[2 * k].shape()[1];
@@ -239,7 +229,7 @@ TEST(LlamaRecipes, ALayerNarrowerThanAGroupIsOneGroupPerRow) {
   const nn::WeightQuantizer& down = m.weights.at(6);  // down_proj [64, 128]: one group of 128
   EXPECT_EQ(g.node(down.observer).attrs.get_int("group_size"), 128);
   Executor ex(g);
-  std::vector<Tensor> got = ex.run(feeds(), {q.source, q.quantized});
+  std::vector<Tensor> got = ex.run(testing::tiny_llama_feeds(), {q.source, q.quantized});
   expect_bits_equal(floats(got[1]), symmetric_reference(floats(got[0]), 64, 4), q.layer);
 }
 
@@ -252,7 +242,8 @@ TEST(LlamaRecipes, LargeGroupsOnAWideModel) {
       nn::LlamaModel m = tiny(g, nn::parse_recipe(recipe, group), 256, 512);
       Executor ex(g);
       const nn::WeightQuantizer& w = m.weights.at(0);
-      std::vector<Tensor> got = ex.run(feeds(), {w.source, w.quantized, m.loss});
+      std::vector<Tensor> got =
+          ex.run(testing::tiny_llama_feeds(), {w.source, w.quantized, m.loss});
       EXPECT_TRUE(std::isfinite(got[2].to_doubles()[0]));
       const std::vector<float> src = floats(got[0]);
       expect_bits_equal(
@@ -272,7 +263,7 @@ TEST(LlamaRecipes, EveryRecipeTrains) {
     CompiledStep step(g, {m.loss, m.parameters, nn::optimizer_nodes({"adam", 1e-2}), {}}, {});
     double first = 0, last = 0;
     for (int s = 0; s < 25; ++s) {
-      last = step.train(feeds(), {m.loss})[0].to_doubles()[0];
+      last = step.train(testing::tiny_llama_feeds(), {m.loss})[0].to_doubles()[0];
       ASSERT_TRUE(std::isfinite(last)) << "step " << s;
       if (s == 0) first = last;
     }
