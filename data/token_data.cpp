@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 
 #include "core/error.h"
@@ -25,13 +26,14 @@ uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
 }
 constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ull;
 
-uint64_t split_key(uint64_t model_hash, const std::vector<std::string>& files) {
+// Names relative to the corpus folder, so a corpus copied elsewhere keeps its cache.
+uint64_t split_key(uint64_t model_hash, const std::string& corpus_dir,
+                   const std::vector<std::string>& files) {
   uint64_t h = model_hash;
   for (const std::string& f : files) {
-    const std::string name = fs::path(f).filename().string();
+    const std::string name = fs::path(f).lexically_relative(corpus_dir).generic_string();
     std::error_code ec;
     const uint64_t size = fs::file_size(f, ec);
-    h = fnv1a(h, f.data(), f.size());
     h = fnv1a(h, name.data(), name.size());
     h = fnv1a(h, &size, sizeof size);
   }
@@ -99,8 +101,8 @@ TokenData prepare_token_data(const std::string& corpus_dir, const std::string& d
     train_bpe_tokenizer(split.train, vocab_size, d.tokenizer_path);
     d.trained_tokenizer = true;
   }
-  Tokenizer tok = Tokenizer::load(d.tokenizer_path);
-  d.vocab_size = tok.vocab_size();
+  // The library is loaded only to encode: cached ids need the model's size alone.
+  std::optional<Tokenizer> tok;
   const std::string model = read_file_bytes(d.tokenizer_path, "data.tokenizer");
   const uint64_t model_hash = fnv1a(kFnvBasis, model.data(), model.size());
   struct Side {
@@ -111,14 +113,16 @@ TokenData prepare_token_data(const std::string& corpus_dir, const std::string& d
   for (Side side :
        {Side{"train", split.train, d.train}, Side{"validation", split.validation, d.validation}}) {
     const std::string path = (fs::path(data_dir) / (std::string(side.name) + ".tokens")).string();
-    const uint64_t key = split_key(model_hash, side.files);
+    const uint64_t key = split_key(model_hash, corpus_dir, side.files);
     if (read_token_file(path, key, &side.ids)) continue;
     say(std::string("encoding the ") + side.name + " split (" + std::to_string(side.files.size()) +
         " files) -> " + path);
-    side.ids = encode_files(tok, side.files);
+    if (!tok) tok = Tokenizer::load(d.tokenizer_path);
+    side.ids = encode_files(*tok, side.files);
     write_token_file(path, key, side.ids);
     d.encoded = true;
   }
+  d.vocab_size = tok ? tok->vocab_size() : count_model_pieces(model, d.tokenizer_path);
   return d;
 }
 

@@ -4,8 +4,11 @@
 //   DIR/train.tokens        the training split as one stream of token ids (documents in
 //   DIR/validation.tokens   sorted order, each followed by the tokenizer's end-of-sentence id)
 // A token file is "QGTOKENS" | u64 key | u64 count | count x i32 ids, little-endian. The key
-// hashes the tokenizer model's bytes and the split's file names and sizes, so a second run
-// reads the ids instead of encoding again, and a changed model or corpus encodes afresh.
+// hashes the tokenizer model's bytes and the split's file names (relative to the corpus
+// folder) and sizes, so a second run reads the ids instead of encoding again, also from a copy
+// of the corpus elsewhere, and a changed model or corpus encodes afresh. SentencePiece is
+// loaded only to train or encode: with every split cached, the vocabulary size is read from
+// the model file itself (count_model_pieces).
 #pragma once
 
 #include <cstdint>

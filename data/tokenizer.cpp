@@ -189,4 +189,43 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
+namespace {
+
+// A base-128 varint at bytes[*at]; false when it runs past the end or over 10 bytes.
+bool read_varint(const std::string& bytes, size_t* at, uint64_t* value) {
+  *value = 0;
+  for (int shift = 0; shift < 64 && *at < bytes.size(); shift += 7) {
+    const auto b = static_cast<unsigned char>(bytes[(*at)++]);
+    *value |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int64_t count_model_pieces(const std::string& model_bytes, const std::string& what) {
+  // Top-level fields only: wire types 0 (varint), 1 (8 bytes), 2 (length-delimited) and
+  // 5 (4 bytes) are skipped over; a piece is field 1, length-delimited.
+  int64_t pieces = 0;
+  size_t at = 0;
+  while (at < model_bytes.size()) {
+    uint64_t key = 0, n = 0;
+    const size_t field_at = at;
+    bool ok = read_varint(model_bytes, &at, &key);
+    const uint64_t wire = key & 7;
+    if (ok && wire == 0) ok = read_varint(model_bytes, &at, &n);
+    if (ok && (wire == 1 || wire == 5)) n = wire == 1 ? 8 : 4;
+    if (ok && wire == 2) ok = read_varint(model_bytes, &at, &n);
+    ok = ok && (key >> 3) != 0 && (wire == 0 || wire == 1 || wire == 2 || wire == 5);
+    if (ok && wire != 0) ok = n <= model_bytes.size() - at;
+    QG_CHECK(ok, "data.tokenizer", what, " is not a SentencePiece model: malformed field at byte ",
+             field_at, " of ", model_bytes.size());
+    if (wire != 0) at += static_cast<size_t>(n);
+    if ((key >> 3) == 1 && wire == 2) ++pieces;
+  }
+  QG_CHECK(pieces > 0, "data.tokenizer", what, " is not a SentencePiece model: it holds no piece");
+  return pieces;
+}
+
 }  // namespace qg::nn

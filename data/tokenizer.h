@@ -35,6 +35,12 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// The number of pieces of a serialized SentencePiece model, read from its protobuf wire format
+// (ModelProto's repeated field 1) without loading the library: enough to size a model for
+// token ids that are already cached. qg::Error (op "data.tokenizer") naming `what` when the
+// bytes are not a well-formed protobuf message or hold no piece.
+int64_t count_model_pieces(const std::string& model_bytes, const std::string& what);
+
 // Trains a BPE model of `vocab_size` pieces on the non-empty lines of `files` and writes it
 // to `model_path` atomically. Deterministic for the same files.
 void train_bpe_tokenizer(const std::vector<std::string>& files, int64_t vocab_size,

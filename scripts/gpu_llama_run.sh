@@ -2,11 +2,10 @@
 # On a GPU machine, one call: builds qat, times the 207M Llama step of every QAT recipe beside
 # the bf16 float step (`qat steps`, with the device memory each holds), then trains the ~100M
 # decoder of examples/llama_100m_config.json on the Python documentation, float and 8da4w QAT
-# from the same initialisation, and prints their validation perplexity. The training part needs
-# a libsentencepiece that matches the carried headers (Debian's 0.1.97): the lent H200 image
-# has a libsentencepiece of its own, which `cp -n` keeps and against which qat aborts with
-# "free(): invalid pointer" before the first step. The tokenizer and token
-# cache can be made here beforehand and carried (DATA, default out/llama100m-data). Logs go to
+# from the same initialisation, and prints their validation perplexity. The tokenizer module is
+# built against the carried Debian libsentencepiece (scripts/gpu_sentencepiece.sh says why).
+# The tokenizer and token cache can be made here beforehand and carried (DATA, default
+# out/llama100m-data); they are re-encoded when the corpus sits at another path. Logs go to
 # $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +19,8 @@ steps=${STEPS:-400}
 [ -d .gpudeps/root ] && cp -rn .gpudeps/root/. /
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
 t0=$(date +%s)
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_BENCH=OFF >"$out/configure.log" 2>&1 ||
+source scripts/gpu_sentencepiece.sh
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_BENCH=OFF -DQG_ENABLE_ONNX=OFF "${QG_SPM_CMAKE_ARGS[@]}" >"$out/configure.log" 2>&1 ||
   { tail -30 "$out/configure.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" --target qat >"$out/build.log" 2>&1 ||
   { grep -E "error" -A4 "$out/build.log" | head -60; exit 1; }
@@ -31,12 +31,12 @@ echo "==== llama 207M steps, bf16-mixed, each recipe beside the float step"
     --recipe "$recipe" --reps 20 2>&1 | grep "step llama"
 done
 echo "==== ~100M decoder on the Python documentation: $steps steps, batch 8 x 512, f32"
-for recipe in float 8da4w; do
+for recipe in ${LM_RECIPES:-float 8da4w}; do
   args=()
   [ "$recipe" != float ] && args=(--recipe "$recipe")
   t1=$(date +%s)
   timeout "${T_TRAIN:-200}" "$build"/apps/qat train --model llama --config examples/llama_100m_config.json \
-    --data "$data" --out "$out/lm_$recipe" --device cuda --steps "$steps" --seq 512 --batch 8 \
+    --data "$data" "${QG_CORPUS_ARGS[@]}" --out "$out/lm_$recipe" --device cuda --steps "$steps" --seq 512 --batch 8 \
     --lr 1e-3 --warmup 40 --eval-every "$((steps / 2))" --eval-windows 64 "${args[@]}" \
     >"$out/lm_$recipe.log" 2>&1
   echo "$recipe: rc=$? in $(($(date +%s) - t1)) s"

@@ -22,10 +22,10 @@ using testing::expect_error;
 // A scratch folder removed at the end of the test.
 struct TempDir {
   fs::path path;
-  TempDir() {
+  explicit TempDir(const std::string& suffix = "") {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     path = fs::temp_directory_path() /
-           (std::string("qg_text_") + info->test_suite_name() + "_" + info->name());
+           (std::string("qg_text_") + info->test_suite_name() + "_" + info->name() + suffix);
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -150,6 +150,33 @@ TEST(Tokenizer, UnreadableOrCorruptModelsAreNamedErrors) {
                {"[data.tokenizer]", "corrupt.model", "is not a SentencePiece model"});
 }
 
+// count_model_pieces reads the model's size from the protobuf wire format alone; it must
+// agree with the library on a real model and name malformed bytes.
+// count_model_pieces reads a model's size from the protobuf wire format alone (the
+// TokenData test checks it against the library on a trained model): field 1 is a piece,
+// other fields of every wire type are skipped, malformed bytes are named.
+TEST(Tokenizer, PiecesAreCountedFromTheModelBytes) {
+  // piece "abc", a varint field 2, piece "x", a 4-byte field 3, an 8-byte field 4.
+  const std::string model(
+      "\x0a\x03"
+      "abc"
+      "\x10\x96\x01"
+      "\x0a\x01"
+      "x"
+      "\x1d\x01\x02\x03\x04"
+      "\x21\x01\x02\x03\x04\x05\x06\x07\x08",
+      25);
+  EXPECT_EQ(nn::count_model_pieces(model, "hand.model"), 2);
+  expect_error([] { nn::count_model_pieces("", "empty.model"); },
+               {"[data.tokenizer]", "empty.model", "holds no piece"});
+  expect_error([] { nn::count_model_pieces(std::string("\x0a\xff", 2), "cut.model"); },
+               {"[data.tokenizer]", "cut.model", "malformed field at byte 0"});
+  expect_error([] { nn::count_model_pieces(std::string("\x0f\x01", 2), "wire.model"); },
+               {"[data.tokenizer]", "wire.model", "malformed"});
+  expect_error([&] { nn::count_model_pieces(model.substr(0, 12), "short.model"); },
+               {"[data.tokenizer]", "short.model", "malformed field at byte 11"});
+}
+
 TEST(Tokenizer, WithoutSentencePieceEveryCallSaysSo) {
   if (nn::tokenizer_available()) GTEST_SKIP() << "this build has SentencePiece";
   expect_error([] { nn::Tokenizer::load("any.model"); },
@@ -175,6 +202,13 @@ TEST(TokenData, TrainsTheTokenizerOnceAndCachesTheIds) {
   EXPECT_FALSE(second.encoded);
   EXPECT_EQ(second.train, first.train);
   EXPECT_EQ(second.validation, first.validation);
+  EXPECT_EQ(second.vocab_size, 256);  // counted in the model file, the library not loaded
+  // A copy of the corpus at another path keeps the cache: the key holds relative names.
+  TempDir copy("_copy");
+  fs::copy(kTutorial, copy.path / "tutorial", fs::copy_options::recursive);
+  nn::TokenData moved = nn::prepare_token_data((copy.path / "tutorial").string(), d.str(), 256);
+  EXPECT_FALSE(moved.encoded);
+  EXPECT_EQ(moved.train, first.train);
   // The encoder itself: text round-trips through pieces of the model.
   nn::Tokenizer tok = nn::Tokenizer::load(first.tokenizer_path);
   std::vector<int32_t> ids = tok.encode("The Python tutorial");
