@@ -2,11 +2,10 @@
 # On a GPU machine, one call: builds qat, times the 207M Llama step of every QAT recipe beside
 # the bf16 float step (`qat steps`, with the device memory each holds), then trains the ~100M
 # decoder of examples/llama_100m_config.json on the Python documentation, float and 8da4w QAT
-# from the same initialisation, and prints their validation perplexity. The tokenizer module is
-# built against the carried Debian libsentencepiece (scripts/gpu_sentencepiece.sh says why).
-# The tokenizer and token cache can be made here beforehand and carried (DATA, default
-# out/llama100m-data); they are re-encoded when the corpus sits at another path. Logs go to
-# $OUT.
+# from the same initialisation, and prints their validation perplexity. Make the tokenizer and
+# the token cache on the CPU machine and carry them (DATA, default out/llama100m-data): loading
+# SentencePiece in a CUDA build aborts on the lent image (scripts/gpu_sentencepiece.sh). Logs
+# go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}

@@ -1,11 +1,12 @@
 # Sourced by the GPU scripts: sets QG_SPM_CMAKE_ARGS to build the tokenizer module against
 # the carried Debian libsentencepiece (0.1.97, scripts/pack_gpu_deps.sh), copied into a
 # folder of its own so the module's RUNPATH finds it before the system's copy.
-# Why: the lent image ships Ubuntu's libsentencepiece 0.2.0 with its headers; built against
-# those, `qat train --model llama` aborted with "free(): invalid pointer" before its first step
-# (not investigated further), while the carried 0.1.97 loads and trains (the module resolves
-# its libraries through RUNPATH and is opened with RTLD_DEEPBIND, so nothing else in the
-# process sees them).
+# Why: the lent image ships Ubuntu's libsentencepiece 0.2.0 with its headers. A CUDA build of
+# qat aborted there as soon as it loaded the module ("free(): invalid pointer"; against the
+# carried copy too, and with RTLD_DEEPBIND off a segmentation fault), while a CPU-only build
+# trained and loaded a tokenizer with the carried copy. Not resolved: on the GPU, make the
+# tokenizer and token cache on the CPU machine and carry them (data/token_data.h reads cached
+# ids without loading SentencePiece).
 QG_SPM_CMAKE_ARGS=()
 if [ -f .gpudeps/root/usr/include/sentencepiece_processor.h ]; then
   qg_spm_dir=${QG_SPM_DIR:-/tmp/qg-sentencepiece}
