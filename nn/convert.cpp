@@ -136,13 +136,24 @@ ModelInstance build_instance(ModelSpec spec, int64_t batch, const QConfig& qconf
   return inst;
 }
 
-int64_t convert_to_integer(ModelInstance& inst, const QConfig& qc) {
-  Graph& g = *inst.graph;
-  Executor& ex = *inst.exec;
-  const Model& m = inst.model;
+namespace {
+
+// What the conversion pass rewrites in a model's forward graph, whatever the model kind.
+struct ConvertTarget {
+  Graph& graph;
+  std::unique_ptr<Executor>& exec;
+  const std::vector<WeightQuantizer>& weights;
+  const std::vector<ConvBnLayer>& conv_bns;
+  ValueId logits;
+  Executor::Feeds feeds;  // any inputs: the pass fetches only states and what they give
+};
+
+int64_t convert_graph(ConvertTarget t, const QConfig& qc) {
+  Graph& g = t.graph;
+  Executor& ex = *t.exec;
   // 1. Everything the pass reads, in eval mode (observers and batch norms frozen).
   std::vector<ValueId> fetch;
-  for (const WeightQuantizer& w : m.weights) {
+  for (const WeightQuantizer& w : t.weights) {
     if (w.nf4_pack >= 0) {
       fetch.push_back(g.node(w.nf4_pack).outputs[0]);
       fetch.push_back(g.node(w.nf4_pack).outputs[1]);
@@ -159,21 +170,21 @@ int64_t convert_to_integer(ModelInstance& inst, const QConfig& qc) {
   }
   // Unfolded (float-weight) blocks keep their batch_norm, which eval mode runs on the
   // running statistics: nothing to rewrite.
-  for (const ConvBnLayer& c : m.conv_bns)
+  for (const ConvBnLayer& c : t.conv_bns)
     if (c.folded)
       for (ValueId v : {c.gamma, c.beta, c.running_mean, c.running_var}) fetch.push_back(v);
   ex.set_training(false);
-  std::vector<Tensor> got = ex.run(zero_feeds(g), fetch);
+  std::vector<Tensor> got = ex.run(t.feeds, fetch);
   for (Tensor& t : got) t = t.to(Device::cpu());
   // 2. Rewrite the graph.
   size_t k = 0;
-  for (const WeightQuantizer& w : m.weights) {
+  for (const WeightQuantizer& w : t.weights) {
     const size_t n = w.nf4_pack >= 0 ? 2 : 3;
     std::vector<Tensor> mine(got.begin() + k, got.begin() + k + n);
     k += n;
     rewire(g, w.quantized, integer_weight(g, w, qc, mine));
   }
-  for (const ConvBnLayer& c : m.conv_bns) {
+  for (const ConvBnLayer& c : t.conv_bns) {
     if (!c.folded) continue;
     std::vector<float> gamma = floats(got[k]), beta = floats(got[k + 1]), mean = floats(got[k + 2]),
                        var = floats(got[k + 3]);
@@ -192,10 +203,10 @@ int64_t convert_to_integer(ModelInstance& inst, const QConfig& qc) {
   auto fresh = std::make_unique<Executor>(g, ex.device());
   copy_states(ex, *fresh);
   fresh->set_training(false);
-  inst.exec = std::move(fresh);
+  t.exec = std::move(fresh);
   // 4. Bytes of what the logits still need.
   int64_t bytes = 0;
-  std::vector<bool> needed = g.needed_nodes({m.logits});
+  std::vector<bool> needed = g.needed_nodes({t.logits});
   for (NodeId id = 0; id < g.num_nodes(); ++id) {
     if (!needed[id]) continue;
     const Node& n = g.node(id);
@@ -207,6 +218,33 @@ int64_t convert_to_integer(ModelInstance& inst, const QConfig& qc) {
     }
   }
   return bytes;
+}
+
+}  // namespace
+
+int64_t convert_to_integer(ModelInstance& inst, const QConfig& qc) {
+  return convert_graph({*inst.graph, inst.exec, inst.model.weights, inst.model.conv_bns,
+                        inst.model.logits, zero_feeds(*inst.graph)},
+                       qc);
+}
+
+LlamaInstance build_llama_instance(const LlamaConfig& config, int64_t batch, int64_t seq,
+                                   const QConfig& qconfig, Device device,
+                                   const PrecisionPolicy& precision) {
+  LlamaInstance inst;
+  inst.graph = std::make_unique<Graph>();
+  inst.model = build_llama(*inst.graph, config, batch, seq, qconfig, 0, precision);
+  inst.exec = std::make_unique<Executor>(*inst.graph, device);
+  inst.exec->set_training(false);
+  return inst;
+}
+
+int64_t convert_to_integer(LlamaInstance& inst, const QConfig& qc) {
+  // Token id 0 for every input: any valid ids do, the pass reads states only.
+  static const std::vector<ConvBnLayer> kNone;
+  return convert_graph({*inst.graph, inst.exec, inst.model.weights, kNone, inst.model.logits,
+                        zero_feeds(*inst.graph)},
+                       qc);
 }
 
 }  // namespace qg::nn

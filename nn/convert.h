@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "nn/llama.h"
 #include "nn/model.h"
 #include "runtime/executor.h"
 
@@ -40,5 +41,21 @@ ModelInstance build_instance(ModelSpec spec, int64_t batch, const QConfig& qconf
 // The conversion pass on an instance whose states hold a trained model (modifies its graph
 // and rebuilds its executor). Returns the model bytes.
 int64_t convert_to_integer(ModelInstance& inst, const QConfig& qconfig);
+
+// The same for a Llama decoder (nn/llama.h): every projection and an untied lm_head get
+// integer weight codes (8da4w, 8da3w, 8da2w: packed INT4 nibbles per group; w8a8_dynamic:
+// int8 per channel) and their dequantize op, and the dynamic per-token activation quantizers
+// stay as they are, so the converted logits equal the QAT model's eval-mode logits bit for
+// bit. Embeddings stay float. Weights with a float zero point (int4 weight-only) are a named
+// error.
+struct LlamaInstance {
+  std::unique_ptr<Graph> graph;
+  LlamaModel model;
+  std::unique_ptr<Executor> exec;
+};
+LlamaInstance build_llama_instance(const LlamaConfig& config, int64_t batch, int64_t seq,
+                                   const QConfig& qconfig, Device device,
+                                   const PrecisionPolicy& precision = PrecisionPolicy::f32());
+int64_t convert_to_integer(LlamaInstance& inst, const QConfig& qconfig);
 
 }  // namespace qg::nn
