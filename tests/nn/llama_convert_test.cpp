@@ -1,7 +1,10 @@
 // Conversion of a trained Llama decoder to integer weights (nn::convert_to_integer): the
 // converted model's logits equal the QAT model's eval-mode logits bit for bit on the CPU, for
 // every recipe with integer weight codes and in f32 and bf16-mixed; no weight fake-quant and no
-// float projection weight is left; weights with a float zero point are a named error.
+// float projection weight is left; weights with a float zero point are a named error. On a
+// GPU, the converted model's CUDA logits equal the QAT model's CUDA logits bit for bit too
+// (the dequantize ops compute code * scale in f32 as the fake-quant does; the GEMMs then read
+// the same values).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,6 +13,7 @@
 #include "nn/llama.h"
 #include "nn/llama_config.h"
 #include "nn/qconfig.h"
+#include "runtime/backend.h"
 #include "runtime/compile.h"
 #include "tests/core/test_util.h"
 #include "tests/nn/tiny_llama_util.h"
@@ -28,14 +32,14 @@ nn::LlamaConfig tiny_config() {
 
 // A model trained a few Adam steps (so its weights are not the initial ones), copied into a
 // forward-only instance.
-nn::LlamaInstance trained_instance(const nn::QConfig& qc, const nn::PrecisionPolicy& precision) {
+nn::LlamaInstance trained_instance(const nn::QConfig& qc, const nn::PrecisionPolicy& precision,
+                                   Device device = Device::cpu()) {
   Graph g;
   nn::LlamaModel m = nn::build_llama(g, tiny_config(), 2, 7, qc, 5, precision);
   CompiledStep step(g, {m.loss, m.parameters, nn::optimizer_nodes({"adam", 1e-2}), {}}, {});
   for (int s = 0; s < 4; ++s) step.train(testing::tiny_llama_feeds(), {m.loss});
   step.synchronize();
-  nn::LlamaInstance inst =
-      nn::build_llama_instance(tiny_config(), 2, 7, qc, Device::cpu(), precision);
+  nn::LlamaInstance inst = nn::build_llama_instance(tiny_config(), 2, 7, qc, device, precision);
   nn::copy_states(step.executor(), *inst.exec);
   return inst;
 }
@@ -88,6 +92,21 @@ TEST(LlamaConvert, ConvertedLogitsEqualTheQatLogitsBitForBit) {
       for (const nn::WeightQuantizer& w : inst.model.weights)
         weight_numel += shape_numel(g.value(w.quantized).type.shape);
       EXPECT_LT(bytes, 4 * weight_numel + 4 * 50 * 64 + 64 * 64);
+    }
+}
+
+TEST(LlamaConvert, OnTheGpuConvertedLogitsEqualTheQatLogitsBitForBit) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device present";
+  for (const std::string recipe : {"8da4w", "w8a8_dynamic"})
+    for (const auto& precision : {nn::PrecisionPolicy::f32(), nn::parse_precision("bf16-mixed")}) {
+      SCOPED_TRACE(recipe + (precision.mixed() ? " bf16-mixed" : " f32"));
+      const nn::QConfig qc = nn::parse_recipe(recipe, 32);
+      nn::LlamaInstance inst = trained_instance(qc, precision, Device::cuda(0));
+      const Tensor qat = logits(inst);
+      nn::convert_to_integer(inst, qc);
+      const Tensor converted = logits(inst);
+      ASSERT_EQ(qat.nbytes(), converted.nbytes());
+      EXPECT_EQ(std::memcmp(qat.raw_data(), converted.raw_data(), qat.nbytes()), 0);
     }
 }
 
