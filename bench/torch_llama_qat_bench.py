@@ -19,8 +19,6 @@ import gc
 
 import torch
 
-import qatgraph.torch as qgt
-
 
 def llama(layers):
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -39,6 +37,7 @@ def torchao_8da4w(model, group_size):
 
 
 def qatgraph_8da4w(model, group_size):
+    import qatgraph.torch as qgt  # here, so that the torch-only scripts import this file
     return qgt.prepare_qat(model, "8da4w", inplace=True, group_size=group_size)
 
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# On the 2-GPU machine, one call: the 207M Llama step (bf16-mixed, batch 8 x 1024 per GPU) on
+# one GPU and data-parallel on two (`qat steps --model llama --nproc 2`, NCCL), float and the
+# 8da4w recipe, with the gradient all-reduce on and off (the off rows bound how much of it the
+# backward pass hides); then PyTorch DDP and torchao 8da4w on the same shapes
+# (bench/torch_llama_ddp_bench.py). Logs go to $OUT; the rows are printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-out}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+build=${BUILD_DIR:-build-dist}
+[ -d .gpudeps/root ] && [ ! -f /usr/include/eigen3/Eigen/Core ] && cp -rn .gpudeps/root/. / 2>/dev/null
+nvidia-smi --query-gpu=name --format=csv,noheader | tr '\n' ' '
+echo
+t0=$(date +%s)
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_BENCH=OFF -DQG_ENABLE_ONNX=OFF \
+  -DQG_ENABLE_SENTENCEPIECE=OFF -DPython3_EXECUTABLE="$(command -v python3)" >"$out/configure.log" 2>&1 ||
+  { tail -30 "$out/configure.log"; exit 1; }
+cmake --build "$build" -j "$(nproc)" --target qat ${EXTRA_TARGETS:-} >"$out/build.log" 2>&1 ||
+  { grep -E "error" -A4 "$out/build.log" | head -40; exit 1; }
+echo "build: $(($(date +%s) - t0)) s; $(grep -E 'qatgraph: NCCL' "$out/configure.log")"
+qat=$build/apps/qat
+rows=()
+for recipe in ${RECIPES:-float 8da4w}; do
+  r=()
+  [ "$recipe" != float ] && r=(--recipe "$recipe")
+  for mode in "1gpu" "2gpu" "2gpu-nosync"; do
+    args=()
+    [ "$mode" != 1gpu ] && args=(--nproc 2)
+    [ "$mode" = 2gpu-nosync ] && args+=(--no-grad-sync)
+    timeout 240 "$qat" steps --device cuda --model llama --precision bf16-mixed "${r[@]}" \
+      --reps "${REPS:-20}" "${args[@]}" >"$out/steps_${recipe}_$mode.log" 2>&1
+    echo "rc=$? $recipe $mode"
+    rows+=("$recipe $mode: $(grep -E 'step llama|all-reduce|world' "$out/steps_${recipe}_$mode.log" | tr '\n' ' ')")
+  done
+done
+torchao=.gpudeps/torchao
+if [ ! -d "$torchao" ] && ls .gpudeps/wheels/torchao-*.whl >/dev/null 2>&1; then
+  python3 -m zipfile -e .gpudeps/wheels/torchao-*.whl "$torchao"
+fi
+if [ -z "${SKIP_TORCH:-}" ]; then
+  PYTHONPATH="$build/python:$torchao" timeout 200 python3 bench/torch_llama_ddp_bench.py \
+    >"$out/torch_1gpu.log" 2>&1
+  PYTHONPATH="$build/python:$torchao" timeout 300 torchrun --nproc_per_node 2 \
+    bench/torch_llama_ddp_bench.py >"$out/torch_2gpu.log" 2>&1
+fi
+echo "==== rows"
+printf '%s\n' "${rows[@]}"
+cat "$out/torch_1gpu.log" "$out/torch_2gpu.log" 2>/dev/null | grep -E "^\||x [12]," | grep -v "^|---"
