@@ -3,7 +3,7 @@
 // rows that are not a multiple of 32 (partial mask words), all-zero and one-signed rows
 // (the eps floor and the zero point's clamp), a NaN in one row (both must raise), and the
 // float zero point of the int4 weight-only recipe (bf16 qparams, groups of 32 to 256, odd
-// groups, constant groups at the eps floor).
+// groups, constant groups at the eps floor), and y narrowed to bf16/f16 from f32 (out_dtype).
 #include "ops/common/crosscheck_inputs.h"
 
 namespace qg {
@@ -58,6 +58,27 @@ std::vector<CrosscheckCase> cases() {
   c.push_back({"float_zero constant groups",
                {fixed({2, 64}, DType::f64, 0, 0, flat)},
                float_zero4(32, "bf16"),
+               true});
+  // out_dtype: an f32 weight fake-quantized straight into a mixed-precision GEMM's dtype.
+  auto narrowed = [](Attrs a, const char* to) {
+    a.set("out_dtype", std::string(to));
+    return a;
+  };
+  c.push_back({"group 32 s4 symmetric f32 -> bf16 [96,1024]",
+               {x_in({96, 1024}, -0.2, 0.2)},
+               narrowed(group4(32), "bf16"),
+               true,
+               0,
+               2,
+               true});
+  c.push_back(
+      {"token s8 f32 -> f16 [7,37]", {x_in({7, 37})}, narrowed(token8(), "f16"), true, 0, 2, true});
+  c.push_back({"group 32 float_zero u4 f32 -> bf16 [48,512]",
+               {x_in({48, 512})},
+               narrowed(float_zero4(32, "bf16"), "bf16"),
+               true,
+               0,
+               2,
                true});
   c.push_back({"NaN and Inf rows (both must raise)",
                {fixed({4, 30}, DType::f64, 0, 0, with_non_finite(120))},

@@ -11,6 +11,9 @@
 // instantiated for the integer modes and for float_zero (kFloatZero), whose zero point output
 // is f32 instead of i32.
 //
+// y's element type O is T, or (out_dtype) bf16/f16 for an f32 T: the fused cast of a weight to
+// a mixed-precision GEMM, narrowing the f32 result once, as the cast op would (narrow_out).
+//
 // The common case (f32/f16/bf16, groups a whole number of 8-element packs, 16-byte aligned
 // tensors) takes team_kernel instead: a power-of-two team of lanes per group, each lane a
 // 16-byte pack of 8 elements per step (one mask byte), several packs in flight per lane. A
@@ -49,6 +52,16 @@ __device__ __forceinline__ void store_zero_point(void* zp, int64_t q, M v) {
     static_cast<int32_t*>(zp)[q] = static_cast<int32_t>(v);
 }
 
+// y's element from the math-type result: narrowed to T, then (O narrower) cast as the cast op
+// casts (cast_cuda.cu: from_math of the widened value).
+template <typename T, typename O>
+__device__ __forceinline__ O narrow_out(math_of<T> y) {
+  if constexpr (std::is_same_v<T, O>)
+    return from_math_select<T>(y);
+  else
+    return from_math<O>(static_cast<math_of<O>>(to_math(from_math_select<T>(y))));
+}
+
 struct LaunchArgs {
   int64_t groups, len;
   dfq::Config cfg;
@@ -59,9 +72,9 @@ struct LaunchArgs {
 
 // scale_m, zero_m: the scales (and float_zero's zeros) in the math type for byte_kernel (f64's
 // would lose bits as f32), or null.
-template <typename T, bool kFloatZero>
+template <typename T, typename O, bool kFloatZero>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    group_kernel(const T* __restrict__ x, T* __restrict__ y, uint32_t* __restrict__ mask,
+    group_kernel(const T* __restrict__ x, O* __restrict__ y, uint32_t* __restrict__ mask,
                  float* __restrict__ scale, void* __restrict__ zp, math_of<T>* scale_m,
                  math_of<T>* zero_m, LaunchArgs a) {
   using M = math_of<T>;
@@ -92,12 +105,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     if (!a.quantize) continue;
     const M inv = M(1) / p.scale;
     const M qmin = static_cast<M>(a.cfg.qmin), qmax = static_cast<M>(a.cfg.qmax);
-    T* out = y + q * a.len;
+    O* out = y + q * a.len;
     uint32_t* words = mask + q * (a.len / 32);
     for (int64_t i = lane, w = 0; i < a.len; i += 32, ++w) {
       const qmath::FakeQuantResult<M> r =
           dfq::fake_quant_element<kFloatZero>(to_math(g[i]), p, inv, qmin, qmax, a.cfg);
-      out[i] = from_math<T>(r.y);
+      out[i] = narrow_out<T, O>(r.y);
       const uint32_t bits = __ballot_sync(0xffffffffu, r.in_range);
       if (lane == 0) words[w] = bits;
     }
@@ -107,9 +120,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // kTeam lanes per group (a power of two); lane m of a team takes packs m, m + kTeam, ... of
 // its group. The loop over groups is uniform per warp (a team past the last group computes on
 // zeros and stores nothing) so the team shuffles always see the whole warp.
-template <typename T, int kTeam, bool kFloatZero>
+template <typename T, typename O, int kTeam, bool kFloatZero>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    team_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ mask,
+    team_kernel(const T* __restrict__ x, O* __restrict__ y, uint8_t* __restrict__ mask,
                 float* __restrict__ scale, void* __restrict__ zp, LaunchArgs a) {
   using M = math_of<T>;
   constexpr int kTeamsPerWarp = 32 / kTeam;
@@ -147,19 +160,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
     const M inv = M(1) / p.scale;
     const M qmin = static_cast<M>(a.cfg.qmin), qmax = static_cast<M>(a.cfg.qmax);
-    Pack8<T>* out = reinterpret_cast<Pack8<T>*>(y + q * a.len);
+    Pack8<O>* out = reinterpret_cast<Pack8<O>*>(y + q * a.len);
     uint8_t* bytes = mask + q * packs;
 #pragma unroll 2
     for (int64_t i = member; i < packs; i += kTeam) {
       const Pack8<T> v = g[i];
-      Pack8<T> r;
+      Pack8<O> r;
       uint32_t bits = 0;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const qmath::FakeQuantResult<M> f =
             dfq::fake_quant_element<kFloatZero>(to_math(v.v[j]), p, inv, qmin, qmax, a.cfg);
         // The select form: the same bits as from_math without a branch per element.
-        r.v[j] = from_math_select<T>(f.y);
+        r.v[j] = narrow_out<T, O>(f.y);
         bits |= static_cast<uint32_t>(f.in_range) << j;
       }
       out[i] = r;
@@ -168,26 +181,26 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-template <typename T, int kTeam>
+template <typename T, typename O, int kTeam>
 void launch_team(const Tensor& x, KernelContext& ctx, const LaunchArgs& a, cudaStream_t stream) {
   constexpr int64_t kGroupsPerBlock = kWarpsPerBlock * (32 / kTeam);
   const int64_t blocks = std::min<int64_t>((a.groups + kGroupsPerBlock - 1) / kGroupsPerBlock,
                                            int64_t{32} * multiprocessor_count());
   auto launch = [&](auto kernel) {
     kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
-        in_ptr<T>(x), out_ptr<T>(ctx.outputs[0]), out_ptr<uint8_t>(ctx.outputs[1]),
+        in_ptr<T>(x), out_ptr<O>(ctx.outputs[0]), out_ptr<uint8_t>(ctx.outputs[1]),
         out_ptr<float>(ctx.outputs[2]), ctx.outputs[3].raw_data(), a);
   };
   if (a.cfg.mode == dfq::Mode::float_zero)
-    launch(team_kernel<T, kTeam, true>);
+    launch(team_kernel<T, O, kTeam, true>);
   else
-    launch(team_kernel<T, kTeam, false>);
+    launch(team_kernel<T, O, kTeam, false>);
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 
 // team_kernel for T when it applies: the smallest power-of-two team (4 to 32) covering a
 // group's packs. False leaves the launch to group_kernel.
-template <typename T>
+template <typename T, typename O>
 bool try_team_kernel(const Tensor& x, KernelContext& ctx, const LaunchArgs& a,
                      cudaStream_t stream) {
   if constexpr (std::is_same_v<T, double>) {
@@ -197,21 +210,21 @@ bool try_team_kernel(const Tensor& x, KernelContext& ctx, const LaunchArgs& a,
       return false;
     const int64_t packs = a.len / 8;
     if (packs <= 4)
-      launch_team<T, 4>(x, ctx, a, stream);
+      launch_team<T, O, 4>(x, ctx, a, stream);
     else if (packs <= 8)
-      launch_team<T, 8>(x, ctx, a, stream);
+      launch_team<T, O, 8>(x, ctx, a, stream);
     else if (packs <= 16)
-      launch_team<T, 16>(x, ctx, a, stream);
+      launch_team<T, O, 16>(x, ctx, a, stream);
     else
-      launch_team<T, 32>(x, ctx, a, stream);
+      launch_team<T, O, 32>(x, ctx, a, stream);
     return true;
   }
 }
 
 // y and the mask for group lengths that split mask words: one thread per mask byte. zp: the
 // i32 zero points (integer modes); zero: float_zero's zeros in the math type.
-template <typename T, bool kFloatZero>
-__global__ void byte_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ mask,
+template <typename T, typename O, bool kFloatZero>
+__global__ void byte_kernel(const T* __restrict__ x, O* __restrict__ y, uint8_t* __restrict__ mask,
                             const math_of<T>* __restrict__ scale, const int32_t* __restrict__ zp,
                             const math_of<T>* __restrict__ zero, int64_t n, LaunchArgs a) {
   using M = math_of<T>;
@@ -229,24 +242,20 @@ __global__ void byte_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t*
       }
       const qmath::FakeQuantResult<M> r =
           dfq::fake_quant_element<kFloatZero>(to_math(x[i]), p, M(1) / p.scale, qmin, qmax, a.cfg);
-      y[i] = from_math<T>(r.y);
+      y[i] = narrow_out<T, O>(r.y);
       if (r.in_range) bits |= static_cast<uint8_t>(1u << (i - b * 8));
     }
     mask[b] = bits;
   }
 }
 
-void dynamic_fake_quantize_cuda(KernelContext& ctx) {
+template <typename T, typename O>
+void launch_typed(KernelContext& ctx, const LaunchArgs& a, cudaStream_t stream) {
   const DynamicFakeQuantizeArgs& p = ctx.args<DynamicFakeQuantizeArgs>();
   const Tensor& x = ctx.inputs[0];
   const int64_t n = x.numel();
-  if (n == 0 || p.groups == 0) return;
-  LaunchArgs a{p.groups, p.group_len, p.config, p.group_len % 32 == 0, error_record(ctx.device),
-               ctx.site};
-  cudaStream_t stream = cuda_stream(ctx.device);
-  dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
-    using T = decltype(tag);
-    if (try_team_kernel<T>(x, ctx, a, stream)) return;
+  {
+    if (try_team_kernel<T, O>(x, ctx, a, stream)) return;
     const int64_t blocks = std::min<int64_t>((p.groups + kWarpsPerBlock - 1) / kWarpsPerBlock,
                                              int64_t{32} * multiprocessor_count());
     using M = math_of<T>;
@@ -267,27 +276,44 @@ void dynamic_fake_quantize_cuda(KernelContext& ctx) {
     }
     auto groups = [&](auto kernel) {
       kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
-          in_ptr<T>(x), out_ptr<T>(ctx.outputs[0]), out_ptr<uint32_t>(ctx.outputs[1]),
+          in_ptr<T>(x), out_ptr<O>(ctx.outputs[0]), out_ptr<uint32_t>(ctx.outputs[1]),
           out_ptr<float>(ctx.outputs[2]), ctx.outputs[3].raw_data(), copy_scale, copy_zero, a);
     };
     if (float_zero)
-      groups(group_kernel<T, true>);
+      groups(group_kernel<T, O, true>);
     else
-      groups(group_kernel<T, false>);
+      groups(group_kernel<T, O, false>);
     QG_CUDA_CHECK_LAUNCH(ctx.op);
     if (a.quantize) return;
     auto shape = elementwise_launch((n + 7) / 8);
     const int32_t* zp = float_zero ? nullptr : in_ptr<int32_t>(ctx.outputs[3]);
     auto bytes = [&](auto kernel) {
-      kernel<<<shape.blocks, shape.threads, 0, stream>>>(in_ptr<T>(x), out_ptr<T>(ctx.outputs[0]),
+      kernel<<<shape.blocks, shape.threads, 0, stream>>>(in_ptr<T>(x), out_ptr<O>(ctx.outputs[0]),
                                                          out_ptr<uint8_t>(ctx.outputs[1]), scale_m,
                                                          zp, zero_m, n, a);
     };
     if (float_zero)
-      bytes(byte_kernel<T, true>);
+      bytes(byte_kernel<T, O, true>);
     else
-      bytes(byte_kernel<T, false>);
+      bytes(byte_kernel<T, O, false>);
     QG_CUDA_CHECK_LAUNCH(ctx.op);
+  }
+}
+
+void dynamic_fake_quantize_cuda(KernelContext& ctx) {
+  const DynamicFakeQuantizeArgs& p = ctx.args<DynamicFakeQuantizeArgs>();
+  const Tensor& x = ctx.inputs[0];
+  if (x.numel() == 0 || p.groups == 0) return;
+  LaunchArgs a{p.groups, p.group_len, p.config, p.group_len % 32 == 0, error_record(ctx.device),
+               ctx.site};
+  cudaStream_t stream = cuda_stream(ctx.device);
+  if (x.dtype() == DType::f32 && p.out == DType::bf16)
+    return launch_typed<float, __nv_bfloat16>(ctx, a, stream);
+  if (x.dtype() == DType::f32 && p.out == DType::f16)
+    return launch_typed<float, __half>(ctx, a, stream);
+  dispatch_float(x.dtype(), ctx.op, [&](auto tag) {
+    using T = decltype(tag);
+    launch_typed<T, T>(ctx, a, stream);
   });
 }
 

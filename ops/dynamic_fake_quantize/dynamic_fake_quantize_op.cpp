@@ -14,9 +14,11 @@
 #include "core/graph.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "ops/cast/cast_element.h"
 #include "ops/common/bitmask.h"
 #include "ops/common/quant_attrs.h"
 #include "ops/common/schema_helpers.h"
+#include "ops/dynamic_fake_quantize/dfq_cast_fusion.h"
 #include "ops/dynamic_fake_quantize/dynamic_fake_quantize_args.h"
 
 namespace qg {
@@ -57,6 +59,19 @@ void check_attrs(const std::string& op, const Attrs& attrs) {
            " must be finite and >= 0");
 }
 
+// y's dtype. A narrower out_dtype is the f32 -> bf16/f16 cast of a weight for a mixed-precision
+// GEMM, fused in (fuse_dfq_cast): y = narrow(fake_quant(x)) is then exactly the cast of the
+// f32 result. Other inputs would round twice in the composition, so they are refused.
+DType out_dtype_of(const std::string& op, const Attrs& attrs, DType x) {
+  const std::string& name = attrs.get_string("out_dtype");
+  if (name == "input") return x;
+  const DType out = dtype_from_name(name);
+  QG_CHECK(out == x || x == DType::f32, op, "attribute 'out_dtype' = '", name,
+           "' narrows an f32 x only (y is the cast of the f32 fake-quant), got x of dtype ",
+           dtype_name(x));
+  return out;
+}
+
 std::shared_ptr<const KernelArgs> parse_args(const ArgsSource& s) {
   auto a = std::make_shared<DynamicFakeQuantizeArgs>();
   const TensorType& x = s.inputs.at(0);
@@ -81,6 +96,7 @@ std::shared_ptr<const KernelArgs> parse_args(const ArgsSource& s) {
                                           : dfq::Mode::asymmetric;
   a->config.eps = eps;
   a->config.rounding = rounding_of(x.dtype);
+  a->out = out_dtype_of(s.op, s.attrs, x.dtype);
   const std::string& qdt = s.attrs.get_string("qparam_dtype");
   const DType qparam = qdt == "input" ? x.dtype : dtype_from_name(qdt);
   a->config.qparam_rounding = rounding_of(qparam);
@@ -109,16 +125,18 @@ std::vector<TensorType> infer(const InferContext& ctx) {
   Shape qshape(x.shape.begin(), x.shape.end() - 1);
   if (g != 0) qshape.push_back(last / g);
   const DType zp = ctx.attrs.get_string("mode") == "float_zero" ? DType::f32 : DType::i32;
-  return {x, TensorType{DType::u8, {bitmask_bytes(x.numel())}}, TensorType{DType::f32, qshape},
+  return {TensorType{out_dtype_of(ctx.op, ctx.attrs, x.dtype), x.shape},
+          TensorType{DType::u8, {bitmask_bytes(x.numel())}}, TensorType{DType::f32, qshape},
           TensorType{zp, qshape}};
 }
 
-template <typename T>
+// O: y's element type, T's or (out_dtype) a narrower one for an f32 T.
+template <typename T, typename O>
 void cpu_typed(KernelContext& ctx) {
   using M = math_t<T>;
   const DynamicFakeQuantizeArgs& a = ctx.args<DynamicFakeQuantizeArgs>();
   const T* x = ctx.inputs[0].data<T>();
-  T* y = ctx.outputs[0].data<T>();
+  O* y = ctx.outputs[0].data<O>();
   uint8_t* mask = ctx.outputs[1].data<uint8_t>();
   float* scale = ctx.outputs[2].data<float>();
   const bool float_zero = a.config.mode == dfq::Mode::float_zero;
@@ -164,7 +182,8 @@ void cpu_typed(KernelContext& ctx) {
               float_zero
                   ? dfq::fake_quant_float_zero(static_cast<M>(x[i]), p, qmin, qmax, a.config)
                   : qmath::fake_quant(static_cast<M>(x[i]), inv, s, p.zero_point, qmin, qmax);
-          y[i] = static_cast<T>(r.y);
+          // Narrowed to T, then (out_dtype) cast as the cast op does: one rounding from f32.
+          y[i] = cast_element<O>(static_cast<T>(r.y));
           if (r.in_range) mask[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
         }
       });
@@ -172,8 +191,13 @@ void cpu_typed(KernelContext& ctx) {
 
 void dynamic_fake_quantize_cpu(KernelContext& ctx) {
   if (ctx.inputs[0].numel() == 0) return;
-  dispatch_float(ctx.inputs[0].dtype(), ctx.op.c_str(),
-                 [&](auto tag) { cpu_typed<decltype(tag)>(ctx); });
+  const DType out = ctx.args<DynamicFakeQuantizeArgs>().out;
+  if (out == DType::bf16 && ctx.inputs[0].dtype() == DType::f32) return cpu_typed<float, bf16>(ctx);
+  if (out == DType::f16 && ctx.inputs[0].dtype() == DType::f32) return cpu_typed<float, f16>(ctx);
+  dispatch_float(ctx.inputs[0].dtype(), ctx.op.c_str(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu_typed<T, T>(ctx);
+  });
 }
 
 // The gradient check's reference: dx = dy where x's code lies in [qmin, qmax] under the
@@ -238,15 +262,24 @@ void define_dynamic_fake_quantize_ops(OpRegistry& r) {
                   "scale_precision; bf16 for its int4 weight-only QAT); input: x's dtype"),
       int_attr("quant_min", std::nullopt, "smallest code"),
       int_attr("quant_max", std::nullopt, "largest code"),
+      string_attr("out_dtype", std::string("input"), {"input", "bf16", "f16"},
+                  "y's dtype: x's (input), or bf16/f16 from an f32 x: exactly the fake-quant "
+                  "cast to it (the fusion of a weight's cast to a mixed-precision GEMM)"),
       real_attr("eps", 1.1920928955078125e-07,
                 "the scale's floor (torchao: f32's epsilon for activations, the dtype's smallest "
                 "normal for weights)")};
   op.parse_args = parse_args;
+  op.fusion_rules = {dfq_cast_fusion_rule()};
   op.differentiable_inputs = {true};
   op.infer = infer;
   op.kernels.push_back({DeviceType::cpu, kFloatDTypes, dynamic_fake_quantize_cpu});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
-    return {c.graph.apply1("ste_backward", {c.grad_or_zeros(0), c.node.outputs[1]})};
+    ValueId dy = c.grad_or_zeros(0);
+    // A narrowed y: its gradient comes back to x's dtype, as a separate cast's backward would.
+    const DType x = c.graph.value(c.node.inputs[0]).type.dtype;
+    if (c.graph.value(dy).type.dtype != x)
+      dy = c.graph.apply1("cast", {dy}, {{"dtype", std::string(dtype_name(x))}});
+    return {c.graph.apply1("ste_backward", {dy, c.node.outputs[1]})};
   };
   op.gradcheck_samples = [] {
     return std::vector<GradcheckSample>{

@@ -32,7 +32,10 @@ constexpr PassStep kPassOrder[] = {
      "no other rule reads channel_div, batch_norm or their backward ops"},
     {"fuse_activation_prologue",
      "after fuse_observer_quantize: moves an activation into the fused node that pass made"},
-    {"fuse_scaled_softmax", "last: no other rule fuses mul, softmax or softmax_backward"},
+    {"fuse_scaled_softmax", "no other rule fuses mul, softmax or softmax_backward"},
+    {"fuse_dfq_cast",
+     "last, independent of the others: it rewrites a forward dynamic_fake_quantize and the "
+     "cast of its y, which no other rule reads"},
 };
 
 const FusionRule& registered_rule(const std::string& name) {

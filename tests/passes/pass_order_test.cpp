@@ -13,9 +13,9 @@ namespace {
 
 TEST(PassOrder, IsThePinnedPipeline) {
   const std::vector<std::string> expected = {
-      "fuse_observer_quantize",   "fuse_ste_backward",  "fuse_ste_optimizer",
-      "fuse_ste_chain",           "fuse_ste_producer",  "fuse_channel_div_batch_norm",
-      "fuse_activation_prologue", "fuse_scaled_softmax"};
+      "fuse_observer_quantize",   "fuse_ste_backward",   "fuse_ste_optimizer",
+      "fuse_ste_chain",           "fuse_ste_producer",   "fuse_channel_div_batch_norm",
+      "fuse_activation_prologue", "fuse_scaled_softmax", "fuse_dfq_cast"};
   EXPECT_EQ(default_pass_names(), expected);
 }
 
@@ -46,7 +46,9 @@ TEST(PassOrder, RulesLiveWithTheOpTheyMake) {
       {"fuse_ste_chain", "fused_ste_chain"},
       {"fuse_ste_producer", "fused_ste_producer"},
       {"fuse_channel_div_batch_norm", "fused_channel_div_batch_norm"},
-      {"fuse_scaled_softmax", "fused_scaled_softmax"}};
+      {"fuse_scaled_softmax", "fused_scaled_softmax"},
+      // The fused node is dynamic_fake_quantize itself, with out_dtype.
+      {"fuse_dfq_cast", "dynamic_fake_quantize"}};
   std::map<std::string, std::string> found;
   for (const OpDef* op : OpRegistry::instance().all())
     for (const FusionRule& rule : op->fusion_rules) found[rule.name] = op->name;
