@@ -9,7 +9,8 @@ intermediate 2816, 16 heads, 8 KV heads, RMSNorm eps 1e-5, rope_theta 10000, unt
 (12 layers: 207M parameters), bf16 parameters, SDPA attention; batch 8 x 1024 tokens; fused
 AdamW. Each variant starts from the same weights and steps on the same random tokens: forward
 with the loss, backward, optimizer step. Timed with CUDA events over `steps` steps after
-`warmup`; peak memory is torch's max_memory_allocated over the timed and warm-up steps. The
+`warmup`; peak memory is torch's max_memory_allocated over the timed and warm-up steps. With
+`--repeats R` every variant is measured R times, interleaved, and its median reported. The
 losses of the first and last steps show that each variant trains. MFU counts 6 N tokens plus
 the causal attention's FLOPs (6 x 2 x layers x batch x seq^2 x hidden / 2) against `--peak`
 TFLOP/s of dense bf16.
@@ -116,6 +117,10 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--peak", type=float, default=989.0, help="dense bf16 TFLOP/s")
     parser.add_argument("--skip-torchao", action="store_true")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="measure the variants this many times, interleaved, and report "
+                             "the median ms (with the range): the float step itself moves "
+                             "between calls")
     parser.add_argument("--profile", action="store_true",
                         help="profile 3 steps of the qatgraph variant; print the top kernels")
     args = parser.parse_args()
@@ -131,17 +136,32 @@ def main():
           f"{args.layers} layers, batch {args.batch} x {args.seq}, bf16, SDPA, fused AdamW\n")
     print("| step | ms/step | / float | tokens/s | MFU | peak GiB | loss first -> last |")
     print("|---|---|---|---|---|---|---|")
+    # Interleaved: repeat r measures every variant once, so a drift of the GPU's speed over the
+    # call reaches all of them alike.
+    runs = {name: [] for name, _ in variants}
+    failed = {}
+    for _ in range(args.repeats):
+        for name, prepare in variants:
+            if name in failed:
+                continue
+            try:
+                runs[name].append(measure(prepare, args))
+            except Exception as e:  # a variant that cannot run is a row saying why
+                failed[name] = f"{type(e).__name__}: {str(e)[:160]}"
     float_ms = None
-    for name, prepare in variants:
-        try:
-            params, ms, peak, first, last = measure(prepare, args)
-        except Exception as e:  # a variant that cannot run is a row saying why
-            print(f"| {name} | failed: {type(e).__name__}: {str(e)[:160]} | | | | | |")
+    for name, _ in variants:
+        if name in failed:
+            print(f"| {name} | failed: {failed[name]} | | | | | |")
             continue
+        times = sorted(r[1] for r in runs[name])
+        ms = times[len(times) // 2]
+        params, _, peak, first, last = runs[name][0]
+        peak = max(r[2] for r in runs[name])
         float_ms = float_ms or ms
         flops = 6 * params * tokens + 6 * args.layers * args.batch * args.seq**2 * 1024
         mfu = flops / (ms / 1000) / (args.peak * 1e12)
-        print(f"| {name} | {ms:.1f} | {ms / float_ms:.2f}x | {tokens / ms * 1000:,.0f} | "
+        spread = f" ({times[0]:.1f}-{times[-1]:.1f})" if len(times) > 1 else ""
+        print(f"| {name} | {ms:.1f}{spread} | {ms / float_ms:.2f}x | {tokens / ms * 1000:,.0f} | "
               f"{100 * mfu:.0f}% | {peak:.1f} | {first:.3f} -> {last:.3f} |", flush=True)
     print(f"\n{params / 1e6:.0f}M parameters")
 
