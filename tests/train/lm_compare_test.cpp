@@ -302,6 +302,22 @@ TEST(LmCompare, CommandLineRunWritesTheTable) {
   EXPECT_EQ(lines, 3);  // header + one line per recipe
   EXPECT_TRUE(fs::exists(dir / "out" / "curves.png"));
   EXPECT_TRUE(fs::exists(dir / "out" / "float.qgck"));
+
+  // A single run started from the float model's parameters (here: QAT with a recipe).
+  const std::string init = std::string(qat) + " train --model llama --config " + kFixture +
+                           " --data " + (dir / "data").string() + " --corpus " + corpus +
+                           " --out " + (dir / "init").string() + " --init " +
+                           (dir / "out" / "float.qgck").string() +
+                           " --device cpu --recipe 8da4w --group-size 256 --steps 2"
+                           " --eval-every 2 --eval-windows 16 > " +
+                           (dir / "init.txt").string() + " 2>&1";
+  const int init_rc = std::system(init.c_str());
+  std::ifstream init_log(dir / "init.txt");
+  const std::string init_text((std::istreambuf_iterator<char>(init_log)),
+                              std::istreambuf_iterator<char>());
+  ASSERT_EQ(init_rc, 0) << init_text;
+  EXPECT_NE(init_text.find("initialised from the parameters of"), std::string::npos) << init_text;
+  EXPECT_NE(init_text.find("(trained as float32)"), std::string::npos) << init_text;
   fs::remove_all(dir);
 }
 
