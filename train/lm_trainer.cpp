@@ -45,6 +45,16 @@ std::vector<LmEvalRecord> parse_history(const std::string& text, const std::stri
   return h;
 }
 
+// The architecture part of a config key (what a parameter must match to be loadable) and the
+// recipe part: the batch, the window and the optimizer do not change any parameter's shape.
+std::string key_part(const std::string& key, const std::string& from, const std::string& to) {
+  const size_t begin = from.empty() ? 0 : key.find(from);
+  if (begin == std::string::npos) return "";
+  const size_t start = begin + from.size();
+  const size_t end = key.find(to, start);
+  return key.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
 }  // namespace
 
 struct LmTrainer::Program {
@@ -208,6 +218,53 @@ void LmTrainer::load_checkpoint(const std::string& path) {
   crops_.load_state(section("crops"));
   history_ = history;
   step_ = step;
+}
+
+void LmTrainer::copy_parameters_from(LmTrainer& other) {
+  const std::string mine = key_part(config_key(), "", " batch=");
+  const std::string theirs = key_part(other.config_key(), "", " batch=");
+  QG_CHECK(mine == theirs, "train.lm", "cannot copy the parameters of '", theirs, "' into '", mine,
+           "'");
+  other.program_->step->synchronize();
+  for (ValueId v : program_->model.parameters) {
+    const std::string& name = program_->graph->value(v).name;
+    const Tensor& src = other.executor().parameter(name);
+    Tensor& dst = executor().parameter(name);
+    QG_CHECK(src.dtype() == dst.dtype() && src.shape() == dst.shape(), "train.lm", "parameter '",
+             name, "' is ", dst.str(), " here but ", src.str(), " in the source model");
+    copy_bytes(dst.raw_data(), dst.device(), src.raw_data(), src.device(), dst.nbytes());
+  }
+}
+
+std::string LmTrainer::load_parameters(const std::string& path) {
+  std::vector<CheckpointSection> sections = read_checkpoint(path);
+  const CheckpointSections section(sections, path);
+  std::map<std::string, std::string> kv = section.meta();
+  const std::string mine = key_part(config_key(), "", " batch=");
+  const std::string theirs = key_part(kv["config"], "", " batch=");
+  QG_CHECK(mine == theirs, "checkpoint", path, ": written for the model '", printable(theirs),
+           "', this trainer's is '", mine, "'");
+  // Everything is decoded and checked before the trainer changes.
+  std::vector<std::pair<Tensor*, Tensor>> updates;
+  for (ValueId v : program_->model.parameters) {
+    const std::string& name = program_->graph->value(v).name;
+    const std::string key = "state/" + name + "/value";
+    Tensor t = decode_tensor(section(key), path + " [" + key + "]");
+    Tensor& dst = executor().parameter(name);
+    QG_CHECK(t.dtype() == dst.dtype() && t.shape() == dst.shape(), "checkpoint", path, ": '", key,
+             "' holds ", t.str(), ", the model needs ", dst.str());
+    updates.emplace_back(&dst, std::move(t));
+  }
+  program_->step->synchronize();
+  for (auto& [dst, t] : updates)
+    copy_bytes(dst->raw_data(), dst->device(), t.raw_data(), t.device(), dst->nbytes());
+  return key_part(kv["config"], " qconfig=", " optimizer=");
+}
+
+void LmTrainer::continue_crops_from(const LmTrainer& other) {
+  QG_CHECK(other.config_.seq == config_.seq, "train.lm", "crops of ", other.config_.seq,
+           " tokens cannot continue as crops of ", config_.seq);
+  crops_.load_state(other.crops_.save_state());
 }
 
 }  // namespace qg::nn

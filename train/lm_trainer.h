@@ -67,6 +67,18 @@ class LmTrainer {
   // A failed load leaves the trainer unchanged.
   void load_checkpoint(const std::string& path);
 
+  // Starting points for fine-tuning (`qat train --model llama --compare`): the trainable
+  // parameters (by name) of another trainer or of a checkpoint, into this trainer's model
+  // whatever its recipe; the optimizer moments, the step and the history stay as they are.
+  // A model of another architecture (sizes, heads, vocabulary) is a named error.
+  void copy_parameters_from(LmTrainer& other);
+  // Returns the QConfig description (QConfig::str()) the checkpoint was trained with. A
+  // failed load leaves the trainer unchanged.
+  std::string load_parameters(const std::string& path);
+  // The crop sampler continues from where `other`'s stands (a fine-tune sees the crops that
+  // pre-training would have drawn next).
+  void continue_crops_from(const LmTrainer& other);
+
   int64_t step() const { return step_; }
   double current_lr() const { return config_.lr.applied(step_); }
   int64_t windows_per_evaluation() const { return eval_batches_ * config_.batch; }

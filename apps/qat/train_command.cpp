@@ -252,11 +252,20 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--eval-windows", o->eval_windows,
                   "llama: validation windows per pass (0: every window of the split)")
       ->capture_default_str();
+  cmd->add_option("--recipes", o->recipes,
+                  "llama --compare: the recipes (comma-separated; default 8da4w, "
+                  "int4_weight_only, w8a8_dynamic, 8da3w, 8da2w)")
+      ->delimiter(',');
+  cmd->add_option("--qat-steps", o->qat_steps,
+                  "llama --compare: steps of each fine-tune (QAT and the float reference)")
+      ->capture_default_str();
   cmd->callback([o, cmd] {
     if (o->model == "llama") {
       // The digits defaults do not fit a language model: a smaller batch, a smaller rate.
       if (cmd->count("--batch") == 0) o->batch = 8;
       if (cmd->count("--lr") == 0) o->lr = 1e-3;
+      if (cmd->count("--qat-lr") == 0) o->qat_lr = o->lr / 10;
+      if (cmd->count("--seeds") == 0) o->seeds = 1;
       run_llama_training(*o);
       return;
     }

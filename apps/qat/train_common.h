@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "train/lm_trainer.h"
 #include "train/trainer.h"
 
 namespace qg::cli {
@@ -72,6 +73,10 @@ struct TrainOptions {
   std::string corpus;
   int64_t steps = 300, seq = 64, warmup = 30, eval_every = 100, eval_windows = 0;
   double min_lr_ratio = 0.1;
+  // --model llama --compare (apps/qat/train_llama_compare.cpp): the recipes (empty: all
+  // quantized ones) and the fine-tune's steps; --qat-lr defaults to a tenth of --lr there.
+  std::vector<std::string> recipes;
+  int64_t qat_steps = 100;
 };
 
 // The result of one trained (or calibrated) model.
@@ -117,6 +122,9 @@ void run_training(nn::Trainer& t, int epochs, const std::string& label,
 // `qat train --model llama`: trains on the text corpus (o.data is the tokenizer and token
 // cache folder). checkpoint_every counts steps.
 void run_llama_training(const TrainOptions& o);
+// The LmTrainer settings of --model llama: every run of it (single or --compare) trains so.
+nn::LmTrainConfig llama_train_config(const TrainOptions& o, const nn::LlamaConfig& model);
+void run_llama_compare(const TrainOptions& o);
 
 void write_metrics(const std::string& dir, const std::string& stem,
                    const std::vector<nn::EpochMetrics>& history, const std::string& extra_json);

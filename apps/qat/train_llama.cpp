@@ -3,7 +3,8 @@
 // sources, tokenized by a SentencePiece BPE model (data/token_data.h), through
 // nn::LmTrainer. Prints a progress bar, the validation loss and perplexity every
 // --eval-every steps beside a unigram baseline, and writes metrics (CSV, JSON), curves (PNG)
-// and a resumable checkpoint.
+// and a resumable checkpoint. --init starts from the parameters of another run's checkpoint
+// (nn::LmTrainer::load_parameters); --compare is apps/qat/train_llama_compare.cpp.
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,10 +56,33 @@ Device lm_device(const std::string& device) {
 
 }  // namespace
 
+nn::LmTrainConfig llama_train_config(const TrainOptions& o, const nn::LlamaConfig& model) {
+  nn::LmTrainConfig c;
+  c.model = model;
+  c.qconfig = qconfig_from(o);
+  c.batch = o.batch;
+  c.seq = o.seq;
+  c.lr.peak = o.lr;
+  c.lr.warmup = o.warmup;
+  c.lr.total = o.steps;
+  c.lr.min_ratio = o.min_lr_ratio;
+  c.optimizer.kind = o.optimizer;
+  c.seed = o.seed;
+  c.device = lm_device(o.device);
+  c.validation_windows = o.eval_windows;
+  return c;
+}
+
 void run_llama_training(const TrainOptions& o) {
-  QG_CHECK(!o.compare && o.nproc == 1 && o.init.empty() && o.time_steps == 0, "train",
-           "--model llama trains in one process from its own initialisation: --compare, "
-           "--nproc, --init and --time-steps are for the digits models");
+  QG_CHECK(o.nproc == 1 && o.time_steps == 0, "train",
+           "--model llama trains in one process: --nproc and --time-steps are for the digits "
+           "models");
+  if (o.compare) {
+    run_llama_compare(o);
+    return;
+  }
+  QG_CHECK(o.init.empty() || o.resume.empty(), "train", "--init '", o.init, "' and --resume '",
+           o.resume, "' both set the starting weights; give one");
   QG_CHECK(!o.llama_config.empty(), "train",
            "--model llama needs --config (a Hugging Face "
            "config.json)");
@@ -82,21 +106,12 @@ void run_llama_training(const TrainOptions& o) {
       static_cast<long long>(data.validation_files), data.tokenizer_path.c_str(),
       static_cast<long long>(data.vocab_size));
 
-  nn::LmTrainConfig c;
-  c.model = model;
-  c.qconfig = qconfig_from(o);
-  c.batch = o.batch;
-  c.seq = o.seq;
-  c.lr.peak = o.lr;
-  c.lr.warmup = o.warmup;
-  c.lr.total = o.steps;
-  c.lr.min_ratio = o.min_lr_ratio;
-  c.optimizer.kind = o.optimizer;
-  c.seed = o.seed;
-  c.device = lm_device(o.device);
-  c.validation_windows = o.eval_windows;
+  const nn::LmTrainConfig c = llama_train_config(o, model);
   nn::LmTrainer t(c, data.train, data.validation);
   ensure_dir(o.out);
+  if (!o.init.empty())
+    std::printf("initialised from the parameters of %s (trained as %s)\n", o.init.c_str(),
+                t.load_parameters(o.init).c_str());
   if (!o.resume.empty()) {
     t.load_checkpoint(o.resume);
     std::printf("resumed from %s at step %lld\n", o.resume.c_str(),
