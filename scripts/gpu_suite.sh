@@ -29,8 +29,9 @@ note "build: $(($(date +%s) - t0)) s; $(grep -E 'qatgraph: (CUDA|Python)' "$out/
 out=$(cd "$out" && pwd)
 # Left out: the fuzzers (long), and the tests that run Debian's PyTorch 1.13 at /usr/bin/python3
 # (conformance, torch_import), which the GPU image lacks; CI runs them.
-(cd "$build" && timeout "${T_CTEST:-420}" ctest -j "$(nproc)" --timeout 300 -E "${CTEST_EXCLUDE:-fuzz|conformance|package_consumer|torch_import}" \
-  >"$out/ctest.log" 2>&1)
+# CTEST_ONLY=regex runs only the tests it matches (a focused call on a short device budget).
+(cd "$build" && timeout "${T_CTEST:-420}" ctest -j "$(nproc)" --timeout 300 ${CTEST_ONLY:+-R "$CTEST_ONLY"} \
+  -E "${CTEST_EXCLUDE:-fuzz|conformance|package_consumer|torch_import}" >"$out/ctest.log" 2>&1)
 note "ctest: rc=$?; $(grep -E 'tests passed|tests failed' "$out/ctest.log")"
 grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)' "$out/ctest.log" | head -30
 # The pytest suite again on its own, with faulthandler's backtrace if it crashes, and with
@@ -39,8 +40,8 @@ torchao=.gpudeps/torchao
 if [ ! -d "$torchao" ] && ls .gpudeps/wheels/torchao-*.whl >/dev/null 2>&1; then
   python3 -m zipfile -e .gpudeps/wheels/torchao-*.whl "$torchao"
 fi
-PYTHONPATH="$build/python:$torchao" PYTHONFAULTHANDLER=1 timeout 300 python3 -m pytest -q -x python/tests \
-  >"$out/pytest.log" 2>&1
+PYTHONPATH="$build/python:$torchao" PYTHONFAULTHANDLER=1 timeout 300 python3 -m pytest -q -x \
+  ${PYTEST_ONLY:+-k "$PYTEST_ONLY"} python/tests >"$out/pytest.log" 2>&1
 rc=$?
 note "pytest ($(python3 --version 2>&1)): rc=$rc; $(tail -1 "$out/pytest.log")"
 # A crash (signal) is run again under a debugger for the native backtrace.
@@ -52,9 +53,9 @@ if [ "$rc" -gt 128 ] || grep -q "Fatal Python error" "$out/pytest.log"; then
     note "pytest crash backtrace ($dbg): $(grep -m3 -E '^#[0-9]' "$out/pytest_gdb.log" | tr '\n' ' ')"
   fi
 fi
-[ -n "${SKIP_CROSS:-}" ] || timeout "${T_CROSS:-180}" "$build"/apps/qat crosscheck >"$out/crosscheck.log" 2>&1
+[ -n "${SKIP_CROSS:-}" ] || timeout "${T_CROSS:-180}" "$build"/apps/qat crosscheck ${CROSS_OPS:-} >"$out/crosscheck.log" 2>&1
 note "qat crosscheck: rc=$?; $(grep -E '^crosscheck summary' "$out/crosscheck.log")"
-if command -v compute-sanitizer >/dev/null; then
+if [ -z "${SKIP_MEMCHECK:-}" ] && command -v compute-sanitizer >/dev/null; then
   # API errors are left out: the out-of-memory test provokes one on purpose.
   timeout 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
     "$build"/tests/test_gpu \
