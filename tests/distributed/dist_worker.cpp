@@ -354,6 +354,7 @@ int main(int argc, char** argv) {
   int rank = 0, world = 1;
   try {
     if (auto env = dist::LaunchEnv::from_environment()) {
+      rank = env->rank;  // before connecting, so a failed rendezvous names the right rank
       dist::GroupOptions go;
       go.timeout = dist::timeout_from_environment(go.timeout);
       group = dist::ProcessGroup::connect(*env, go);
@@ -367,7 +368,9 @@ int main(int argc, char** argv) {
         group && world > 1 && !on_cuda ? &group->communicator(Device::cpu()) : nullptr;
     std::ofstream out(dir + "/" + scenario + (arg.empty() ? "" : "_" + arg) + "_w" +
                       std::to_string(world) + "_r" + std::to_string(rank) + ".txt");
-    if (scenario == "collectives")
+    if (scenario == "connect")  // the rendezvous alone: every rank exits right after it
+      out << "ok\n";
+    else if (scenario == "collectives")
       collectives(group->communicator(Device::cpu()), out);
     else if (scenario == "observers")
       observers(c, arg == "fused", out);
