@@ -158,5 +158,56 @@ TEST(LmDataParallel, BadCommunicatorsAreNamedErrors) {
                 "2 per rank x 5 ranks"});
 }
 
+// `qat train --model llama --nproc 2 --device cpu` on the tutorial: rank 0 writes the
+// checkpoint and metrics into OUT, rank 1 its metrics into OUT/rank1, with the same losses;
+// they are one process's on the global batch; the checkpoint resumes in one process.
+TEST(LmDataParallel, QatTrainLlamaNproc2MatchesOneProcessAndResumes) {
+  SKIP_WITHOUT_GLOO();
+  if (!nn::tokenizer_available()) GTEST_SKIP() << "built without SentencePiece";
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "qat's tokenizer needs RTLD_DEEPBIND, which AddressSanitizer refuses";
+#endif
+  const std::string corpus = nn::default_text_corpus_dir() + "/tutorial";
+  if (!fs::is_directory(corpus)) GTEST_SKIP() << corpus << " is missing (python3.11-doc)";
+  const char* qat = std::getenv("QG_QAT");
+  ASSERT_NE(qat, nullptr) << "ctest sets QG_QAT to the qat program";
+  const std::string dir = scratch("lm_cli");
+  auto run = [&](const std::string& out, const std::string& args) {
+    const std::string cmd =
+        "QG_NUM_THREADS=1 " + std::string(qat) + " train --model llama --config " +
+        QG_TRAIN_TEST_DIR + "/fixtures/llama_tiny_config.json --data " + dir + "/data --corpus " +
+        corpus + " --device cpu --seq 16 --eval-every 2 --eval-windows 8 " + "--out " + dir + "/" +
+        out + " " + args + " > " + dir + "/" + out + ".log 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << read_file(dir + "/" + out + ".log");
+  };
+  run("two", "--nproc 2 --batch 2 --steps 4");
+  run("one", "--batch 4 --steps 4");
+  run("resumed", "--batch 4 --steps 6 --resume " + dir + "/two/checkpoint.qgck");
+  EXPECT_NE(read_file(dir + "/two.log").find("data parallel: rank 1 of 2 (gloo), global batch 4"),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(dir + "/two/checkpoint.qgck"));
+  EXPECT_FALSE(fs::exists(dir + "/two/rank1/checkpoint.qgck"));
+  auto losses = [&](const std::string& metrics) {
+    std::vector<double> v;
+    nlohmann::json m = nlohmann::json::parse(read_file(dir + "/" + metrics));
+    for (const auto& e : m["evaluations"]) {
+      v.push_back(e["train_loss"]);
+      v.push_back(e["validation_loss"]);
+    }
+    return v;
+  };
+  const std::vector<double> two = losses("two/metrics.json"), one = losses("one/metrics.json");
+  ASSERT_EQ(two.size(), 4u);
+  EXPECT_EQ(losses("two/rank1/metrics.json"), two);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < two.size(); ++i)
+    EXPECT_NEAR(two[i], one[i], kFloatTolerance * std::fabs(one[i])) << i;
+  EXPECT_NE(read_file(dir + "/resumed.log").find("at step 4"), std::string::npos);
+  // The checkpoint's history (steps 2 and 4), then the evaluation at step 6.
+  const std::vector<double> resumed = losses("resumed/metrics.json");
+  ASSERT_EQ(resumed.size(), 6u);
+  EXPECT_EQ(std::vector<double>(resumed.begin(), resumed.begin() + 4), two);
+}
+
 }  // namespace
 }  // namespace qg
