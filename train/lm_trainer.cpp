@@ -1,11 +1,14 @@
 #include "train/lm_trainer.h"
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/printable.h"
+#include "runtime/distributed/gather_bytes.h"
+#include "runtime/distributed/gradient_sync.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_states.h"
 
@@ -82,13 +85,22 @@ LmTrainer::LmTrainer(const LmTrainConfig& config, const std::vector<int32_t>& tr
              side == &train ? "training" : "validation", " stream is >= the config's vocab_size ",
              m.vocab_size, " (the tokenizer has more pieces than the model has embeddings)");
   }
+  QG_CHECK(!config.comm || config.comm->memory() == config.device.type, "train.lm", "the ",
+           config.comm ? config.comm->backend() : "", " communicator takes ",
+           config.comm ? device_type_name(config.comm->memory()) : "", " buffers, the model is on ",
+           config.device.str());
+  const int world = config.world_size();
   const int64_t windows = validation_windows(static_cast<int64_t>(validation.size()), config.seq,
                                              config.validation_windows);
-  eval_batches_ = windows / config.batch;
+  eval_batches_ = windows / global_batch();
   QG_CHECK(eval_batches_ >= 1, "train.lm", "the validation stream of ", validation.size(),
            " tokens holds ", windows, " window(s) of ", config.seq,
-           " tokens, less than one batch of ", config.batch);
+           " tokens, less than one batch of ", global_batch(),
+           world > 1 ? " (" + std::to_string(config.batch) + " per rank x " +
+                           std::to_string(world) + " ranks)"
+                     : "");
   ids_ = Tensor::empty({config.batch, config.seq}, DType::i64);
+  if (world > 1) global_ids_ = Tensor::empty({global_batch(), config.seq}, DType::i64);
   program_for(config.lr.applied(0));
 }
 
@@ -108,9 +120,12 @@ LmTrainer::Program& LmTrainer::program_for(double lr) {
   opt.lr = lr;
   CompileOptions options;
   options.device = config_.device;
-  p->step = std::make_unique<CompiledStep>(
-      *p->graph, TrainingSpec{p->model.loss, p->model.parameters, optimizer_nodes(opt), {}},
-      options);
+  TrainingSpec training{p->model.loss, p->model.parameters, optimizer_nodes(opt), {}};
+  if (config_.world_size() > 1) {
+    training.gradient_sync = dist::bucketed_all_reduce(config_.bucket_bytes);
+    options.context.communicator = config_.comm;
+  }
+  p->step = std::make_unique<CompiledStep>(*p->graph, training, options);
   // Node names do not depend on the rate, so every state (weights, moments, observers)
   // carries over as the very same tensor.
   if (program_) share_states(program_->step->executor(), p->step->executor());
@@ -122,27 +137,46 @@ LmTrainer::Program& LmTrainer::program_for(double lr) {
 
 double LmTrainer::train_step() {
   Program& p = program_for(config_.lr.applied(step_));
-  crops_.fill(ids_);
+  if (config_.world_size() == 1) {
+    crops_.fill(ids_);
+  } else {
+    // Every rank draws the whole global batch, so the crop stream stays that of one process
+    // on the global batch (and checkpoints resume under any rank count); this rank's shard
+    // is rows [rank * batch, (rank + 1) * batch).
+    crops_.fill(global_ids_);
+    const size_t shard = static_cast<size_t>(ids_.numel());
+    std::memcpy(ids_.data<int64_t>(), global_ids_.data<int64_t>() + config_.rank() * shard,
+                shard * sizeof(int64_t));
+  }
   labels_ = next_token_labels(ids_);
   const std::vector<Tensor>& out =
       p.step->train({{"input_ids", ids_}, {"labels", labels_}}, {p.model.loss});
   p.step->synchronize();
   ++step_;
-  return on_host(out[0], host_loss_).at(0);
+  return mean_over_ranks(on_host(out[0], host_loss_).at(0));
+}
+
+double LmTrainer::mean_over_ranks(double value) const {
+  const int world = config_.world_size();
+  if (world == 1) return value;
+  dist::all_reduce_host(*config_.comm, &value, 1, ReduceOp::sum, config_.device);
+  return value / static_cast<double>(world);
 }
 
 double LmTrainer::evaluate() {
   Program& p = *program_;
   double sum = 0;
   Tensor ids = Tensor::empty({config_.batch, config_.seq}, DType::i64);
+  // Data parallel: this rank's shard of each global batch of windows; the batch means are
+  // then averaged over every rank's batches (the shards are equal in size).
   for (int64_t b = 0; b < eval_batches_; ++b) {
-    fill_windows(validation_, b * config_.batch, ids);
+    fill_windows(validation_, b * global_batch() + config_.rank() * config_.batch, ids);
     const std::vector<Tensor>& out = p.step->forward(
         {{"input_ids", ids}, {"labels", next_token_labels(ids)}}, {p.model.loss}, false);
     p.step->synchronize();
     sum += on_host(out[0], host_loss_).at(0);
   }
-  return sum / static_cast<double>(eval_batches_);
+  return mean_over_ranks(sum) / static_cast<double>(eval_batches_);
 }
 
 const LmEvalRecord& LmTrainer::record(double train_loss, double seconds) {
@@ -158,7 +192,7 @@ double LmTrainer::unigram_validation_loss() const {
   // The targets evaluate() scores: tokens 1 .. seq - 1 of each window.
   double nll = 0;
   int64_t n = 0;
-  for (int64_t w = 0; w < eval_batches_ * config_.batch; ++w)
+  for (int64_t w = 0; w < windows_per_evaluation(); ++w)
     for (int64_t i = 1; i < config_.seq; ++i, ++n)
       nll -= std::log(count[static_cast<size_t>(validation_[w * config_.seq + i])] / total);
   return nll / static_cast<double>(n);
@@ -176,7 +210,7 @@ std::string LmTrainer::config_key() const {
   os << "llama hidden=" << m.hidden_size << " intermediate=" << m.intermediate_size
      << " layers=" << m.num_hidden_layers << " heads=" << m.num_attention_heads
      << " kv_heads=" << m.num_key_value_heads << " vocab=" << m.vocab_size
-     << " tied=" << m.tie_word_embeddings << " batch=" << config_.batch << " seq=" << config_.seq
+     << " tied=" << m.tie_word_embeddings << " batch=" << global_batch() << " seq=" << config_.seq
      << " qconfig=" << config_.qconfig.str() << " optimizer=" << config_.optimizer.kind;
   return os.str();
 }
@@ -191,7 +225,10 @@ void LmTrainer::save_checkpoint(const std::string& path) {
   program_->step->synchronize();
   for (const auto& [key, t] : state_index(executor()))
     sections.push_back({"state/" + key, encode_tensor(*t)});
-  write_checkpoint(path, sections);
+  // Data parallel: every rank holds the same state; rank 0 writes it (atomically, as
+  // write_checkpoint always does), and no rank goes on before the file is complete.
+  if (config_.rank() == 0) write_checkpoint(path, sections);
+  if (config_.world_size() > 1) config_.comm->barrier();
 }
 
 void LmTrainer::load_checkpoint(const std::string& path) {

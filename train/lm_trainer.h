@@ -7,6 +7,9 @@
 // follows an LrSchedule, applied by recompiling at its levels (train/lr_schedule.h). The
 // crop sampler's RNG state, the step and the evaluation history are part of every
 // checkpoint, so a resumed run continues the uninterrupted one bit for bit on the CPU.
+//
+// Data parallel (LmTrainConfig::comm): N ranks train as one process on the global batch of
+// batch x N crops would, up to the order of the gradient additions (docs/DISTRIBUTED.md).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "data/token_loader.h"
+#include "device/communicator.h"
 #include "nn/llama.h"
 #include "runtime/compile.h"
 #include "train/lr_schedule.h"
@@ -31,6 +35,21 @@ struct LmTrainConfig {
   uint64_t seed = 1;
   Device device = Device::cpu();
   int64_t validation_windows = 0;  // cap on the windows evaluated (<= 0: all)
+
+  // Data parallelism (runtime/distributed/): the communicator this trainer is one rank of
+  // (Gloo for a CPU device, NCCL for CUDA; owned by the caller); null or a group of one: one
+  // process. `batch` is then per rank: every rank draws the same global batch of
+  // batch * world_size crops from the one crop stream, in the order one process with that
+  // batch draws them, and trains on crops [rank * batch, (rank + 1) * batch); the gradients
+  // are averaged over the ranks in buckets of `bucket_bytes`. The losses train_step() and
+  // evaluate() return are the global batch's, the same number on every rank. Rank 0 writes
+  // checkpoints, keyed on the global batch, so a run resumes under any rank count that keeps
+  // it.
+  Communicator* comm = nullptr;
+  int64_t bucket_bytes = int64_t{25} << 20;
+
+  int world_size() const { return comm ? comm->world_size() : 1; }
+  int rank() const { return comm ? comm->rank() : 0; }
 };
 
 struct LmEvalRecord {
@@ -43,17 +62,21 @@ struct LmEvalRecord {
 class LmTrainer {
  public:
   // Throws qg::Error (op "train.lm") when a token id is >= the config's vocab_size, seq
-  // exceeds max_position_embeddings, or the validation stream holds less than one batch of
-  // windows; the model and optimizer report their own errors.
+  // exceeds max_position_embeddings, the validation stream holds less than one global batch
+  // of windows, or the communicator's memory is not the device's; the model and optimizer
+  // report their own errors.
   LmTrainer(const LmTrainConfig& config, const std::vector<int32_t>& train,
             const std::vector<int32_t>& validation);
   ~LmTrainer();
   LmTrainer(const LmTrainer&) = delete;
   LmTrainer& operator=(const LmTrainer&) = delete;
 
-  // One optimizer step on fresh crops; returns its loss.
+  // One optimizer step on fresh crops; returns its loss (data parallel: the mean of the
+  // ranks' shard losses).
   double train_step();
-  // Mean cross-entropy (nats per token) over the validation windows, eval mode.
+  // Mean cross-entropy (nats per token) over the validation windows, eval mode. Data
+  // parallel: each rank evaluates its shard of every global batch of windows, and the mean
+  // is taken over all of them.
   double evaluate();
   // Adds an evaluation record (evaluate() now, the mean of the losses since the last one).
   const LmEvalRecord& record(double train_loss, double seconds);
@@ -63,6 +86,8 @@ class LmTrainer {
   // context reaches.
   double unigram_validation_loss() const;
 
+  // Data parallel: every rank calls it; rank 0 writes the file (atomically), and no rank
+  // returns before it is complete.
   void save_checkpoint(const std::string& path);
   // A failed load leaves the trainer unchanged.
   void load_checkpoint(const std::string& path);
@@ -81,7 +106,7 @@ class LmTrainer {
 
   int64_t step() const { return step_; }
   double current_lr() const { return config_.lr.applied(step_); }
-  int64_t windows_per_evaluation() const { return eval_batches_ * config_.batch; }
+  int64_t windows_per_evaluation() const { return eval_batches_ * global_batch(); }
   int compiles() const { return compiles_; }
   int64_t parameter_count() const;
   const std::vector<LmEvalRecord>& history() const { return history_; }
@@ -93,6 +118,9 @@ class LmTrainer {
   // The program whose adam rate is `lr`, built with the current program's states.
   Program& program_for(double lr);
   std::string config_key() const;
+  int64_t global_batch() const { return config_.batch * config_.world_size(); }
+  // The mean of `value` over the ranks (the value itself in one process).
+  double mean_over_ranks(double value) const;
 
   LmTrainConfig config_;
   const std::vector<int32_t>& train_;
@@ -103,6 +131,7 @@ class LmTrainer {
   int64_t step_ = 0;
   int compiles_ = 0;
   Tensor ids_, labels_, host_loss_;
+  Tensor global_ids_;  // data parallel: the global batch's crops, of which ids_ is a shard
   std::vector<LmEvalRecord> history_;
 };
 

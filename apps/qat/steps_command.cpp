@@ -21,11 +21,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
 
 #include "apps/qat/commands.h"
+#include "apps/qat/steps_common.h"
 #include "apps/qat/train_common.h"
 #include "bench/harness/device_timer.h"
 #include "data/digits.h"
@@ -57,16 +59,32 @@ struct StepsOptions {
   std::string precision = "f32";  // the llama step's PrecisionPolicy (nn::parse_precision)
   std::string recipe = "8da4w";   // the llama QAT row's recipe (nn::parse_recipe)
   int group_size = 32;            // of the group-wise recipes' weights
+  // Data parallel (--model llama only; steps_distributed.cpp): --nproc local ranks, or the
+  // torchrun variables of another launcher.
+  int nproc = 1;
+  bool no_grad_sync = false;
+  double bucket_mb = 25, dist_timeout = 60;
 };
 
-struct StepGraph {
-  Graph graph;
-  ValueId loss = kNoValue;
-  std::vector<ValueId> parameters;
-  nn::OptimizerConfig optimizer{"sgd", 0.01, 0.0};
-  std::vector<NodeId> updates;  // the optimizer nodes, once compiled (--profile runs them)
-  Executor::Feeds feeds;
-};
+// `qat steps` as one rank of a data-parallel group (WORLD_SIZE > 1).
+void run_steps_rank(const StepsOptions& o, dist::ProcessGroup& group) {
+  QG_CHECK(o.model == "llama" && !o.profile && !o.tf32, "steps",
+           "data-parallel timing (WORLD_SIZE ", group.world_size(),
+           ") covers --model llama without --profile and --tf32, not --model ", o.model);
+  DataParallelSteps d;
+  d.device = o.device;
+  d.variant = o.variant;
+  d.precision = o.precision;
+  d.recipe = o.recipe;
+  d.group_size = o.group_size;
+  d.reps = o.reps;
+  d.small = o.small;
+  d.wall = o.wall;
+  d.grad_sync = !o.no_grad_sync;
+  d.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  QG_CHECK(d.bucket_bytes > 0, "steps", "--bucket-mb ", o.bucket_mb, " must be > 0");
+  time_llama_data_parallel(group, d);
+}
 
 Tensor random_tensor(const Shape& shape, uint64_t seed) {
   nn::Rng rng(seed);
@@ -114,6 +132,8 @@ void build_transformer(StepGraph& s, const nn::QConfig& qc, bool small) {
              {"labels", random_labels(batch * seq, 10, 3)}};
 }
 
+}  // namespace
+
 void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
                       const nn::PrecisionPolicy& precision) {
   nn::LlamaConfig c;
@@ -135,6 +155,8 @@ void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
     ids.data<int64_t>()[i] = static_cast<int64_t>(rng.below(c.vocab_size));
   s.feeds = {{"input_ids", ids}, {"labels", nn::next_token_labels(ids)}};
 }
+
+namespace {
 
 // The digits models `qat train` trains, at its default options (`--weight-bits 8 --act-bits
 // 8` for QAT), on the batch `qat train --time-steps` times (the first rows of the training
@@ -201,14 +223,17 @@ void reset_device_peak(Device device) {
 // and the scratch pool, which a compiled step allocates once (torch.cuda.max_memory_allocated
 // over training steps is the PyTorch figure to set it against). The executor's first,
 // validated run allocates every value anew and is left out.
+}  // namespace
+
 double time_step(StepGraph& s, Device device, const ContextOptions& context, int reps, bool wall,
-                 int* kernels, size_t* resident_bytes) {
+                 int* kernels, size_t* resident_bytes, const GradientSync& gradient_sync) {
   const size_t before = device_bytes_in_use(device, false);
   CompileOptions options;
   options.device = device;
   options.context = context;
   options.outputs = {s.loss};
-  CompiledStep step(s.graph, {s.loss, s.parameters, nn::optimizer_nodes(s.optimizer), {}}, options);
+  CompiledStep step(
+      s.graph, {s.loss, s.parameters, nn::optimizer_nodes(s.optimizer), gradient_sync}, options);
   step.train(s.feeds, {});  // the executor's validated run
   step.train({}, {});       // the first launch (records the temporaries)
   *kernels = step.kernels_per_launch({}, true, true);
@@ -238,6 +263,8 @@ double time_step(StepGraph& s, Device device, const ContextOptions& context, int
   step.synchronize();
   return us;
 }
+
+namespace {
 
 // Prints per-op times (ms per step, and nodes per step), largest first.
 void print_profile(const std::map<std::string, std::pair<double, int>>& per_op, int runs,
@@ -374,7 +401,35 @@ void add_steps_command(CLI::App& app) {
       ->check(CLI::IsMember({32, 64, 128, 256}));
   cmd->add_flag("--tf32", o->tf32,
                 "Also time each step with TF32 GEMMs and convolutions (rows labelled tf32)");
+  cmd->add_option("--nproc", o->nproc,
+                  "--model llama: data-parallel ranks started on this host (one per GPU with "
+                  "--device cuda), each timing the step with its own batch and the gradient "
+                  "all-reduce")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  cmd->add_flag("--no-grad-sync", o->no_grad_sync,
+                "Data parallel: time the step without the gradient all-reduce (no "
+                "communication), to estimate how much of the all-reduce the backward pass hides");
+  cmd->add_option("--bucket-mb", o->bucket_mb, "Data parallel: gradient all-reduce bucket size")
+      ->capture_default_str();
+  cmd->add_option("--dist-timeout", o->dist_timeout,
+                  "Data parallel: seconds a collective waits before every rank fails")
+      ->capture_default_str();
   cmd->callback([o] {
+    if (o->nproc > 1 || std::getenv("WORLD_SIZE") != nullptr) {
+      QG_CHECK(o->model == "llama", "steps",
+               "--nproc and the torchrun variables time --model "
+               "llama only, not --model ",
+               o->model);
+      if (starts_ranks(o->nproc)) {
+        run_launcher(o->nproc, o->dist_timeout, "steps");
+        return;
+      }
+      if (std::unique_ptr<dist::ProcessGroup> group = join_group(o->dist_timeout)) {
+        run_reporting_failures(group.get(), [&] { run_steps_rank(*o, *group); });
+        return;
+      }
+    }
     Device device = Device::cpu();
     if (o->device == "cuda" || (o->device == "auto" && cuda_available())) device = Device::cuda();
     auto backend = make_backend(device);

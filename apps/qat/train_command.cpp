@@ -114,69 +114,23 @@ void run_single(const TrainOptions& o) {
   std::printf("wrote %s/metrics.json, metrics.csv, curves.png, checkpoint.qgck\n", o.out.c_str());
 }
 
-// --nproc N: this same command line, less --nproc, started N times with the torchrun
-// variables; returns once every rank has exited, throwing naming the first that failed.
-void run_launcher(const TrainOptions& o) {
-  std::ifstream f("/proc/self/cmdline", std::ios::binary);
-  std::vector<std::string> args;
-  for (std::string a; std::getline(f, a, '\0');) args.push_back(a);
-  QG_CHECK(!args.empty(), "train", "cannot read this process's command line");
-  std::vector<std::string> argv;
-  char exe[4096] = {};
-  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  argv.push_back(n > 0 ? std::string(exe, static_cast<size_t>(n)) : args[0]);
-  for (size_t i = 1; i < args.size(); ++i) {
-    if (args[i] == "--nproc") {
-      ++i;
-      continue;
-    }
-    if (args[i].rfind("--nproc=", 0) == 0) continue;
-    argv.push_back(args[i]);
-  }
-  dist::LocalLaunch launch;
-  launch.argv = argv;
-  launch.nproc = o.nproc;
-  launch.grace = std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000));
-  std::printf("qat train: starting %d ranks on this host\n", o.nproc);
-  std::fflush(stdout);
-  dist::LaunchResult r = dist::launch_local(launch);
-  QG_CHECK(r.failed_rank < 0, "train", r.what, "; the other ranks were stopped");
-}
-
 // The training run of this process, as one rank of its group when the torchrun variables
 // say so: a failure is reported to the group (so the other ranks name this one) and raised.
 void run_rank(TrainOptions o) {
-  std::unique_ptr<dist::ProcessGroup> group;
-  std::optional<dist::LaunchEnv> env = dist::LaunchEnv::from_environment();
-  if (env && env->world_size > 1) {
-    QG_CHECK(!o.compare, "train",
-             "--compare trains several models one after the other; run it "
-             "in one process");
-    QG_CHECK(o.dist_timeout > 0, "train", "--dist-timeout ", o.dist_timeout, " must be > 0");
-    dist::GroupOptions go;
-    go.timeout = dist::timeout_from_environment(
-        std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000)));
-    group = dist::ProcessGroup::connect(*env, go);
-    const bool cuda = o.device == "cuda" || (o.device == "auto" && cuda_available());
-    o.local_rank = env->local_rank;
-    o.comm = &group->communicator(cuda ? Device::cuda(env->local_rank) : Device::cpu());
-    o.device = cuda ? "cuda" : "cpu";
-    if (env->rank > 0) {  // one output folder per rank; the checkpoint is rank 0's
-      o.checkpoint_dir = o.out;
-      o.out += "/rank" + std::to_string(env->rank);
-    }
-  }
-  try {
+  const char* world = std::getenv("WORLD_SIZE");
+  QG_CHECK(!o.compare || world == nullptr || std::string(world) == "1", "train",
+           "--compare trains several models one after the other; run it "
+           "in one process");
+  std::unique_ptr<dist::ProcessGroup> group = join_group(o.dist_timeout);
+  if (group) bind_rank(o, *group);
+  run_reporting_failures(group.get(), [&] {
     if (o.time_steps > 0)
       run_timing(o);
     else if (o.compare)
       run_compare(o);
     else
       run_single(o);
-  } catch (const std::exception& e) {
-    if (group) group->report_failure(e.what());
-    throw;
-  }
+  });
 }
 
 }  // namespace
@@ -270,8 +224,8 @@ void add_train_command(CLI::App& app) {
       return;
     }
     apply_model_defaults(*o, [cmd](const char* option) { return cmd->count(option) > 0; });
-    if (o->nproc > 1 && std::getenv("WORLD_SIZE") == nullptr)
-      run_launcher(*o);
+    if (starts_ranks(o->nproc))
+      run_launcher(o->nproc, o->dist_timeout, "train");
     else
       run_rank(*o);
   });

@@ -7,13 +7,17 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
 #include "nn/import_weights.h"
 #include "nn/quantized.h"
 #include "runtime/backend.h"
+#include "runtime/distributed/launch.h"
 #include "train/checkpoint.h"
 #include "train/png_plot.h"
 
@@ -274,6 +278,68 @@ void write_metrics(const std::string& dir, const std::string& stem,
   json << "  ]" << (extra_json.empty() ? "" : ",\n" + extra_json) << "\n}\n";
   nn::write_file_atomic(dir + "/" + stem + ".csv", csv.str());
   nn::write_file_atomic(dir + "/" + stem + ".json", json.str());
+}
+
+bool starts_ranks(int nproc) {
+  return nproc > 1 && std::getenv("WORLD_SIZE") == nullptr;
+}
+
+void run_launcher(int nproc, double dist_timeout, const std::string& command) {
+  QG_CHECK(dist_timeout > 0, command, "--dist-timeout ", dist_timeout, " must be > 0");
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  for (std::string a; std::getline(f, a, '\0');) args.push_back(a);
+  QG_CHECK(!args.empty(), command, "cannot read this process's command line");
+  std::vector<std::string> argv;
+  char exe[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  argv.push_back(n > 0 ? std::string(exe, static_cast<size_t>(n)) : args[0]);
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (args[i].rfind("--nproc=", 0) == 0) continue;
+    argv.push_back(args[i]);
+  }
+  dist::LocalLaunch launch;
+  launch.argv = argv;
+  launch.nproc = nproc;
+  launch.grace = std::chrono::milliseconds(static_cast<int64_t>(dist_timeout * 1000));
+  std::printf("qat %s: starting %d ranks on this host\n", command.c_str(), nproc);
+  std::fflush(stdout);
+  dist::LaunchResult r = dist::launch_local(launch);
+  QG_CHECK(r.failed_rank < 0, command, r.what, "; the other ranks were stopped");
+}
+
+std::unique_ptr<dist::ProcessGroup> join_group(double dist_timeout) {
+  std::optional<dist::LaunchEnv> env = dist::LaunchEnv::from_environment();
+  if (!env || env->world_size == 1) return nullptr;
+  QG_CHECK(dist_timeout > 0, "launch", "--dist-timeout ", dist_timeout, " must be > 0");
+  dist::GroupOptions go;
+  go.timeout = dist::timeout_from_environment(
+      std::chrono::milliseconds(static_cast<int64_t>(dist_timeout * 1000)));
+  return dist::ProcessGroup::connect(*env, go);
+}
+
+void bind_rank(TrainOptions& o, dist::ProcessGroup& group) {
+  const bool cuda = o.device == "cuda" || (o.device == "auto" && cuda_available());
+  o.local_rank = group.env().local_rank;
+  o.comm = &group.communicator(cuda ? Device::cuda(o.local_rank) : Device::cpu());
+  o.device = cuda ? "cuda" : "cpu";
+  if (group.rank() > 0) {  // one output folder per rank; the checkpoint is rank 0's
+    o.checkpoint_dir = o.out;
+    o.out += "/rank" + std::to_string(group.rank());
+  }
+}
+
+void run_reporting_failures(dist::ProcessGroup* group, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    if (group) group->report_failure(e.what());
+    throw;
+  }
 }
 
 }  // namespace qg::cli

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/distributed/process_group.h"
 #include "train/lm_trainer.h"
 #include "train/trainer.h"
 
@@ -125,6 +126,25 @@ void run_llama_training(const TrainOptions& o);
 // The LmTrainer settings of --model llama: every run of it (single or --compare) trains so.
 nn::LmTrainConfig llama_train_config(const TrainOptions& o, const nn::LlamaConfig& model);
 void run_llama_compare(const TrainOptions& o);
+
+// Data parallelism, shared by `qat train` (every model) and `qat steps`.
+// Whether this process starts the ranks itself: --nproc > 1 and no launcher's WORLD_SIZE.
+bool starts_ranks(int nproc);
+// --nproc N: this process's command line, less --nproc, started N times on this host with the
+// torchrun variables (dist::launch_local); returns once every rank has exited, throwing naming
+// the first that failed. After a failure the others get `dist_timeout` seconds to fail on
+// their own. `command` ("train", "steps") names the subcommand in messages and errors.
+void run_launcher(int nproc, double dist_timeout, const std::string& command);
+// The group the torchrun variables describe when WORLD_SIZE > 1 (null otherwise); the
+// collectives time out after `dist_timeout` seconds unless QG_DIST_TIMEOUT says otherwise.
+std::unique_ptr<dist::ProcessGroup> join_group(double dist_timeout);
+// Makes `o` this rank's options: the communicator of o.device's kind (NCCL on cuda:LOCAL_RANK,
+// Gloo on the CPU), o.local_rank, o.device ("cuda" or "cpu"), and for rank > 0 its own output
+// folder OUT/rankR (checkpoint_dir stays OUT: rank 0 writes the checkpoints).
+void bind_rank(TrainOptions& o, dist::ProcessGroup& group);
+// Runs `body`; a failure is reported to `group` (when there is one), so that the other ranks
+// name this one, and rethrown.
+void run_reporting_failures(dist::ProcessGroup* group, const std::function<void()>& body);
 
 void write_metrics(const std::string& dir, const std::string& stem,
                    const std::vector<nn::EpochMetrics>& history, const std::string& extra_json);

@@ -47,12 +47,14 @@ void write_lm_metrics(const std::string& dir, const std::vector<nn::LmEvalRecord
   nn::write_file_atomic(dir + "/metrics.json", json.str());
 }
 
-Device lm_device(const std::string& device) {
+Device lm_device(const std::string& device, int local_rank) {
   QG_CHECK(device == "auto" || device == "cpu" || device == "cuda", "train", "device '", device,
            "' is not one of auto, cpu, cuda");
-  if (device == "cuda" || (device == "auto" && cuda_available())) return Device::cuda(0);
+  if (device == "cuda" || (device == "auto" && cuda_available())) return Device::cuda(local_rank);
   return Device::cpu();
 }
+
+void train_llama(const TrainOptions& o);
 
 }  // namespace
 
@@ -68,21 +70,41 @@ nn::LmTrainConfig llama_train_config(const TrainOptions& o, const nn::LlamaConfi
   c.lr.min_ratio = o.min_lr_ratio;
   c.optimizer.kind = o.optimizer;
   c.seed = o.seed;
-  c.device = lm_device(o.device);
+  c.device = lm_device(o.device, o.local_rank);
   c.validation_windows = o.eval_windows;
+  c.comm = o.comm;
+  c.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  QG_CHECK(c.bucket_bytes > 0, "train", "--bucket-mb ", o.bucket_mb, " must be > 0");
   return c;
 }
 
 void run_llama_training(const TrainOptions& o) {
-  QG_CHECK(o.nproc == 1 && o.time_steps == 0, "train",
-           "--model llama trains in one process: --nproc and --time-steps are for the digits "
-           "models");
+  QG_CHECK(o.time_steps == 0, "train",
+           "--model llama times its step with `qat steps --model llama`: --time-steps is for "
+           "the digits models");
+  QG_CHECK(o.init.empty() || o.resume.empty(), "train", "--init '", o.init, "' and --resume '",
+           o.resume, "' both set the starting weights; give one");
   if (o.compare) {
+    QG_CHECK(o.nproc == 1, "train",
+             "--model llama --compare trains several models one after the other in one "
+             "process: --nproc is for a single run");
     run_llama_compare(o);
     return;
   }
-  QG_CHECK(o.init.empty() || o.resume.empty(), "train", "--init '", o.init, "' and --resume '",
-           o.resume, "' both set the starting weights; give one");
+  if (starts_ranks(o.nproc)) {
+    run_launcher(o.nproc, o.dist_timeout, "train");
+    return;
+  }
+  TrainOptions rank = o;
+  std::unique_ptr<dist::ProcessGroup> group = join_group(o.dist_timeout);
+  if (group) bind_rank(rank, *group);
+  run_reporting_failures(group.get(), [&] { train_llama(rank); });
+}
+
+namespace {
+
+// One rank's run (the whole run in one process): o.comm is its group's communicator.
+void train_llama(const TrainOptions& o) {
   QG_CHECK(!o.llama_config.empty(), "train",
            "--model llama needs --config (a Hugging Face "
            "config.json)");
@@ -93,11 +115,16 @@ void run_llama_training(const TrainOptions& o) {
            o.eval_every, " must be > 0");
   nn::LlamaConfig model = nn::load_llama_config(o.llama_config);
   const std::string corpus = o.corpus.empty() ? nn::default_text_corpus_dir() : o.corpus;
+  // Data parallel: rank 0 trains the tokenizer and writes the token cache when they are
+  // missing, and the other ranks read them once it is done.
+  const int rank = o.comm ? o.comm->rank() : 0, world = o.comm ? o.comm->world_size() : 1;
+  if (rank > 0) o.comm->barrier();
   nn::TokenData data =
       nn::prepare_token_data(corpus, o.data, model.vocab_size, [](const std::string& line) {
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);
       });
+  if (rank == 0 && world > 1) o.comm->barrier();
   std::printf(
       "data: %s: %lld training tokens (%lld files), %lld validation tokens (%lld files); "
       "tokenizer %s, %lld pieces\n",
@@ -134,9 +161,15 @@ void run_llama_training(const TrainOptions& o) {
       "perplexity %.2f\n",
       static_cast<long long>(t.windows_per_evaluation()), static_cast<long long>(o.seq), unigram,
       std::exp(unigram));
+  if (world > 1)
+    std::printf("data parallel: rank %d of %d (%s), global batch %lld x %lld tokens\n", rank, world,
+                o.comm->backend().c_str(), static_cast<long long>(o.batch) * world,
+                static_cast<long long>(o.seq));
   std::fflush(stdout);
 
-  const std::string checkpoint = o.out + "/checkpoint.qgck";
+  const std::string checkpoint =
+      (o.checkpoint_dir.empty() ? o.out : o.checkpoint_dir) + "/checkpoint.qgck";
+  const int64_t tokens_per_step = static_cast<int64_t>(o.batch) * world * o.seq;
   const bool tty = isatty(fileno(stdout)) != 0;
   double loss_sum = 0;
   int64_t losses = 0;
@@ -156,7 +189,7 @@ void run_llama_training(const TrainOptions& o) {
       b.resize(bar, '.');
       std::printf("\rllama [%s] step %6lld/%lld  loss %.4f  lr %.2e  %7.0f tokens/s ", b.c_str(),
                   static_cast<long long>(s), static_cast<long long>(o.steps), loss_sum / losses,
-                  t.current_lr(), secs > 0 ? losses * o.batch * o.seq / secs : 0.0);
+                  t.current_lr(), secs > 0 ? losses * tokens_per_step / secs : 0.0);
       std::fflush(stdout);
     }
     if (s % o.eval_every == 0 || s == o.steps) {
@@ -166,7 +199,7 @@ void run_llama_training(const TrainOptions& o) {
           "(unigram %.2f)  lr %.2e  %.0f tokens/s\n",
           tty ? "\r" : "", static_cast<long long>(s), static_cast<long long>(o.steps), r.train_loss,
           r.validation_loss, std::exp(r.validation_loss), std::exp(unigram), t.current_lr(),
-          secs > 0 ? losses * o.batch * o.seq / secs : 0.0);
+          secs > 0 ? losses * tokens_per_step / secs : 0.0);
       std::fflush(stdout);
       loss_sum = 0;
       losses = 0;
@@ -206,4 +239,5 @@ void run_llama_training(const TrainOptions& o) {
   std::printf("wrote %s/metrics.json, metrics.csv, curves.png, checkpoint.qgck\n", o.out.c_str());
 }
 
+}  // namespace
 }  // namespace qg::cli

@@ -40,4 +40,21 @@ std::vector<std::string> all_gather_bytes(Communicator& comm, const std::string&
   return out;
 }
 
+void all_reduce_host(Communicator& comm, double* values, int64_t count, ReduceOp op,
+                     Device device) {
+  QG_CHECK(comm.memory() == device.type, "all_reduce_host", "the ", comm.backend(),
+           " communicator takes ", device_type_name(comm.memory()), " buffers, not ", device.str());
+  if (count == 0) return;
+  if (device.is_cpu()) {
+    comm.all_reduce(values, count, DType::f64, op);
+    return;
+  }
+  const Device host = Device::cpu();
+  const size_t bytes = static_cast<size_t>(count) * sizeof(double);
+  Tensor buffer = Tensor::empty({count}, DType::f64, device);
+  copy_bytes(buffer.raw_data(), device, values, host, bytes);
+  comm.all_reduce(buffer.raw_data(), count, DType::f64, op);  // no stream: done on return
+  copy_bytes(values, host, buffer.raw_data(), device, bytes);
+}
+
 }  // namespace qg::dist

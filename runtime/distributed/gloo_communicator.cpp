@@ -74,6 +74,13 @@ class GlooCommunicator final : public Communicator {
       ctx->setTimeout(timeout);
       GlooStore gstore(store, timeout);
       ctx->connectFullMesh(gstore, device);
+      // connectFullMesh returns once this rank's own pairs are up, while a peer may not yet
+      // have accepted the connection this rank made to it. A rank that went on and exited
+      // (closing its sockets) before that would make the peer's connectFullMesh fail with
+      // "Connection closed by peer". After this barrier every rank's mesh is complete.
+      gloo::BarrierOptions barrier(ctx);
+      barrier.setTimeout(timeout);
+      gloo::barrier(barrier);
       context_ = ctx;
     } catch (const Error&) {
       throw;

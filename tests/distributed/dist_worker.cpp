@@ -19,39 +19,15 @@
 #include "device/device_context.h"
 #include "runtime/compile.h"
 #include "runtime/distributed/process_group.h"
+#include "tests/distributed/lm_scenarios.h"
+#include "tests/distributed/worker_util.h"
 #include "train/trainer.h"
 
 using namespace qg;
+using qg::testing::hex_of;
+using qg::testing::state_digest;
 
 namespace {
-
-std::string hex_of(const Tensor& t) {
-  Tensor h = t.device().is_cpu() ? t : t.to(Device::cpu());
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  const auto* p = static_cast<const unsigned char*>(h.raw_data());
-  for (size_t i = 0; i < h.nbytes(); ++i) {
-    s.push_back(d[p[i] >> 4]);
-    s.push_back(d[p[i] & 15]);
-  }
-  return s;
-}
-
-// FNV-1a over every state of `exec` (parameters, moments, observer statistics); with
-// `optimizer` false, over all but the optimizer's (Adam's) states.
-std::string state_digest(Executor& exec, bool optimizer = true) {
-  uint64_t h = 1469598103934665603ull;
-  for (const auto& [key, t] : state_index(exec)) {
-    if (!optimizer && key.find(".adam/") != std::string::npos) continue;
-    for (char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    Tensor c = t->device().is_cpu() ? *t : t->to(Device::cpu());
-    const auto* p = static_cast<const unsigned char*>(c.raw_data());
-    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 // ---- collectives: every op and dtype against hand-computed values.
 void collectives(Communicator& c, std::ostream& out) {
@@ -354,6 +330,7 @@ int main(int argc, char** argv) {
   int rank = 0, world = 1;
   try {
     if (auto env = dist::LaunchEnv::from_environment()) {
+      rank = env->rank;  // before connecting, so a failed rendezvous names the right rank
       dist::GroupOptions go;
       go.timeout = dist::timeout_from_environment(go.timeout);
       group = dist::ProcessGroup::connect(*env, go);
@@ -367,7 +344,9 @@ int main(int argc, char** argv) {
         group && world > 1 && !on_cuda ? &group->communicator(Device::cpu()) : nullptr;
     std::ofstream out(dir + "/" + scenario + (arg.empty() ? "" : "_" + arg) + "_w" +
                       std::to_string(world) + "_r" + std::to_string(rank) + ".txt");
-    if (scenario == "collectives")
+    if (scenario == "connect")  // the rendezvous alone: every rank exits right after it
+      out << "ok\n";
+    else if (scenario == "collectives")
       collectives(group->communicator(Device::cpu()), out);
     else if (scenario == "observers")
       observers(c, arg == "fused", out);
@@ -394,7 +373,7 @@ int main(int argc, char** argv) {
       calibrate(c, out);
     else if (scenario == "fault")
       fault(c, arg, dir, out);
-    else
+    else if (!testing::run_lm_scenario(scenario, c, dir, arg, out))
       QG_FAIL("dist_worker", "unknown scenario '", scenario, "'");
   } catch (const std::exception& e) {
     if (group) group->report_failure(e.what());

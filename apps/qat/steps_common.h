@@ -1,0 +1,51 @@
+// Pieces of `qat steps` shared with its data-parallel timing (steps_distributed.cpp): the
+// step graph, the Llama step of the PERF.md anchor, and the timing of one compiled step.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "core/graph.h"
+#include "nn/llama.h"
+#include "runtime/compile.h"
+#include "runtime/distributed/process_group.h"
+#include "train/optimizer.h"
+
+namespace qg::cli {
+
+struct StepGraph {
+  Graph graph;
+  ValueId loss = kNoValue;
+  std::vector<ValueId> parameters;
+  nn::OptimizerConfig optimizer{"sgd", 0.01, 0.0};
+  std::vector<NodeId> updates;  // the optimizer nodes, once compiled (--profile runs them)
+  Executor::Feeds feeds;
+};
+
+// The Llama decoder of bench/torch_llama_qat_bench.py (207M parameters, batch 8 x 1024
+// tokens, Adam); `small`: a tiny one for smoke runs.
+void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
+                      const nn::PrecisionPolicy& precision);
+
+// Compiles the step as every caller does (passes, memory plan, CUDA graph; with
+// `gradient_sync`, the data-parallel all-reduce through context.communicator) and returns the
+// median microseconds of one step (`wall`: the mean of back-to-back steps). `kernels` gets
+// the kernels per launch, `resident_bytes` the device memory the step held while timed.
+double time_step(StepGraph& s, Device device, const ContextOptions& context, int reps, bool wall,
+                 int* kernels, size_t* resident_bytes, const GradientSync& gradient_sync = {});
+
+// What `qat steps --model llama` times on every rank of a data-parallel group.
+struct DataParallelSteps {
+  std::string device = "auto", variant = "both", precision = "f32", recipe = "8da4w";
+  int group_size = 32, reps = 20;
+  bool small = false, wall = false;
+  bool grad_sync = true;  // false: the ranks do not communicate (the step alone)
+  int64_t bucket_bytes = int64_t{25} << 20;
+};
+
+// Every rank times the compiled Llama step on its own device (cuda:LOCAL_RANK, or the CPU)
+// with its own batch and the bucketed gradient all-reduce, and the all-reduce of the whole
+// gradient alone; rank 0 prints the slowest rank's times and the global tokens/s.
+void time_llama_data_parallel(dist::ProcessGroup& group, const DataParallelSteps& o);
+
+}  // namespace qg::cli
