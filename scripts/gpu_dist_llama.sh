@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # On the 2-GPU machine, one call: the 207M Llama step (bf16-mixed, batch 8 x 1024 per GPU) on
 # one GPU and data-parallel on two (`qat steps --model llama --nproc 2`, NCCL), float and the
-# 8da4w recipe, with the gradient all-reduce on and off (the off rows bound how much of it the
-# backward pass hides); then PyTorch DDP and torchao 8da4w on the same shapes
-# (bench/torch_llama_ddp_bench.py). Logs go to $OUT; the rows are printed last.
+# 8da4w recipe (RECIPE), with the gradient all-reduce on and off (the off rows bound how much of
+# it the backward pass hides); then PyTorch DDP and torchao 8da4w on the same shapes
+# (bench/torch_llama_ddp_bench.py). RUN_TESTS=1 also runs the NCCL tests of test_distributed
+# first. Logs go to $OUT; the rows are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}
@@ -17,23 +18,28 @@ t0=$(date +%s)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_BENCH=OFF -DQG_ENABLE_ONNX=OFF \
   -DQG_ENABLE_SENTENCEPIECE=OFF -DPython3_EXECUTABLE="$(command -v python3)" >"$out/configure.log" 2>&1 ||
   { tail -30 "$out/configure.log"; exit 1; }
-cmake --build "$build" -j "$(nproc)" --target qat ${EXTRA_TARGETS:-} >"$out/build.log" 2>&1 ||
+targets=(qat)
+[ -n "${RUN_TESTS:-}" ] && targets+=(dist_worker test_distributed)
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
   { grep -E "error" -A4 "$out/build.log" | head -40; exit 1; }
 echo "build: $(($(date +%s) - t0)) s; $(grep -E 'qatgraph: NCCL' "$out/configure.log")"
 qat=$build/apps/qat
+if [ -n "${RUN_TESTS:-}" ]; then
+  QG_TEST_GPUS=2 timeout 240 "$build"/tests/test_distributed --gtest_filter='Nccl*' \
+    >"$out/test_distributed.log" 2>&1
+  echo "Nccl tests: rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$out/test_distributed.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$out/test_distributed.log" | head
+fi
+# Each run times the float and the QAT step (--recipe), so one call per mode.
 rows=()
-for recipe in ${RECIPES:-float 8da4w}; do
-  r=()
-  [ "$recipe" != float ] && r=(--recipe "$recipe")
-  for mode in "1gpu" "2gpu" "2gpu-nosync"; do
-    args=()
-    [ "$mode" != 1gpu ] && args=(--nproc 2)
-    [ "$mode" = 2gpu-nosync ] && args+=(--no-grad-sync)
-    timeout 240 "$qat" steps --device cuda --model llama --precision bf16-mixed "${r[@]}" \
-      --reps "${REPS:-20}" "${args[@]}" >"$out/steps_${recipe}_$mode.log" 2>&1
-    echo "rc=$? $recipe $mode"
-    rows+=("$recipe $mode: $(grep -E 'step llama|all-reduce|world' "$out/steps_${recipe}_$mode.log" | tr '\n' ' ')")
-  done
+for mode in 1gpu 2gpu 2gpu-nosync; do
+  args=()
+  [ "$mode" != 1gpu ] && args=(--nproc 2)
+  [ "$mode" = 2gpu-nosync ] && args+=(--no-grad-sync)
+  timeout 240 "$qat" steps --device cuda --model llama --precision bf16-mixed \
+    --recipe "${RECIPE:-8da4w}" --reps "${REPS:-20}" "${args[@]}" >"$out/steps_$mode.log" 2>&1
+  echo "rc=$? $mode"
+  rows+=("$mode: $(grep -E 'step llama' "$out/steps_$mode.log" | tr -s ' ' | tr '\n' ';')")
 done
 torchao=.gpudeps/torchao
 if [ ! -d "$torchao" ] && ls .gpudeps/wheels/torchao-*.whl >/dev/null 2>&1; then
