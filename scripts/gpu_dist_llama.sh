@@ -12,6 +12,10 @@ mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 build=${BUILD_DIR:-build-dist}
 [ -d .gpudeps/root ] && [ ! -f /usr/include/eigen3/Eigen/Core ] && cp -rn .gpudeps/root/. / 2>/dev/null
+# The digits data for the NCCL tests: the GPU image's sklearn ships the same CSV.
+if [ -z "${QG_DIGITS_CSV:-}" ] && [ ! -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ]; then
+  QG_DIGITS_CSV=$(python3 -c "import os, sklearn; print(os.path.join(os.path.dirname(sklearn.__file__), 'datasets', 'data', 'digits.csv.gz'))" 2>/dev/null) && export QG_DIGITS_CSV
+fi
 nvidia-smi --query-gpu=name --format=csv,noheader | tr '\n' ' '
 echo
 t0=$(date +%s)
