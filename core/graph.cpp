@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <boost/graph/strong_components.hpp>
 #include <boost/graph/topological_sort.hpp>
+#include <map>
+#include <queue>
 #include <sstream>
 
 #include "core/error.h"
@@ -292,6 +294,53 @@ void Graph::rewrite_node(NodeId id, Node replacement) {
                     g_);
 }
 
+// With asynchronous nodes (OpDef::overlaps_async, the data-parallel gradient all-reduce), the
+// order is re-made by Kahn's algorithm, always taking the ready node of the lowest class and,
+// within a class, the earliest in `order`: class 0 the asynchronous nodes themselves (issued as
+// soon as their inputs exist), class 2 every node that depends on one of their outputs (it
+// would make the stream wait for the collective), class 1 the rest. So the whole backward pass
+// is issued before the first wait for a gradient bucket, and the all-reduces overlap it. A
+// graph without such nodes keeps Boost's order.
+std::vector<NodeId> Graph::overlap_async_nodes(std::vector<NodeId> order) const {
+  bool any = false;
+  for (NodeId id : order) any = any || g_[id].op->overlaps_async;
+  if (!any) return order;
+  const BoostGraph& bg = g_;
+  const int n = num_nodes();
+  std::vector<int> position(n, -1), cls(n, 1), pending(n, 0);
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);
+  // Classes, in the order's sweep: a node after an asynchronous one inherits class 2.
+  for (NodeId id : order) {
+    if (g_[id].op->overlaps_async) cls[id] = 0;
+    for (auto [e, end] = boost::out_edges(id, bg); e != end; ++e) {
+      const auto t = static_cast<NodeId>(boost::target(*e, bg));
+      if (position[t] >= 0 && (cls[id] == 0 || cls[id] == 2) && !g_[t].op->overlaps_async)
+        cls[t] = 2;
+    }
+  }
+  for (NodeId id : order)
+    for (auto [e, end] = boost::in_edges(id, bg); e != end; ++e)
+      if (position[boost::source(*e, bg)] >= 0) ++pending[id];
+  using Key = std::pair<int, int>;  // (class, position)
+  std::priority_queue<Key, std::vector<Key>, std::greater<Key>> ready;
+  for (NodeId id : order)
+    if (pending[id] == 0) ready.push({cls[id], position[id]});
+  std::vector<NodeId> out;
+  out.reserve(order.size());
+  while (!ready.empty()) {
+    const NodeId id = order[ready.top().second];
+    ready.pop();
+    out.push_back(id);
+    for (auto [e, end] = boost::out_edges(id, bg); e != end; ++e) {
+      const auto t = static_cast<NodeId>(boost::target(*e, bg));
+      if (position[t] >= 0 && --pending[t] == 0) ready.push({cls[t], position[t]});
+    }
+  }
+  QG_CHECK(out.size() == order.size(), "graph", "the overlap schedule placed ", out.size(), " of ",
+           order.size(), " nodes");
+  return out;
+}
+
 std::vector<NodeId> Graph::topological_order() const {
   // 1. Every live node's inputs must be defined values with live producers.
   for (int i = 0; i < num_nodes(); ++i) {
@@ -322,6 +371,7 @@ std::vector<NodeId> Graph::topological_order() const {
   std::vector<NodeId> order;
   for (auto it = rev.rbegin(); it != rev.rend(); ++it)
     if (!g_[*it].dead) order.push_back(static_cast<NodeId>(*it));
+  order = overlap_async_nodes(std::move(order));
   // 3. Defensive: inputs must be produced earlier in the order.
   std::vector<int> position(num_nodes(), -1);
   for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);

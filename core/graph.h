@@ -111,6 +111,8 @@ class Graph {
   std::string dump() const;
 
  private:
+  // topological_order's reordering around asynchronous nodes (graph.cpp).
+  std::vector<NodeId> overlap_async_nodes(std::vector<NodeId> order) const;
   NodeId add_node(Node node, const std::vector<TensorType>& output_types);
   void check_value(ValueId id, const std::string& op, const std::string& what) const;
 

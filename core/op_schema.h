@@ -231,6 +231,11 @@ struct OpDef {
   CrosscheckSpec crosscheck;  // GPU-vs-CPU cases and comparison (runtime/crosscheck.h)
   bool side_effects = false;  // runs even when no fetched value needs it (optimizer steps)
   bool is_source = false;     // graph inputs, parameters, constants
+  // Runs asynchronously (a collective on its own stream, all_reduce): the execution order
+  // issues it as soon as its inputs are ready and runs the nodes that depend on its outputs as
+  // late as it can, so the collective overlaps the work that does not need it
+  // (Graph::topological_order).
+  bool overlaps_async = false;
   // Output 0 is a view of input 0 (reshape, stop_gradient): the memory planner gives it no
   // buffer of its own and keeps input 0's buffer alive as long as the view is read.
   bool aliases_input = false;

@@ -145,6 +145,9 @@ void define_bucket_get(OpRegistry& r) {
 
 void define_all_reduce(OpRegistry& r) {
   OpDef& op = r.define("all_reduce");
+  // Issued as soon as its bucket is packed; its readers wait (bucket_get) as late as the
+  // order allows, so the all-reduce overlaps the rest of the backward pass.
+  op.overlaps_async = true;
   op.parse_args = parse_collective;
   op.doc =
       "x combined over the data-parallel ranks (sum, min, max, or avg = sum / ranks, as DDP "

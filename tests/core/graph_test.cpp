@@ -134,6 +134,38 @@ TEST(Graph, ControlDependencyOrdersNodes) {
   EXPECT_LT(ia, ib);
 }
 
+// An asynchronous node (all_reduce, OpDef::overlaps_async) is issued as soon as its input
+// exists and its readers run after everything that does not need it: here the reduced bucket's
+// reader waits behind the rest of the "backward" chain, whichever order Boost's sort picked.
+TEST(Graph, AsynchronousNodesOverlapTheWorkThatDoesNotNeedThem) {
+  for (bool reader_first : {true, false}) {
+    Graph g;
+    ValueId x = g.input("x", {DType::f32, {4}});
+    ValueId a1 = g.apply1("relu", {x});
+    ValueId r = kNoValue, wait = kNoValue;
+    if (reader_first) {  // built (and numbered) before the rest of the chain
+      r = g.apply1("all_reduce", {a1}, {{"op", std::string("avg")}});
+      wait = g.apply1("neg", {r});
+    }
+    ValueId a2 = g.apply1("relu", {a1});
+    ValueId a3 = g.apply1("relu", {a2});
+    if (!reader_first) {
+      r = g.apply1("all_reduce", {a1}, {{"op", std::string("avg")}});
+      wait = g.apply1("neg", {r});
+    }
+    ValueId last = g.apply1("add", {a3, wait});
+    g.mark_output(last);
+    const auto order = g.topological_order();
+    auto pos = [&](ValueId v) {
+      return std::find(order.begin(), order.end(), g.value(v).producer) - order.begin();
+    };
+    SCOPED_TRACE(reader_first ? "reader built first" : "reader built last");
+    EXPECT_EQ(pos(r), pos(a1) + 1);  // issued right after its input
+    EXPECT_GT(pos(wait), pos(a3));   // its reader after the independent work
+    EXPECT_LT(pos(wait), pos(last));
+  }
+}
+
 TEST(Graph, NamesAreUnique) {
   Graph g;
   g.input("x", {DType::f32, {2}});
