@@ -97,6 +97,8 @@ void run_llama_training(const TrainOptions& o) {
   c.validation_windows = o.eval_windows;
   nn::LmTrainer t(c, data.train, data.validation);
   ensure_dir(o.out);
+  // The model's description beside its checkpoint, for `qat export`.
+  nn::write_file_atomic(o.out + "/config.json", nn::read_text_file(o.llama_config));
   if (!o.resume.empty()) {
     t.load_checkpoint(o.resume);
     std::printf("resumed from %s at step %lld\n", o.resume.c_str(),
