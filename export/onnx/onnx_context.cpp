@@ -265,6 +265,12 @@ std::string Context::reduce(const std::string& op, const std::string& x,
   return node1(op, {x}, base, a);
 }
 
+std::string Context::shared(const std::string& key, const std::function<std::string()>& make) {
+  auto it = shared_.find(key);
+  if (it != shared_.end()) return it->second;
+  return shared_[key] = make();
+}
+
 std::string Context::cast(const std::string& x, int to, const std::string& base) {
   return node1("Cast", {x}, base, {attr_int("to", to)});
 }

@@ -15,6 +15,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -71,6 +72,9 @@ class Context {
   // 18 (ReduceSum: 13) and an input since.
   std::string reduce(const std::string& op, const std::string& x, const std::vector<int64_t>& axes,
                      const std::string& base);
+  // One initializer for every request with the same `key` (a description of its contents,
+  // e.g. the rope tables of a position range, shared by every layer): `make` runs once.
+  std::string shared(const std::string& key, const std::function<std::string()>& make);
   // Cast to ONNX element type `to` (onnx::TensorProto_DataType).
   std::string cast(const std::string& x, int to, const std::string& base);
   int64_t opset() const { return opset_; }
@@ -107,6 +111,7 @@ class Context {
   std::vector<bool> needed_, depends_;
   std::map<ValueId, Tensor> leaves_;
   std::map<ValueId, std::string> bound_;
+  std::map<std::string, std::string> shared_;
   std::set<std::string> names_;
   std::set<NodeId> in_progress_;
   std::vector<std::string> warnings_;

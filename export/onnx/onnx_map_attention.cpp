@@ -46,17 +46,20 @@ void map_causal_attention(Context& ctx, const Node& n) {
   const std::string k = repeat(n.inputs[1], "k"), v = repeat(n.inputs[2], "v");
   const double scale =
       n.attrs.has("scale") ? n.attrs.get_real("scale") : 1.0 / std::sqrt(static_cast<double>(hd));
-  std::vector<float> mask(static_cast<size_t>(t * t), 0.0f);
-  for (int64_t i = 0; i < t; ++i)
-    for (int64_t j = i + 1; j < t; ++j)
-      mask[static_cast<size_t>(i * t + j)] = -std::numeric_limits<float>::infinity();
+  // One mask for every layer.
+  const std::string mask = ctx.shared("causal_mask " + std::to_string(t), [&] {
+    std::vector<float> m(static_cast<size_t>(t * t), 0.0f);
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = i + 1; j < t; ++j)
+        m[static_cast<size_t>(i * t + j)] = -std::numeric_limits<float>::infinity();
+    return ctx.initializer_f32("causal_mask", {t, t}, m);
+  });
   const std::string kt =
       ctx.node1("Transpose", {k}, base + ".k_t", {attr_ints("perm", {0, 1, 3, 2})});
   std::string s = ctx.node1("MatMul", {q, kt}, base + ".scores");
   s = ctx.node1("Mul", {s, ctx.scalar_f32(base + ".scale", static_cast<float>(scale))},
                 base + ".scaled");
-  s = ctx.node1("Add", {s, ctx.initializer_f32(base + ".causal_mask", {t, t}, mask)},
-                base + ".masked");
+  s = ctx.node1("Add", {s, mask}, base + ".masked");
   const std::string m = ctx.reduce("ReduceMax", s, {-1}, base + ".row_max");
   const std::string e =
       ctx.node1("Exp", {ctx.node1("Sub", {s, m}, base + ".shifted")}, base + ".exp");

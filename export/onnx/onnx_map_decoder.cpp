@@ -17,6 +17,7 @@
 //
 // silu (ops/activation/activation_math.h): x / (1 + exp(-x)), as written there.
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "export/onnx/onnx_context.h"
@@ -69,21 +70,30 @@ void map_rope(Context& ctx, const Node& n) {
            "': positions ", shape_str(pos.shape()),
            " are exported only as one row [1, seq] shared by the batch (the batch is dynamic)");
   QG_CHECK(half <= kRopeMaxHalf, kOp, "rope '", n.name, "': head_dim ", dim, " is too large");
-  RopeLayout layout;
-  layout.dim = dim;
-  rope_math::fill_inv_freq(layout, n.attrs.get_real("rope_theta"));
-  std::vector<float> cos_t(static_cast<size_t>(seq * dim)), sin_t(cos_t.size());
-  for (int64_t t = 0; t < seq; ++t) {
-    const auto p = static_cast<int64_t>(pos.at(t));
-    for (int64_t j = 0; j < dim; ++j) {
-      const float a = rope_math::angle_of(p, layout.inv_freq[j % half]);
-      cos_t[static_cast<size_t>(t * dim + j)] = rope_math::cos_f32(a);
-      sin_t[static_cast<size_t>(t * dim + j)] = rope_math::sin_f32(a);
-    }
-  }
+  const double theta = n.attrs.get_real("rope_theta");
+  char theta_text[32];
+  std::snprintf(theta_text, sizeof theta_text, "%.17g", theta);
+  std::string key = "rope " + std::string(theta_text) + " " + std::to_string(dim) + ":";
+  for (int64_t t = 0; t < seq; ++t) key += " " + std::to_string(static_cast<int64_t>(pos.at(t)));
+  // The tables of one position range are the same for q and k of every layer: written once.
+  auto table = [&](bool cosine) {
+    return ctx.shared(key + (cosine ? " cos" : " sin"), [&] {
+      RopeLayout layout;
+      layout.dim = dim;
+      rope_math::fill_inv_freq(layout, theta);
+      std::vector<float> v(static_cast<size_t>(seq * dim));
+      for (int64_t t = 0; t < seq; ++t)
+        for (int64_t j = 0; j < dim; ++j) {
+          const float a =
+              rope_math::angle_of(static_cast<int64_t>(pos.at(t)), layout.inv_freq[j % half]);
+          v[static_cast<size_t>(t * dim + j)] =
+              cosine ? rope_math::cos_f32(a) : rope_math::sin_f32(a);
+        }
+      return ctx.initializer_f32(cosine ? "rope.cos" : "rope.sin", {seq, dim}, v);
+    });
+  };
   const std::string base = n.name;
-  const std::string c = ctx.initializer_f32(base + ".cos", {seq, dim}, cos_t);
-  const std::string s = ctx.initializer_f32(base + ".sin", {seq, dim}, sin_t);
+  const std::string c = table(true), s = table(false);
   const std::string x = ctx.value(n.inputs[0]);
   auto slice = [&](int64_t from, int64_t to, const std::string& what) {
     return ctx.node1("Slice",
