@@ -4,10 +4,13 @@
 // them (and must then match the checkpoint, which is checked when it loads). Checkpoints
 // written before they named their model take the options as given (`qat train`'s defaults).
 // `--reference DIR` also writes the digits test split's inputs, labels and the converted
-// graph's logits as .npy files, for scripts/onnx_check.py.
+// graph's logits as .npy files, for scripts/onnx_check.py. A `qat train --model llama`
+// checkpoint goes to apps/qat/export_llama.cpp (opset 21, INT4 weights, a greedy-decode
+// reference for scripts/onnx_llm_check.py).
 #include <cstdio>
 
 #include "apps/qat/commands.h"
+#include "apps/qat/export_llama.h"
 #include "apps/qat/train_common.h"
 #include "core/error.h"
 #include "core/npy.h"
@@ -94,11 +97,12 @@ void write_reference(const std::string& dir, const nn::Dataset& test,
 }
 #endif
 
-void run_export(const ExportOptions& e, TrainOptions o,
+void run_export(const ExportOptions& e, TrainOptions o, LlamaExportOptions l,
                 const std::function<bool(const char*)>& given) {
 #ifndef QG_WITH_ONNX
   (void)e;
   (void)o;
+  (void)l;
   (void)given;
   QG_FAIL("export",
           "this qat was built without ONNX support: CMake found no libonnx-dev / "
@@ -107,6 +111,14 @@ void run_export(const ExportOptions& e, TrainOptions o,
   // 1. The model the checkpoint holds, loaded on the CPU (a checkpoint of another model, or a
   //    damaged one, fails here, before anything is written).
   std::map<std::string, std::string> meta = nn::read_checkpoint_meta(e.checkpoint);
+  if (is_llama_checkpoint(meta)) {
+    l.checkpoint = e.checkpoint;
+    l.onnx = e.onnx;
+    l.reference = e.reference;
+    l.data = o.data;
+    run_llama_export(l, meta);
+    return;
+  }
   if (meta.count("model") != 0)
     options_from_meta(meta, e.checkpoint, o, given);
   else
@@ -165,16 +177,26 @@ void add_export_command(CLI::App& app) {
       "export", "Export a `qat train` checkpoint as an ONNX QDQ model (integer weights)");
   auto e = std::make_shared<ExportOptions>();
   auto o = std::make_shared<TrainOptions>();
+  auto l = std::make_shared<LlamaExportOptions>();
   cmd->add_option("checkpoint", e->checkpoint, "A checkpoint written by qat train")->required();
   cmd->add_option("--onnx", e->onnx, "Output .onnx file (written atomically)")->required();
   cmd->add_option("--reference", e->reference,
                   "Also write inputs.npy, labels.npy and logits.npy (the test split through the "
                   "converted integer-weight graph) into this directory");
   cmd->add_option("--data", o->data,
-                  "digits.csv.gz (default: $QG_DIGITS_CSV, then python3-sklearn's copy)");
+                  "digits.csv.gz (default: $QG_DIGITS_CSV, then python3-sklearn's copy); llama: "
+                  "the token folder whose validation.tokens gives the prompts (default: random "
+                  "ids)");
   add_model_options(cmd, *o);
-  cmd->callback([e, o, cmd] {
-    run_export(*e, *o, [cmd](const char* option) { return cmd->count(option) > 0; });
+  cmd->add_option("--config", l->config,
+                  "llama: the model's config.json (default: config.json beside the checkpoint)");
+  cmd->add_option("--prompts", l->prompts, "llama: prompts of the reference decode (the batch)")
+      ->capture_default_str();
+  cmd->add_option("--prompt-len", l->prompt_len, "llama: tokens per prompt")->capture_default_str();
+  cmd->add_option("--new-tokens", l->new_tokens, "llama: greedy tokens decoded per prompt")
+      ->capture_default_str();
+  cmd->callback([e, o, l, cmd] {
+    run_export(*e, *o, *l, [cmd](const char* option) { return cmd->count(option) > 0; });
   });
 }
 

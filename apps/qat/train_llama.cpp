@@ -136,6 +136,8 @@ void train_llama(const TrainOptions& o) {
   const nn::LmTrainConfig c = llama_train_config(o, model);
   nn::LmTrainer t(c, data.train, data.validation);
   ensure_dir(o.out);
+  // The model's description beside its checkpoint, for `qat export`.
+  nn::write_file_atomic(o.out + "/config.json", nn::read_text_file(o.llama_config));
   if (!o.init.empty())
     std::printf("initialised from the parameters of %s (trained as %s)\n", o.init.c_str(),
                 t.load_parameters(o.init).c_str());

@@ -64,8 +64,8 @@ onnx::AttributeProto attr_float(const std::string& name, float v) {
 }
 
 Context::Context(const Graph& graph, Executor& exec, ValueId input, ValueId output,
-                 onnx::GraphProto& out)
-    : g_(graph), out_(out), input_(input) {
+                 onnx::GraphProto& out, int64_t opset)
+    : g_(graph), out_(out), input_(input), opset_(opset) {
   QG_CHECK(!g_.value(input).type.shape.empty(), kOp, "the graph input '", g_.value(input).name,
            "' needs a leading batch axis");
   batch_ = g_.value(input).type.shape[0];
@@ -223,11 +223,64 @@ std::string Context::scalar_f32(const std::string& base, float v) {
   return initializer(base, Tensor::from_vector<float>({}, {v}));
 }
 
+std::string Context::scalar_f64(const std::string& base, double v) {
+  return initializer(base, Tensor::from_vector<double>({}, {v}));
+}
+
+std::string Context::initializer_i4(const std::string& base, const Shape& shape,
+                                    const std::vector<int8_t>& codes) {
+  constexpr int kInt4 = 22;  // TensorProto.INT4 (ONNX 1.16), past ONNX 1.12's enum
+  QG_CHECK(opset_ >= 21, kOp, "INT4 initializer '", base, "' needs opset 21, this export is ",
+           opset_);
+  QG_CHECK(shape_numel(shape) == static_cast<int64_t>(codes.size()), kOp, "INT4 initializer '",
+           base, "': shape ", shape_str(shape), " does not hold ", codes.size(), " codes");
+  std::string packed((codes.size() + 1) / 2, '\0');
+  for (size_t i = 0; i < codes.size(); ++i) {
+    QG_CHECK(codes[i] >= -8 && codes[i] <= 7, kOp, "INT4 initializer '", base, "': code ",
+             int(codes[i]), " is outside -8..7");
+    const auto nibble = static_cast<uint8_t>(codes[i] & 0xf);
+    packed[i / 2] = static_cast<char>(static_cast<uint8_t>(packed[i / 2]) |
+                                      (i % 2 == 0 ? nibble : nibble << 4));
+  }
+  onnx::TensorProto* p = out_.add_initializer();
+  std::string name = fresh(base);
+  p->set_name(name);
+  p->set_data_type(kInt4);
+  for (int64_t d : shape) p->add_dims(d);
+  initializer_bytes_ += static_cast<int64_t>(packed.size());
+  p->set_raw_data(std::move(packed));
+  return name;
+}
+
+std::string Context::reduce(const std::string& op, const std::string& x,
+                            const std::vector<int64_t>& axes, const std::string& base) {
+  const int64_t axes_input_since = op == "ReduceSum" ? 13 : 18;
+  if (opset_ >= axes_input_since) {
+    std::vector<std::string> in = {x};
+    if (!axes.empty()) in.push_back(initializer_i64(base + ".axes", axes));
+    return node1(op, in, base, {attr_int("keepdims", 1)});
+  }
+  AttrList a = {attr_int("keepdims", 1)};
+  if (!axes.empty()) a.push_back(attr_ints("axes", axes));
+  return node1(op, {x}, base, a);
+}
+
+std::string Context::shared(const std::string& key, const std::function<std::string()>& make) {
+  auto it = shared_.find(key);
+  if (it != shared_.end()) return it->second;
+  return shared_[key] = make();
+}
+
+std::string Context::cast(const std::string& x, int to, const std::string& base) {
+  return node1("Cast", {x}, base, {attr_int("to", to)});
+}
+
 const Mapper* find_mapper(const std::string& op) {
   static const std::map<std::string, Mapper> table = [] {
     std::map<std::string, Mapper> t;
     add_tensor_mappers(t);
     add_quant_mappers(t);
+    add_decoder_mappers(t);
     return t;
   }();
   auto it = table.find(op);

@@ -4,6 +4,9 @@
 // does not need, and nodes a mapper folds away (a straight-through estimator's x - x), are
 // never emitted.
 //
+// Mappers write the opset of the export (17, or 21 for INT4 weights); where an op's form
+// changed between them (the reductions' axes), Context::reduce writes the right one.
+//
 // Values that do not depend on the graph input are "leaves": parameters, constants, frozen
 // observers' qparams (eval mode) and whatever is computed from them only. A leaf becomes an
 // initializer: integer weight codes plus a DequantizeLinear (onnx_weights.cpp), or its value
@@ -12,6 +15,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -31,7 +35,8 @@ class Context {
  public:
   // `exec` runs `graph` (eval mode); `input` is the one graph input the model takes,
   // `output` the value exported as the graph output.
-  Context(const Graph& graph, Executor& exec, ValueId input, ValueId output, onnx::GraphProto& out);
+  Context(const Graph& graph, Executor& exec, ValueId input, ValueId output, onnx::GraphProto& out,
+          int64_t opset);
 
   // The ONNX tensor name of `v`, emitting what computes it on first use.
   std::string value(ValueId v);
@@ -58,6 +63,21 @@ class Context {
                              const std::vector<uint8_t>& v);
   std::string initializer_i64(const std::string& base, const std::vector<int64_t>& v);
   std::string scalar_f32(const std::string& base, float v);
+  std::string scalar_f64(const std::string& base, double v);
+  // 4-bit codes (-8..7) as an INT4 initializer (opset >= 21): two a byte, low nibble first.
+  std::string initializer_i4(const std::string& base, const Shape& shape,
+                             const std::vector<int8_t>& codes);
+
+  // A reduction over `axes` (empty: all) keeping them: the axes are an attribute before opset
+  // 18 (ReduceSum: 13) and an input since.
+  std::string reduce(const std::string& op, const std::string& x, const std::vector<int64_t>& axes,
+                     const std::string& base);
+  // One initializer for every request with the same `key` (a description of its contents,
+  // e.g. the rope tables of a position range, shared by every layer): `make` runs once.
+  std::string shared(const std::string& key, const std::function<std::string()>& make);
+  // Cast to ONNX element type `to` (onnx::TensorProto_DataType).
+  std::string cast(const std::string& x, int to, const std::string& base);
+  int64_t opset() const { return opset_; }
 
   const Graph& graph() const { return g_; }
   const Node& producer(ValueId v) const { return g_.node(g_.value(v).producer); }
@@ -86,10 +106,12 @@ class Context {
   const Graph& g_;
   onnx::GraphProto& out_;
   ValueId input_;
+  int64_t opset_;
   int64_t batch_ = 0;
   std::vector<bool> needed_, depends_;
   std::map<ValueId, Tensor> leaves_;
   std::map<ValueId, std::string> bound_;
+  std::map<std::string, std::string> shared_;
   std::set<std::string> names_;
   std::set<NodeId> in_progress_;
   std::vector<std::string> warnings_;
@@ -105,6 +127,10 @@ std::string emit_leaf(Context& ctx, ValueId v);
 using Mapper = void (*)(Context& ctx, const Node& node);
 void add_tensor_mappers(std::map<std::string, Mapper>& table);
 void add_quant_mappers(std::map<std::string, Mapper>& table);
+// The Llama decoder's ops: rms_norm, rope, silu (onnx_map_decoder.cpp), causal_attention
+// (onnx_map_attention.cpp).
+void add_decoder_mappers(std::map<std::string, Mapper>& table);
+void add_attention_mapper(std::map<std::string, Mapper>& table);
 const Mapper* find_mapper(const std::string& op);
 
 }  // namespace qg::onnx_export

@@ -91,15 +91,17 @@ void map_dynamic_range_quantize(Context& ctx, const Node& n) {
   const std::string x = ctx.value(n.inputs[0]);
   const float qmin = static_cast<float>(r.qmin), qmax = static_cast<float>(r.qmax);
   const float unit_zp = qmin > 0 ? qmin : (qmax < 0 ? qmax : 0.0f);
-  AttrList reduce = {attr_int("keepdims", 1)};
-  if (scope == "token") reduce.push_back(attr_ints("axes", {-1}));
+  const std::vector<int64_t> axes =
+      scope == "token" ? std::vector<int64_t>{-1} : std::vector<int64_t>{};
   auto c = [&](const std::string& what, float v) { return ctx.scalar_f32(base + "." + what, v); };
   auto op = [&](const char* type, const std::vector<std::string>& in, const std::string& what,
                 const AttrList& a = {}) { return ctx.node1(type, in, base + "." + what, a); };
   const std::string zero = c("zero", 0.0f), one = c("one", 1.0f);
   const std::string lo = c("qmin", qmin), hi = c("qmax", qmax);
-  std::string min_neg = op("Min", {op("ReduceMin", {x}, "min", reduce), zero}, "min_neg");
-  std::string max_pos = op("Max", {op("ReduceMax", {x}, "max", reduce), zero}, "max_pos");
+  std::string min_neg =
+      op("Min", {ctx.reduce("ReduceMin", x, axes, base + ".min"), zero}, "min_neg");
+  std::string max_pos =
+      op("Max", {ctx.reduce("ReduceMax", x, axes, base + ".max"), zero}, "max_pos");
   std::string scale0 =
       op("Div", {op("Sub", {max_pos, min_neg}, "range"), c("levels", qmax - qmin)}, "scale0");
   std::string unit = op("IsInf", {op("Div", {one, scale0}, "inv0")}, "unit");
@@ -126,14 +128,16 @@ void map_dynamic_fake_quantize(Context& ctx, const Node& n) {
   const std::string x = ctx.value(n.inputs[0]);
   const float qmin = static_cast<float>(n.attrs.get_int("quant_min"));
   const float qmax = static_cast<float>(n.attrs.get_int("quant_max"));
-  AttrList reduce = {attr_int("keepdims", 1), attr_ints("axes", {-1})};
+  const std::vector<int64_t> axes = {-1};
   auto c = [&](const std::string& what, float v) { return ctx.scalar_f32(base + "." + what, v); };
   auto op = [&](const char* type, const std::vector<std::string>& in, const std::string& what,
                 const AttrList& a = {}) { return ctx.node1(type, in, base + "." + what, a); };
   const std::string zero = c("zero", 0.0f), one = c("one", 1.0f);
   const std::string lo = c("qmin", qmin), hi = c("qmax", qmax);
-  std::string min_neg = op("Min", {op("ReduceMin", {x}, "min", reduce), zero}, "min_neg");
-  std::string max_pos = op("Max", {op("ReduceMax", {x}, "max", reduce), zero}, "max_pos");
+  std::string min_neg =
+      op("Min", {ctx.reduce("ReduceMin", x, axes, base + ".min"), zero}, "min_neg");
+  std::string max_pos =
+      op("Max", {ctx.reduce("ReduceMax", x, axes, base + ".max"), zero}, "max_pos");
   std::string range = op("Sub", {max_pos, min_neg}, "range");
   std::string scale0 = op("Mul", {range, c("inv_levels", 1.0f / (qmax - qmin))}, "scale0");
   std::string scale =

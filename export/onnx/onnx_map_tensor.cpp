@@ -196,8 +196,18 @@ void map_softmax(Context& ctx, const Node& n) {
 }
 
 void map_mean(Context& ctx, const Node& n) {
-  AttrList a = {attr_int("keepdims", n.attrs.get_bool("keepdim") ? 1 : 0)};
-  if (!n.attrs.get_ints("axes").empty()) a.push_back(attr_ints("axes", n.attrs.get_ints("axes")));
+  const auto axes = n.attrs.get_ints("axes");
+  const bool keep = n.attrs.get_bool("keepdim");
+  if (ctx.opset() >= 18) {  // axes became an input
+    std::vector<std::string> in = {ctx.value(n.inputs[0])};
+    if (!axes.empty())
+      in.push_back(ctx.initializer_i64(ctx.base_name(n.outputs[0]) + ".axes", axes));
+    ctx.bind(n.outputs[0], ctx.node("ReduceMean", in, {ctx.output_name(n)},
+                                    {attr_int("keepdims", keep ? 1 : 0)}));
+    return;
+  }
+  AttrList a = {attr_int("keepdims", keep ? 1 : 0)};
+  if (!axes.empty()) a.push_back(attr_ints("axes", axes));
   simple(ctx, n, "ReduceMean", a);
 }
 

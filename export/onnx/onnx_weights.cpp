@@ -12,11 +12,17 @@
 //                 codes [out * groups, g] -> DequantizeLinear(axis=0) -> Reshape
 //                 [out, groups * g] -> Slice to [out, in] (when padded) -> the layer's shape.
 //                 Every weight is code * its group's scale, as in qatgraph.
+// At opset 21 (the Llama export), codes that come from packed INT4 (the int4, int3 and int2
+// recipes: every code in -8..7) are stored as INT4, two a byte, without a zero point:
+//   per tensor / per channel:  DequantizeLinear(codes [out, ...], scale[] / scale[out], axis 0)
+//   group-wise:               DequantizeLinear(codes [out, in], scale [out, groups], axis 1,
+//                             block_size g): a shorter last group is ONNX's partial block.
 // NF4 has no ONNX form: its dequantized f32 weights are exported, with a warning.
 #include <algorithm>
 
 #include "core/error.h"
 #include "export/onnx/onnx_context.h"
+#include "export/onnx/onnx_export.h"
 #include "ops/common/quant_scope.h"
 
 namespace qg::onnx_export {
@@ -31,6 +37,7 @@ struct IntWeight {
   std::vector<float> scales;  // 1 (per tensor), out (per row) or out * groups
   bool per_tensor = false;
   int64_t group_size = 0, groups = 1;  // groups > 1: group-wise along each row
+  bool four_bit = false;               // codes of packed INT4 (every code in -8..7)
 };
 
 bool constant_inputs(const Context& ctx, const Node& n) {
@@ -121,6 +128,7 @@ IntWeight from_int4(const Context& ctx, const Node& n) {
     }
   for (int64_t q = 0; q < scale.numel(); ++q) w.scales.push_back(static_cast<float>(scale.at(q)));
   if (w.groups == 1) w.group_size = 0;  // one scale per row: per channel
+  w.four_bit = true;
   return w;
 }
 
@@ -129,9 +137,29 @@ std::string reshape(Context& ctx, const std::string& x, const Shape& shape,
   return ctx.node1("Reshape", {x, ctx.initializer_i64(base + ".shape", shape)}, base);
 }
 
+// INT4 codes + DequantizeLinear (opset 21): per tensor, per row (axis 0) or in blocks of g
+// along each row (axis 1, block_size).
+std::string emit_int4_weight(Context& ctx, const IntWeight& w, const Shape& shape) {
+  const bool blocked = w.groups > 1;
+  std::string codes =
+      ctx.initializer_i4(w.base + "_quantized", blocked ? Shape{w.out, w.in} : shape, w.codes);
+  const Shape qshape = w.per_tensor ? Shape{} : blocked ? Shape{w.out, w.groups} : Shape{w.out};
+  std::string scale = ctx.initializer_f32(w.base + "_scale", qshape, w.scales);
+  AttrList a;
+  if (blocked)
+    a = {attr_int("axis", 1), attr_int("block_size", w.group_size)};
+  else if (!w.per_tensor)
+    a = {attr_int("axis", 0)};
+  std::string y = ctx.node1("DequantizeLinear", {codes, scale}, w.base + "_dequantized", a);
+  if (blocked && shape != Shape{w.out, w.in})
+    y = reshape(ctx, y, shape, w.base + "_dequantized_kernel");
+  return y;
+}
+
 std::string emit_int_weight(Context& ctx, const IntWeight& w, const Shape& shape) {
   QG_CHECK(shape_numel(shape) == w.out * w.in && !shape.empty() && shape[0] == w.out, kOp,
            "weight '", w.base, "' [", w.out, ", ", w.in, "] is read as ", shape_str(shape));
+  if (w.four_bit && ctx.opset() >= kInt4Opset) return emit_int4_weight(ctx, w, shape);
   const std::string q = w.base + "_quantized";
   if (w.groups <= 1) {
     // Axis 0 survives the reshape to the layer's shape ([out, in] or [O, C, kh, kw]), so the
