@@ -231,6 +231,9 @@ struct OpDef {
   CrosscheckSpec crosscheck;  // GPU-vs-CPU cases and comparison (runtime/crosscheck.h)
   bool side_effects = false;  // runs even when no fetched value needs it (optimizer steps)
   bool is_source = false;     // graph inputs, parameters, constants
+  // The last declared input repeats: a node passes it one or more times (clip_grad_norm
+  // reads every parameter gradient). Positions past the declared names take its name.
+  bool variadic = false;
   // Output 0 is a view of input 0 (reshape, stop_gradient): the memory planner gives it no
   // buffer of its own and keeps input 0's buffer alive as long as the view is read.
   bool aliases_input = false;

@@ -72,6 +72,8 @@ struct TrainOptions {
   std::string corpus;
   int64_t steps = 300, seq = 64, warmup = 30, eval_every = 100, eval_windows = 0;
   double min_lr_ratio = 0.1;
+  double weight_decay = 0.0, clip_grad_norm = 0.0;  // llama's optimizer (0: off)
+  std::string precision = "f32";                    // llama: nn::parse_precision
 };
 
 // The result of one trained (or calibrated) model.
