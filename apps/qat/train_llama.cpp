@@ -153,10 +153,12 @@ void run_llama_training(const TrainOptions& o) {
       const nn::LmEvalRecord& r = t.record(loss_sum / losses, secs);
       std::printf(
           "%sstep %6lld/%lld  train loss %.4f  validation loss %.4f  perplexity %.2f "
-          "(unigram %.2f)  lr %.2e  %.0f tokens/s\n",
+          "(unigram %.2f)  lr %.2e  %.0f tokens/s",
           tty ? "\r" : "", static_cast<long long>(s), static_cast<long long>(o.steps), r.train_loss,
           r.validation_loss, std::exp(r.validation_loss), std::exp(unigram), t.current_lr(),
           secs > 0 ? losses * o.batch * o.seq / secs : 0.0);
+      if (o.clip_grad_norm > 0) std::printf("  grad norm %.3g", t.last_grad_norm());
+      std::printf("\n");
       std::fflush(stdout);
       loss_sum = 0;
       losses = 0;
