@@ -204,8 +204,9 @@ void LmTrainer::save_checkpoint(const std::string& path) {
 
 void LmTrainer::load_checkpoint(const std::string& path) {
   std::vector<CheckpointSection> sections = read_checkpoint(path);
-  // The runtime rate is rewritten from the schedule before every step, so a checkpoint
-  // written before it was a state loads with a placeholder for it.
+  // train_step writes the schedule's rate before every step, so a checkpoint without the
+  // rate's state (one written by a trainer whose rate was an attribute) loads with a
+  // placeholder for it.
   const std::string lr_section = std::string("state/") + kLearningRateName + "/value";
   if (config_.optimizer.has_runtime_lr() &&
       std::none_of(sections.begin(), sections.end(),

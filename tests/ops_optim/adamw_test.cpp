@@ -61,7 +61,7 @@ TEST(AdamW, ZeroDecayAtFirstStepMovesByLrTimesSign) {
 // The runtime rate changed between runs of one graph against a graph built afresh at each
 // rate (its variable starts there; no set_learning_rate) that takes over the states: the same
 // bits. For adam (decoupled = false) the recompiled step is the adam op with the rate as its
-// attribute, the path every earlier adam run took.
+// attribute, the path of every adam step that does not use the runtime rate.
 TEST(AdamW, RuntimeRateMatchesAStepRecompiledAtThatRateBitForBit) {
   const double rates[4] = {0.1, 0.037, 0.0123, 3e-3};  // not f32-representable on purpose
   for (const std::string kind : {"adamw", "adam"}) {

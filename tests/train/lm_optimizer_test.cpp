@@ -1,6 +1,6 @@
 // nn::LmTrainer's optimizer: adamw with decoupled weight decay and gradient clipping, the
-// schedule's exact rate through one compiled step, resumes (also from checkpoints written
-// before the rate was a state), sgd's recompiled levels, and bf16-mixed training.
+// schedule's exact rate through one compiled step, resumes (also from checkpoints without the
+// rate's state), sgd's recompiled levels, and bf16-mixed training.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -86,8 +86,8 @@ TEST(LmTrainerOptimizer, ResumedAdamWRunContinuesBitForBit) {
   a.save_checkpoint(path);
   for (int i = 0; i < 4; ++i) losses.push_back(a.train_step());
 
-  // A checkpoint written before the rate was a state lacks its section: it loads, and the
-  // rate comes from the schedule at the checkpoint's step as before.
+  // A checkpoint without the rate's section (as an attribute-rate trainer wrote them) loads,
+  // and the rate comes from the schedule at the checkpoint's step.
   const std::string old = (fs::temp_directory_path() / "qg_lm_adamw_old.qgck").string();
   std::vector<nn::CheckpointSection> sections = nn::read_checkpoint(path);
   const size_t n = sections.size();
