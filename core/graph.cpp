@@ -10,6 +10,17 @@
 #include "core/error.h"
 
 namespace qg {
+namespace {
+
+// The declared name of input `slot` of `op`; a variadic op's repeated last input keeps its
+// name, and a fused node's extra inputs are numbered.
+std::string declared_input_name(const OpDef& op, size_t slot) {
+  if (slot < op.inputs.size()) return op.inputs[slot];
+  if (op.variadic && !op.inputs.empty()) return op.inputs.back();
+  return "input " + std::to_string(slot);
+}
+
+}  // namespace
 
 NodeId Graph::add_node(Node node, const std::vector<TensorType>& output_types) {
   auto v = boost::add_vertex(g_);
@@ -90,17 +101,37 @@ ValueId Graph::parameter(const std::string& name, const Tensor& init) {
   return v;
 }
 
+ValueId Graph::variable(const std::string& name, const Tensor& init) {
+  QG_CHECK(!name.empty(), "variable", "a variable needs a name");
+  QG_CHECK(init.defined(), "variable", "variable '", name, "' has an undefined initial value");
+  QG_CHECK(find(name) == kNoValue, "variable", "the name '", name, "' is already used");
+  Node n;
+  n.op = &registry_->get("variable");
+  n.name = name;
+  n.value = init.device().is_cpu() ? init.clone() : init.to(Device::cpu());
+  TensorType t{init.dtype(), init.shape()};
+  n.states = {StateSpec{"value", t, 0.0}};
+  NodeId id = add_node(std::move(n), {t});
+  ValueId v = g_[id].outputs[0];
+  set_name(v, name);
+  return v;
+}
+
 std::vector<ValueId> Graph::apply(const std::string& op_name, const std::vector<ValueId>& inputs,
                                   const Attrs& attrs, const std::string& name) {
   const OpDef& op = registry_->get(op_name);
   QG_CHECK(!op.is_source, op_name, "source op '", op_name,
            "' is created with Graph::input/constant/parameter");
-  QG_CHECK(inputs.size() == op.inputs.size(), op_name, "expects ", op.inputs.size(),
-           " inputs, got ", inputs.size());
+  if (op.variadic)
+    QG_CHECK(!op.inputs.empty() && inputs.size() >= op.inputs.size(), op_name, "expects ",
+             op.inputs.size(), " or more inputs, got ", inputs.size());
+  else
+    QG_CHECK(inputs.size() == op.inputs.size(), op_name, "expects ", op.inputs.size(),
+             " inputs, got ", inputs.size());
   std::vector<TensorType> in_types;
   std::vector<const Tensor*> constants;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check_value(inputs[i], op_name, "input '" + op.inputs[i] + "'");
+    check_value(inputs[i], op_name, "input '" + declared_input_name(op, i) + "'");
     in_types.push_back(values_[inputs[i]].type);
     const Node& producer = g_[values_[inputs[i]].producer];
     constants.push_back(producer.op->name == "constant" ? &producer.value : nullptr);
@@ -347,7 +378,7 @@ std::vector<NodeId> Graph::topological_order() const {
     const Node& n = g_[i];
     if (n.dead) continue;
     for (size_t s = 0; s < n.inputs.size(); ++s)
-      check_value(n.inputs[s], n.name, "input '" + n.op->inputs[s] + "'");
+      check_value(n.inputs[s], n.name, "input '" + declared_input_name(*n.op, s) + "'");
   }
   // 2. Boost's topological sort; a back edge means a cycle, reported with its members.
   std::vector<BoostGraph::vertex_descriptor> rev;

@@ -57,6 +57,10 @@ class Graph {
   ValueId constant(const Tensor& value, const std::string& name = "");
   // A trainable tensor kept as persistent state by the executor.
   ValueId parameter(const std::string& name, const Tensor& init);
+  // A persistent state tensor that is not trained (not in parameters()): the caller writes
+  // it between runs through Executor::state(node, "value"), and every run reads the value
+  // on the device (the optimizer's learning rate).
+  ValueId variable(const std::string& name, const Tensor& init);
 
   // Appends one node. Validates the op, arity, attributes and input types, and infers the
   // output types; throws qg::Error naming the op on any problem.

@@ -236,6 +236,9 @@ struct OpDef {
   // late as it can, so the collective overlaps the work that does not need it
   // (Graph::topological_order).
   bool overlaps_async = false;
+  // The last declared input repeats: a node passes it one or more times (clip_grad_norm
+  // reads every parameter gradient). Positions past the declared names take its name.
+  bool variadic = false;
   // Output 0 is a view of input 0 (reshape, stop_gradient): the memory planner gives it no
   // buffer of its own and keeps input 0's buffer alive as long as the view is read.
   bool aliases_input = false;

@@ -1,5 +1,7 @@
 #include "runtime/op_call.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace qg {
@@ -19,7 +21,9 @@ PreparedOp::PreparedOp(const std::string& op, const Attrs& attrs, std::vector<Te
   QG_CHECK(!def_->is_source, op,
            "is a graph source op (it hands out fed or stored values); "
            "there is no kernel to call directly");
-  QG_CHECK(inputs_.size() == def_->inputs.size(), op, "expects ", def_->inputs.size(), " inputs (",
+  QG_CHECK(def_->variadic ? inputs_.size() >= def_->inputs.size()
+                          : inputs_.size() == def_->inputs.size(),
+           op, "expects ", def_->inputs.size(), def_->variadic ? " or more" : "", " inputs (",
            join_names(def_->inputs), "), got ", inputs_.size());
   attrs_ = resolve_attrs(*def_, attrs);
   std::vector<const Tensor*> no_constants(inputs_.size(), nullptr);
@@ -69,7 +73,8 @@ std::vector<Tensor> PreparedOp::run(DeviceContext& context, const std::vector<Te
   QG_CHECK(inputs.size() == inputs_.size(), op, "expects ", inputs_.size(), " inputs, got ",
            inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i)
-    check_operand("input", i, def_->inputs[i], inputs[i], inputs_[i], device, !kernel_->strided);
+    check_operand("input", i, def_->inputs[std::min(i, def_->inputs.size() - 1)], inputs[i],
+                  inputs_[i], device, !kernel_->strided);
   QG_CHECK(states.size() == states_.size(), op, "expects ", states_.size(), " states, got ",
            states.size());
   for (size_t i = 0; i < states.size(); ++i)

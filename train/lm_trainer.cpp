@@ -1,5 +1,6 @@
 #include "train/lm_trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -75,6 +76,10 @@ LmTrainer::LmTrainer(const LmTrainConfig& config, const std::vector<int32_t>& tr
       crops_(train, config.seq, config.seed ^ kCropStream) {
   const LlamaConfig& m = config.model;
   config.lr.validate();
+  // adam reads its rate at run time too (the same update as its attribute form, bit for bit).
+  config_.optimizer.runtime_lr = config.optimizer.kind != "sgd";
+  config_.optimizer.validate();
+  config.precision.validate();
   QG_CHECK(config.batch >= 1 && config.seq >= 2, "train.lm", "batch ", config.batch, " and seq ",
            config.seq, ": need batch >= 1 and seq >= 2");
   QG_CHECK(config.seq <= m.max_position_embeddings, "train.lm", "seq ", config.seq,
@@ -101,7 +106,7 @@ LmTrainer::LmTrainer(const LmTrainConfig& config, const std::vector<int32_t>& tr
                      : "");
   ids_ = Tensor::empty({config.batch, config.seq}, DType::i64);
   if (world > 1) global_ids_ = Tensor::empty({global_batch(), config.seq}, DType::i64);
-  program_for(config.lr.applied(0));
+  program_for(current_lr());
 }
 
 LmTrainer::~LmTrainer() = default;
@@ -110,12 +115,16 @@ Executor& LmTrainer::executor() {
   return program_->step->executor();
 }
 
+double LmTrainer::current_lr() const {
+  return config_.optimizer.has_runtime_lr() ? config_.lr.at(step_) : config_.lr.applied(step_);
+}
+
 LmTrainer::Program& LmTrainer::program_for(double lr) {
-  if (program_ && program_->lr == lr) return *program_;
+  if (program_ && (program_->lr == lr || config_.optimizer.has_runtime_lr())) return *program_;
   auto p = std::make_unique<Program>();
   p->graph = std::make_unique<Graph>();
   p->model = build_llama(*p->graph, config_.model, config_.batch, config_.seq, config_.qconfig,
-                         config_.seed);
+                         config_.seed, config_.precision);
   OptimizerConfig opt = config_.optimizer;
   opt.lr = lr;
   CompileOptions options;
@@ -136,7 +145,9 @@ LmTrainer::Program& LmTrainer::program_for(double lr) {
 }
 
 double LmTrainer::train_step() {
-  Program& p = program_for(config_.lr.applied(step_));
+  const double lr = current_lr();
+  Program& p = program_for(lr);
+  if (config_.optimizer.has_runtime_lr()) set_learning_rate(p.step->executor(), lr);
   if (config_.world_size() == 1) {
     crops_.fill(ids_);
   } else {
@@ -149,10 +160,14 @@ double LmTrainer::train_step() {
                 shard * sizeof(int64_t));
   }
   labels_ = next_token_labels(ids_);
+  const ValueId norm = grad_norm_value(*p.graph);
+  std::vector<ValueId> fetches = {p.model.loss};
+  if (norm != kNoValue) fetches.push_back(norm);
   const std::vector<Tensor>& out =
-      p.step->train({{"input_ids", ids_}, {"labels", labels_}}, {p.model.loss});
+      p.step->train({{"input_ids", ids_}, {"labels", labels_}}, fetches);
   p.step->synchronize();
   ++step_;
+  if (norm != kNoValue) last_grad_norm_ = on_host(out[1], host_norm_).at(0);
   return mean_over_ranks(on_host(out[0], host_loss_).at(0));
 }
 
@@ -212,6 +227,9 @@ std::string LmTrainer::config_key() const {
      << " kv_heads=" << m.num_key_value_heads << " vocab=" << m.vocab_size
      << " tied=" << m.tie_word_embeddings << " batch=" << global_batch() << " seq=" << config_.seq
      << " qconfig=" << config_.qconfig.str() << " optimizer=" << config_.optimizer.kind;
+  // Only a non-default policy is named, so f32 checkpoints keep their key.
+  if (!(config_.precision == PrecisionPolicy::f32()))
+    os << " precision=" << config_.precision.name();
   return os.str();
 }
 
@@ -233,6 +251,14 @@ void LmTrainer::save_checkpoint(const std::string& path) {
 
 void LmTrainer::load_checkpoint(const std::string& path) {
   std::vector<CheckpointSection> sections = read_checkpoint(path);
+  // train_step writes the schedule's rate before every step, so a checkpoint without the
+  // rate's state (one written by a trainer whose rate was an attribute) loads with a
+  // placeholder for it.
+  const std::string lr_section = std::string("state/") + kLearningRateName + "/value";
+  if (config_.optimizer.has_runtime_lr() &&
+      std::none_of(sections.begin(), sections.end(),
+                   [&](const CheckpointSection& s) { return s.name == lr_section; }))
+    sections.push_back({lr_section, encode_tensor(Tensor::from_doubles({}, {0.0}, DType::f64))});
   const CheckpointSections section(sections, path);
   std::map<std::string, std::string> kv = section.meta();
   QG_CHECK(kv["config"] == config_key(), "checkpoint", path, ": written for '",

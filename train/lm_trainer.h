@@ -4,7 +4,9 @@
 // tokens (seq - 1 targets per crop). Validation is the mean loss over fixed
 // non-overlapping windows of the validation stream, in whole batches. Every step goes
 // through a compiled step (runtime/compile.h), as nn::Trainer's do; the learning rate
-// follows an LrSchedule, applied by recompiling at its levels (train/lr_schedule.h). The
+// follows an LrSchedule. adam and adamw read it from a runtime variable written before
+// every step, so the step compiles once and applies the schedule's exact value; sgd takes
+// it as an attribute and recompiles at the schedule's levels (train/lr_schedule.h). The
 // crop sampler's RNG state, the step and the evaluation history are part of every
 // checkpoint, so a resumed run continues the uninterrupted one bit for bit on the CPU.
 //
@@ -12,6 +14,7 @@
 // batch x N crops would, up to the order of the gradient additions (docs/DISTRIBUTED.md).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,7 +34,11 @@ struct LmTrainConfig {
   QConfig qconfig;
   int64_t batch = 8, seq = 64;
   LrSchedule lr;
-  OptimizerConfig optimizer;  // kind and betas; the rate comes from `lr`
+  // kind, betas, weight_decay, clip_grad_norm; the rate comes from `lr`.
+  OptimizerConfig optimizer;
+  // The model's float dtypes (nn/qconfig.h): bf16_mixed() keeps f32 parameters and
+  // optimizer states and runs the GEMMs and attention in bf16.
+  PrecisionPolicy precision;
   uint64_t seed = 1;
   Device device = Device::cpu();
   int64_t validation_windows = 0;  // cap on the windows evaluated (<= 0: all)
@@ -105,7 +112,11 @@ class LmTrainer {
   void continue_crops_from(const LmTrainer& other);
 
   int64_t step() const { return step_; }
-  double current_lr() const { return config_.lr.applied(step_); }
+  // The rate the next step applies: the schedule's value (its level under sgd).
+  double current_lr() const;
+  // The total gradient norm before clipping of the last step (clip_grad_norm > 0; NaN
+  // before the first step or without clipping).
+  double last_grad_norm() const { return last_grad_norm_; }
   int64_t windows_per_evaluation() const { return eval_batches_ * global_batch(); }
   int compiles() const { return compiles_; }
   int64_t parameter_count() const;
@@ -115,7 +126,8 @@ class LmTrainer {
 
  private:
   struct Program;
-  // The program whose adam rate is `lr`, built with the current program's states.
+  // The program whose rate is `lr`, built with the current program's states; with a runtime
+  // rate the one program, whatever `lr`.
   Program& program_for(double lr);
   std::string config_key() const;
   int64_t global_batch() const { return config_.batch * config_.world_size(); }
@@ -130,8 +142,9 @@ class LmTrainer {
   int64_t eval_batches_ = 0;
   int64_t step_ = 0;
   int compiles_ = 0;
-  Tensor ids_, labels_, host_loss_;
+  Tensor ids_, labels_, host_loss_, host_norm_;
   Tensor global_ids_;  // data parallel: the global batch's crops, of which ids_ is a shard
+  double last_grad_norm_ = std::nan("");
   std::vector<LmEvalRecord> history_;
 };
 

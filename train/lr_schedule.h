@@ -6,11 +6,13 @@
 //                   p = (step - warmup) / max(1, total - 1 - warmup), clamped to [0, 1]
 // `step` counts optimizer steps from 0.
 //
-// The adam op takes its rate as an attribute (a constant of the compiled step), so training
-// applies the schedule in `levels` steps: applied(step) rounds the scheduled rate up to the
-// next multiple of peak / levels, and the trainer recompiles its step (the states stay
-// shared) whenever that value changes. applied() is a function of the step alone, so a
-// resumed run applies exactly the rates of the uninterrupted one.
+// adam and adamw read their rate from a runtime variable (train/optimizer.h), so the trainer
+// applies at(step) exactly with one compiled step. The sgd op takes its rate as an attribute
+// (a constant of the compiled step), so there training applies the schedule in `levels`
+// steps: applied(step) rounds the scheduled rate up to the next multiple of peak / levels,
+// and the trainer recompiles its step (the states stay shared) whenever that value changes.
+// Both are functions of the step alone, so a resumed run applies exactly the rates of the
+// uninterrupted one.
 #pragma once
 
 #include <cstdint>

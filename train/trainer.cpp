@@ -122,6 +122,12 @@ Trainer::Program& Trainer::program(int64_t rows) {
   if (config_.world_size() > 1) {
     training.gradient_sync = dist::bucketed_all_reduce(config_.bucket_bytes);
     if (sharded()) {
+      // Each rank's update nodes see only its own parameters' gradients, so a clip norm
+      // would be that share's, not the global one.
+      QG_CHECK(config_.optimizer.clip_grad_norm == 0.0, "trainer", "clip_grad_norm ",
+               config_.optimizer.clip_grad_norm,
+               " needs the global gradient norm; sharded optimizer states (ZeRO stage 1) see "
+               "only each rank's share");
       training.optimizer =
           dist::shard_optimizer_states(training.optimizer, config_.rank(), config_.world_size());
       std::vector<int64_t> numels;

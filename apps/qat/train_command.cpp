@@ -213,7 +213,21 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--qat-steps", o->qat_steps,
                   "llama --compare: steps of each fine-tune (QAT and the float reference)")
       ->capture_default_str();
+  cmd->add_option("--weight-decay", o->weight_decay,
+                  "llama: weight decay (adamw: decoupled, p *= 1 - lr * wd; adam, sgd: L2)")
+      ->capture_default_str();
+  cmd->add_option("--clip-grad-norm", o->clip_grad_norm,
+                  "llama: clip the gradients' total L2 norm to this (adam, adamw; 0: off)")
+      ->capture_default_str();
+  cmd->add_option("--precision", o->precision,
+                  "llama: f32 or bf16-mixed (f32 parameters and optimizer states, bf16 GEMMs "
+                  "and attention, f32 accumulation)")
+      ->capture_default_str();
   cmd->callback([o, cmd] {
+    QG_CHECK(o->model == "llama" ||
+                 (cmd->count("--weight-decay") == 0 && cmd->count("--clip-grad-norm") == 0 &&
+                  cmd->count("--precision") == 0),
+             "train", "--weight-decay, --clip-grad-norm and --precision are for --model llama");
     if (o->model == "llama") {
       // The digits defaults do not fit a language model: a smaller batch, a smaller rate.
       if (cmd->count("--batch") == 0) o->batch = 8;

@@ -150,7 +150,7 @@ void add_model_options(CLI::App* cmd, TrainOptions& o) {
                   "A language-model QAT recipe with torchao's numerics: 8da4w, 8da3w, 8da2w, "
                   "int4_weight_only, w8a8_dynamic or float (overrides --weight-bits, --act-bits "
                   "and --scope; group-wise ones take --group-size: 32, 64, 128 or 256)");
-  cmd->add_option("--optimizer", o.optimizer, "adam or sgd")->capture_default_str();
+  cmd->add_option("--optimizer", o.optimizer, "adam, adamw or sgd")->capture_default_str();
   cmd->add_option("--batch", o.batch, "Batch size")->capture_default_str();
 }
 

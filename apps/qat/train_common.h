@@ -78,6 +78,8 @@ struct TrainOptions {
   // quantized ones) and the fine-tune's steps; --qat-lr defaults to a tenth of --lr there.
   std::vector<std::string> recipes;
   int64_t qat_steps = 100;
+  double weight_decay = 0.0, clip_grad_norm = 0.0;  // llama's optimizer (0: off)
+  std::string precision = "f32";                    // llama: nn::parse_precision
 };
 
 // The result of one trained (or calibrated) model.

@@ -69,6 +69,9 @@ nn::LmTrainConfig llama_train_config(const TrainOptions& o, const nn::LlamaConfi
   c.lr.total = o.steps;
   c.lr.min_ratio = o.min_lr_ratio;
   c.optimizer.kind = o.optimizer;
+  c.optimizer.weight_decay = o.weight_decay;
+  c.optimizer.clip_grad_norm = o.clip_grad_norm;
+  c.precision = nn::parse_precision(o.precision);
   c.seed = o.seed;
   c.device = lm_device(o.device, o.local_rank);
   c.validation_windows = o.eval_windows;
@@ -149,13 +152,14 @@ void train_llama(const TrainOptions& o) {
   const double unigram = t.unigram_validation_loss();
   std::printf(
       "qat train: llama hidden %lld, %lld layers, %lld heads (%lld kv), vocab %lld, %lld "
-      "parameters; %s; %s peak lr %g, warm-up %lld, cosine to %g x; batch %lld x %lld tokens, "
-      "%lld steps, seed %llu, %s\n",
+      "parameters; %s; %s; %s peak lr %g (weight decay %g, clip %g), warm-up %lld, cosine to "
+      "%g x; batch %lld x %lld tokens, %lld steps, seed %llu, %s\n",
       static_cast<long long>(model.hidden_size), static_cast<long long>(model.num_hidden_layers),
       static_cast<long long>(model.num_attention_heads),
       static_cast<long long>(model.num_key_value_heads), static_cast<long long>(model.vocab_size),
-      static_cast<long long>(t.parameter_count()), c.qconfig.str().c_str(), o.optimizer.c_str(),
-      o.lr, static_cast<long long>(o.warmup), o.min_lr_ratio, static_cast<long long>(o.batch),
+      static_cast<long long>(t.parameter_count()), c.qconfig.str().c_str(),
+      c.precision.str().c_str(), o.optimizer.c_str(), o.lr, o.weight_decay, o.clip_grad_norm,
+      static_cast<long long>(o.warmup), o.min_lr_ratio, static_cast<long long>(o.batch),
       static_cast<long long>(o.seq), static_cast<long long>(o.steps),
       static_cast<unsigned long long>(o.seed), c.device.str().c_str());
   std::printf(
@@ -192,16 +196,19 @@ void train_llama(const TrainOptions& o) {
       std::printf("\rllama [%s] step %6lld/%lld  loss %.4f  lr %.2e  %7.0f tokens/s ", b.c_str(),
                   static_cast<long long>(s), static_cast<long long>(o.steps), loss_sum / losses,
                   t.current_lr(), secs > 0 ? losses * tokens_per_step / secs : 0.0);
+      if (o.clip_grad_norm > 0) std::printf(" grad norm %.3g ", t.last_grad_norm());
       std::fflush(stdout);
     }
     if (s % o.eval_every == 0 || s == o.steps) {
       const nn::LmEvalRecord& r = t.record(loss_sum / losses, secs);
       std::printf(
           "%sstep %6lld/%lld  train loss %.4f  validation loss %.4f  perplexity %.2f "
-          "(unigram %.2f)  lr %.2e  %.0f tokens/s\n",
+          "(unigram %.2f)  lr %.2e  %.0f tokens/s",
           tty ? "\r" : "", static_cast<long long>(s), static_cast<long long>(o.steps), r.train_loss,
           r.validation_loss, std::exp(r.validation_loss), std::exp(unigram), t.current_lr(),
           secs > 0 ? losses * tokens_per_step / secs : 0.0);
+      if (o.clip_grad_norm > 0) std::printf("  grad norm %.3g", t.last_grad_norm());
+      std::printf("\n");
       std::fflush(stdout);
       loss_sum = 0;
       losses = 0;
@@ -214,8 +221,8 @@ void train_llama(const TrainOptions& o) {
            " is already at --steps ", o.steps);
   const double final_loss = t.history().back().validation_loss;
   std::printf(
-      "validation perplexity %.2f vs unigram %.2f (%.2fx lower); %d compiled learning "
-      "rates\n",
+      "validation perplexity %.2f vs unigram %.2f (%.2fx lower); the step compiled %d "
+      "time(s)\n",
       std::exp(final_loss), std::exp(unigram), std::exp(unigram - final_loss), t.compiles());
   std::ostringstream extra;
   extra.precision(9);

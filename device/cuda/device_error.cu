@@ -34,6 +34,13 @@ std::string describe_device_error(const DeviceErrorRecord& r) {
       os << "indices[" << r.index << "] = " << r.value << " is outside [0, " << r.hi
          << ") (the weight has " << r.hi << " rows)";
       break;
+    case kNonFiniteGradNorm:
+      os << "the total gradient norm is " << r.value
+         << " (not finite), so it cannot be clipped; the step was skipped (error_if_nonfinite)";
+      break;
+    case kBadLearningRate:
+      os << "learning rate " << r.value << " must be finite and >= 0; the step was skipped";
+      break;
     case kBadGroupSize:
       os << "size " << r.value << " at " << r.index << " is outside [" << r.lo << ", " << r.hi
          << "]";

@@ -28,6 +28,8 @@ enum DeviceErrorCode : int32_t {
   kAffineOverflow = 7,      // scope `index` has range [lo, hi] too wide for an f32 scale
   kBadAbsmax = 8,           // value = absmax[index]; must be finite and >= 0
   kIndexOutOfRange = 9,     // value = indices[index]; must lie in [0, hi) (embedding rows)
+  kNonFiniteGradNorm = 10,  // value = the total gradient norm (or grad_scale); must be finite
+  kBadLearningRate = 11,    // value = the learning rate; must be finite and >= 0
 };
 
 struct DeviceErrorRecord {

@@ -55,7 +55,8 @@ void add_passthrough(OpRegistry& r, const char* op) {
 }  // namespace
 
 void add_graph_io_cuda_kernels(OpRegistry& r) {
-  for (const char* op : {"input", "constant", "parameter", "stop_gradient"}) add_passthrough(r, op);
+  for (const char* op : {"input", "constant", "parameter", "variable", "stop_gradient"})
+    add_passthrough(r, op);
   r.get_mutable("full_like").kernels.push_back({DeviceType::cuda, {}, full_like_cuda});
 }
 

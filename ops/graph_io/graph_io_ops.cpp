@@ -1,5 +1,5 @@
-// Source and plumbing ops: graph inputs (fed by name), constants, parameters (persistent
-// state), stop_gradient, and full_like (gradient seeds and zero gradients).
+// Source and plumbing ops: graph inputs (fed by name), constants, parameters and variables
+// (persistent state), stop_gradient, and full_like (gradient seeds and zero gradients).
 #include "core/op_registry.h"
 
 #include "core/error.h"
@@ -59,6 +59,17 @@ void define_parameter(OpRegistry& r) {
   op.kernels.push_back({DeviceType::cpu, {}, hand_out_state});
 }
 
+void define_variable(OpRegistry& r) {
+  OpDef& op = r.define("variable");
+  op.doc =
+      "A persistent tensor that is not trained; the caller writes it between runs (the "
+      "optimizer's learning rate).";
+  op.outputs = {"value"};
+  op.is_source = true;
+  op.infer = no_infer;
+  op.kernels.push_back({DeviceType::cpu, {}, hand_out_state});
+}
+
 void define_stop_gradient(OpRegistry& r) {
   OpDef& op = r.define("stop_gradient");
   op.doc = "Identity in the forward pass; no gradient flows through it.";
@@ -95,6 +106,7 @@ void define_graph_io_ops(OpRegistry& r) {
   define_input(r);
   define_constant(r);
   define_parameter(r);
+  define_variable(r);
   define_stop_gradient(r);
   define_full_like(r);
 #ifdef QG_WITH_CUDA

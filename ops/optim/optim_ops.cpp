@@ -16,33 +16,14 @@
 #include "core/graph.h"
 #include "core/thread_pool.h"
 #include "ops/common/schema_helpers.h"
+#include "ops/optim/optim_attrs.h"
 #include "ops/optim/optim_cpu.h"
 
 namespace qg {
 namespace {
 
-// A real attribute with a closed/open range check, naming the op, attribute and value.
-AttrSpec bounded_real(const std::string& name, double def, const std::string& doc, double lo,
-                      double hi, bool hi_open) {
-  AttrSpec s = real_attr(name, def, doc);
-  s.validate = [name, lo, hi, hi_open](const std::string& op, const Attr& v) {
-    double x = v.as_real();
-    bool ok = std::isfinite(x) && x >= lo && (hi_open ? x < hi : x <= hi);
-    QG_CHECK(ok, op, "attribute '", name, "' = ", x, " must be in [", lo, ", ", hi,
-             hi_open ? ")" : "]");
-  };
-  return s;
-}
-
-AttrSpec positive_real(const std::string& name, double def, const std::string& doc) {
-  AttrSpec s = real_attr(name, def, doc);
-  s.validate = [name](const std::string& op, const Attr& v) {
-    double x = v.as_real();
-    QG_CHECK(std::isfinite(x) && x > 0.0, op, "attribute '", name, "' = ", x,
-             " must be finite and > 0");
-  };
-  return s;
-}
+using optim_attrs::bounded_real;
+using optim_attrs::positive_real;
 
 std::vector<TensorType> infer_step(const InferContext& ctx) {
   QG_CHECK(ctx.inputs[0].dtype == DType::f32 || ctx.inputs[0].dtype == DType::f64, ctx.op,
@@ -131,10 +112,14 @@ void define_adam(OpRegistry& r) {
 }  // namespace
 
 void add_optim_cuda_kernels(OpRegistry& r);  // optim_cuda.cu
+void define_adamw(OpRegistry& r);            // adamw_op.cpp
+void define_clip_grad_norm(OpRegistry& r);   // clip_grad_norm_op.cpp
 
 void define_optim_ops(OpRegistry& r) {
   define_sgd(r);
   define_adam(r);
+  define_adamw(r);
+  define_clip_grad_norm(r);
 #ifdef QG_WITH_CUDA
   add_optim_cuda_kernels(r);
 #endif

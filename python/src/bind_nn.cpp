@@ -240,7 +240,8 @@ void bind_models(nb::module_& m) {
   m.def("model_kinds", &model_kinds, "The model kinds build_model knows.");
 
   nb::class_<OptimizerConfig>(
-      m, "OptimizerConfig", "The optimizer of add_optimizer, nn.compile and Trainer: adam or sgd.")
+      m, "OptimizerConfig",
+      "The optimizer of add_optimizer, nn.compile and Trainer: adam, adamw or sgd.")
       .def(nb::init<>())
       .def(
           "__init__",
@@ -250,13 +251,18 @@ void bind_models(nb::module_& m) {
             c->lr = lr;
           },
           nb::arg("kind"), nb::arg("lr") = 1e-3)
-      .def_rw("kind", &OptimizerConfig::kind, "'adam' or 'sgd'")
+      .def_rw("kind", &OptimizerConfig::kind, "'adam', 'adamw' or 'sgd'")
       .def_rw("lr", &OptimizerConfig::lr, "learning rate")
       .def_rw("momentum", &OptimizerConfig::momentum, "sgd momentum")
       .def_rw("beta1", &OptimizerConfig::beta1, "adam beta1")
       .def_rw("beta2", &OptimizerConfig::beta2, "adam beta2")
       .def_rw("eps", &OptimizerConfig::eps, "adam epsilon")
-      .def_rw("weight_decay", &OptimizerConfig::weight_decay, "L2 weight decay");
+      .def_rw("weight_decay", &OptimizerConfig::weight_decay,
+              "weight decay: decoupled for adamw, an L2 term for adam and sgd")
+      .def_rw("clip_grad_norm", &OptimizerConfig::clip_grad_norm,
+              "clip the gradients' total L2 norm to this (adam, adamw; 0: off)")
+      .def_rw("runtime_lr", &OptimizerConfig::runtime_lr,
+              "adam: read the rate from the 'optimizer.lr' variable, as adamw does");
   m.def("add_optimizer", &add_optimizer, nb::arg("graph"), nb::arg("loss"), nb::arg("params"),
         nb::arg("config"),
         "Differentiates `loss` and appends one optimizer node per parameter; returns the "

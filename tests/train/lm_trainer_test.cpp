@@ -44,7 +44,7 @@ std::vector<int32_t> pattern(size_t n, int32_t vocab) {
   return s;
 }
 
-// Float and W8A8 (the observers' statistics must carry over the recompiles and the resume).
+// Float and W8A8 (the observers' statistics must carry over the resume).
 TEST(LmTrainer, ResumedRunContinuesTheUninterruptedOneBitForBit) {
   for (const nn::QConfig& qc : {nn::QConfig(), nn::QConfig::w8a8()}) {
     SCOPED_TRACE(qc.str());
@@ -65,8 +65,8 @@ TEST(LmTrainer, ResumedRunContinuesTheUninterruptedOneBitForBit) {
     EXPECT_EQ(b.step(), 3);
     for (int i = 3; i < 8; ++i) EXPECT_EQ(b.train_step(), losses[static_cast<size_t>(i)]) << i;
     EXPECT_EQ(b.evaluate(), va);
-    // The rate moved through the schedule's levels: the step was recompiled on the way.
-    EXPECT_GT(a.compiles(), 2);
+    // adam reads the schedule's rate at run time: one compiled step for the whole run.
+    EXPECT_EQ(a.compiles(), 1);
     EXPECT_LT(losses.back(), losses.front());
   }
 }
