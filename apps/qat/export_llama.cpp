@@ -22,6 +22,7 @@
 #ifdef QG_WITH_ONNX
 
 #include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -137,6 +138,7 @@ Tensor make_prompts(const LlamaExportOptions& o, int64_t vocab) {
 struct Decode {
   Tensor tokens;       // i64 [B, N]
   Tensor first_steps;  // f32 [B, L, V]: the first step's logits at the prompt positions
+  Tensor margins;      // f32 [B, N]: each step's largest logit minus the runner-up
 };
 
 Decode greedy_decode(nn::LlamaInstance& inst, const Tensor& prompts, int64_t steps) {
@@ -148,6 +150,7 @@ Decode greedy_decode(nn::LlamaInstance& inst, const Tensor& prompts, int64_t ste
   const Tensor labels = Tensor::zeros({b, s - 1}, DType::i64);
   std::vector<int64_t> out(static_cast<size_t>(b * steps));
   std::vector<float> first(static_cast<size_t>(b * l * v));
+  std::vector<float> margins(static_cast<size_t>(b * steps));
   inst.exec->set_training(false);
   for (int64_t step = 0; step < steps; ++step) {
     Executor::Feeds feeds = {{"input_ids", Tensor::from_vector<int64_t>({b, s}, window)},
@@ -160,13 +163,18 @@ Decode greedy_decode(nn::LlamaInstance& inst, const Tensor& prompts, int64_t ste
       int64_t best = 0;
       for (int64_t j = 1; j < v; ++j)
         if (row[j] > row[best]) best = j;
+      float second = -INFINITY;
+      for (int64_t j = 0; j < v; ++j)
+        if (j != best && row[j] > second) second = row[j];
       out[static_cast<size_t>(i * steps + step)] = best;
+      margins[static_cast<size_t>(i * steps + step)] = row[best] - second;
       window[static_cast<size_t>(i * s + at + 1)] = best;
       if (step == 0) std::memcpy(first.data() + i * l * v, p + i * s * v, sizeof(float) * l * v);
     }
   }
   return {Tensor::from_vector<int64_t>({b, steps}, out),
-          Tensor::from_vector<float>({b, l, v}, first)};
+          Tensor::from_vector<float>({b, l, v}, first),
+          Tensor::from_vector<float>({b, steps}, margins)};
 }
 
 int64_t f32_weight_bytes(const nn::LlamaInstance& inst) {
@@ -227,6 +235,7 @@ void run_llama_export(const LlamaExportOptions& o, const std::map<std::string, s
     save_npy(o.reference + "/prompts.npy", prompts);
     save_npy(o.reference + "/tokens.npy", ref.tokens);
     save_npy(o.reference + "/logits.npy", ref.first_steps);
+    save_npy(o.reference + "/margins.npy", ref.margins);
   }
   // 5. Summary.
   std::printf("qat export: llama %s, %s (step %s) -> %s\n", recipe.c_str(), qc.str().c_str(),
@@ -248,7 +257,8 @@ void run_llama_export(const LlamaExportOptions& o, const std::map<std::string, s
       static_cast<long long>(o.new_tokens), static_cast<long long>(o.prompts),
       static_cast<long long>(seq));
   if (!o.reference.empty())
-    std::printf("wrote %s/prompts.npy, tokens.npy, logits.npy\n", o.reference.c_str());
+    std::printf("wrote %s/prompts.npy, tokens.npy, logits.npy, margins.npy\n",
+                o.reference.c_str());
 }
 
 }  // namespace qg::cli
