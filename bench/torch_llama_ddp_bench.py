@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_llama_qat_bench import llama, torchao_8da4w  # noqa: E402
+from torch_llama_qat_bench import llama, timed, torchao_8da4w  # noqa: E402
 
 
 def measure(prepare, args, world, rank):
@@ -37,16 +37,7 @@ def measure(prepare, args, world, rank):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(args.steps):
-        step()
-    end.record()
-    torch.cuda.synchronize()
-    ms = torch.tensor([start.elapsed_time(end) / args.steps], device="cuda")
+    ms = torch.tensor([timed(step, args.warmup, args.steps)], device="cuda")
     if world > 1:
         dist.all_reduce(ms, op=dist.ReduceOp.MAX)
     del model, opt

@@ -42,6 +42,20 @@ def qatgraph_8da4w(model, group_size):
     return qgt.prepare_qat(model, "8da4w", inplace=True, group_size=group_size)
 
 
+def timed(step, warmup, steps):
+    """ms per call of step(): `warmup` calls, then `steps` timed with CUDA events."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        step()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / steps
+
+
 def measure(prepare, args):
     model = llama(args.layers)
     if prepare is not None:
@@ -62,16 +76,7 @@ def measure(prepare, args):
 
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(args.steps):
-        step()
-    end.record()
-    torch.cuda.synchronize()
-    ms = start.elapsed_time(end) / args.steps
+    ms = timed(step, args.warmup, args.steps)
     peak = torch.cuda.max_memory_allocated() / 2**30
     first, last = losses[0].item(), losses[-1].item()
     del model, opt, losses

@@ -88,25 +88,20 @@ ValueId Graph::parameter(const std::string& name, const Tensor& init) {
   QG_CHECK(init.defined(), "parameter", "parameter '", name, "' has an undefined initial value");
   QG_CHECK(is_floating(init.dtype()), "parameter", "parameter '", name,
            "' must be floating point, got ", dtype_name(init.dtype()));
-  QG_CHECK(find(name) == kNoValue, "parameter", "the name '", name, "' is already used");
-  Node n;
-  n.op = &registry_->get("parameter");
-  n.name = name;
-  n.value = init.device().is_cpu() ? init.clone() : init.to(Device::cpu());
-  TensorType t{init.dtype(), init.shape()};
-  n.states = {StateSpec{"value", t, 0.0}};
-  NodeId id = add_node(std::move(n), {t});
-  ValueId v = g_[id].outputs[0];
-  set_name(v, name);
-  return v;
+  return state_source("parameter", name, init);
 }
 
 ValueId Graph::variable(const std::string& name, const Tensor& init) {
-  QG_CHECK(!name.empty(), "variable", "a variable needs a name");
-  QG_CHECK(init.defined(), "variable", "variable '", name, "' has an undefined initial value");
-  QG_CHECK(find(name) == kNoValue, "variable", "the name '", name, "' is already used");
+  return state_source("variable", name, init);
+}
+
+// A source node of `op` that holds one state, "value", initialised to `init` (a host copy).
+ValueId Graph::state_source(const std::string& op, const std::string& name, const Tensor& init) {
+  QG_CHECK(!name.empty(), op, "a ", op, " needs a name");
+  QG_CHECK(init.defined(), op, op, " '", name, "' has an undefined initial value");
+  QG_CHECK(find(name) == kNoValue, op, "the name '", name, "' is already used");
   Node n;
-  n.op = &registry_->get("variable");
+  n.op = &registry_->get(op);
   n.name = name;
   n.value = init.device().is_cpu() ? init.clone() : init.to(Device::cpu());
   TensorType t{init.dtype(), init.shape()};

@@ -117,6 +117,7 @@ class Graph {
  private:
   // topological_order's reordering around asynchronous nodes (graph.cpp).
   std::vector<NodeId> overlap_async_nodes(std::vector<NodeId> order) const;
+  ValueId state_source(const std::string& op, const std::string& name, const Tensor& init);
   NodeId add_node(Node node, const std::vector<TensorType>& output_types);
   void check_value(ValueId id, const std::string& op, const std::string& what) const;
 
