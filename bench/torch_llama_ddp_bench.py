@@ -17,7 +17,8 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_llama_qat_bench import llama, timed, torchao_8da4w  # noqa: E402
+from cuda_timing import per_call_us  # noqa: E402
+from torch_llama_qat_bench import add_step_args, llama, torchao_8da4w  # noqa: E402
 
 
 def measure(prepare, args, world, rank):
@@ -37,7 +38,7 @@ def measure(prepare, args, world, rank):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    ms = torch.tensor([timed(step, args.warmup, args.steps)], device="cuda")
+    ms = torch.tensor([per_call_us(step, args.steps, args.warmup) / 1000], device="cuda")
     if world > 1:
         dist.all_reduce(ms, op=dist.ReduceOp.MAX)
     del model, opt
@@ -47,13 +48,7 @@ def measure(prepare, args, world, rank):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=1024)
-    parser.add_argument("--group-size", type=int, default=32)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--skip-torchao", action="store_true")
+    add_step_args(parser)
     args = parser.parse_args()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("LOCAL_RANK", "0"))

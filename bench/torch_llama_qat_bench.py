@@ -20,6 +20,8 @@ import gc
 
 import torch
 
+from cuda_timing import per_call_us
+
 
 def llama(layers):
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -42,20 +44,6 @@ def qatgraph_8da4w(model, group_size):
     return qgt.prepare_qat(model, "8da4w", inplace=True, group_size=group_size)
 
 
-def timed(step, warmup, steps):
-    """ms per call of step(): `warmup` calls, then `steps` timed with CUDA events."""
-    for _ in range(warmup):
-        step()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(steps):
-        step()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / steps
-
-
 def measure(prepare, args):
     model = llama(args.layers)
     if prepare is not None:
@@ -76,7 +64,7 @@ def measure(prepare, args):
 
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    ms = timed(step, args.warmup, args.steps)
+    ms = per_call_us(step, args.steps, args.warmup) / 1000
     peak = torch.cuda.max_memory_allocated() / 2**30
     first, last = losses[0].item(), losses[-1].item()
     del model, opt, losses
@@ -112,16 +100,21 @@ def profile(args):
     print(f"GPU kernel time per step: {device_us / 1000:.1f} ms")
 
 
-def main():
-    parser = argparse.ArgumentParser()
+def add_step_args(parser):
+    """The model and step options this script shares with torch_llama_ddp_bench.py."""
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--group-size", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--peak", type=float, default=989.0, help="dense bf16 TFLOP/s")
     parser.add_argument("--skip-torchao", action="store_true")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    add_step_args(parser)
+    parser.add_argument("--peak", type=float, default=989.0, help="dense bf16 TFLOP/s")
     parser.add_argument("--repeats", type=int, default=1,
                         help="measure the variants this many times, interleaved, and report "
                              "the median ms (with the range): the float step itself moves "
