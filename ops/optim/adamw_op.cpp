@@ -54,34 +54,9 @@ void adamw_cpu(KernelContext& ctx) {
   QG_CHECK(std::isfinite(scale), ctx.op, "grad_scale ", scale,
            " is not finite (the gradient norm was not finite); the step was skipped");
   const T g_scale = static_cast<T>(scale);
-  const T b1 = static_cast<T>(a.beta1);
-  const T b2 = static_cast<T>(a.beta2);
-  const T one_minus_b1 = static_cast<T>(1.0 - a.beta1);
-  const T one_minus_b2 = static_cast<T>(1.0 - a.beta2);
-  const T eps = static_cast<T>(a.eps);
-  const T wd = static_cast<T>(a.weight_decay);
-  const bool decay_param = a.decoupled && a.weight_decay != 0.0;
-  const bool decay_grad = !a.decoupled && a.weight_decay != 0.0;
-  // 1 - lr * wd in double, rounded once: torch forms it from Python floats.
-  const T decay = static_cast<T>(1.0 - lr * a.weight_decay);
-  T* m = ctx.states[0].data<T>();
-  T* v = ctx.states[1].data<T>();
-  int64_t& step = ctx.states[2].data<int64_t>()[0];
-  ++step;
-  const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(step));
-  const T step_size = static_cast<T>(lr / bc1);
-  const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
   const T* grad = ctx.inputs[1].data<T>();
-  for_each_param_element<T>(ctx, ctx.inputs[1], [&](T& p, int64_t i) {
-    T g = grad[i] * g_scale;
-    if (decay_grad) g = g + wd * p;
-    if (decay_param) p = p * decay;
-    m[i] = b1 * m[i] + one_minus_b1 * g;
-    v[i] = b2 * v[i] + one_minus_b2 * (g * g);
-    T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-    p = p - step_size * (m[i] / denom);
-  });
+  adam_step<T>(ctx, AdamStep{lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.decoupled},
+               ctx.inputs[1], [&](int64_t i) { return grad[i] * g_scale; });
 }
 
 }  // namespace

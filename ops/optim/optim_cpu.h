@@ -55,16 +55,24 @@ void sgd_update(KernelContext& ctx, const SgdArgs& a, const Tensor& grad_source,
   ++step;
 }
 
-// Adam with `a` (an adam node's parsed arguments) and states {exp_avg, exp_avg_sq, step}.
+// One Adam step (torch.optim.Adam; with `decoupled`, torch.optim.AdamW) over states {exp_avg,
+// exp_avg_sq, step}: weight decay as L2 into the gradient, or decoupled (p *= 1 - lr * wd,
+// that factor formed in double and rounded once, as torch forms it from Python floats).
+struct AdamStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled = false;
+};
+
 template <typename T, typename GradAt>
-void adam_update(KernelContext& ctx, const AdamArgs& a, const Tensor& grad_source, GradAt grad_at) {
-  const double lr = a.lr;
+void adam_step(KernelContext& ctx, const AdamStep& a, const Tensor& grad_source, GradAt grad_at) {
   const T b1 = static_cast<T>(a.beta1);
   const T b2 = static_cast<T>(a.beta2);
   const T one_minus_b1 = static_cast<T>(1.0 - a.beta1);
   const T one_minus_b2 = static_cast<T>(1.0 - a.beta2);
   const T eps = static_cast<T>(a.eps);
-  const T wd = static_cast<T>(a.weight_decay);
+  const T wd = a.decoupled ? T(0) : static_cast<T>(a.weight_decay);
+  const bool decay_param = a.decoupled && a.weight_decay != 0.0;
+  const T decay = static_cast<T>(1.0 - a.lr * a.weight_decay);
   T* m = ctx.states[0].data<T>();
   T* v = ctx.states[1].data<T>();
   int64_t& step = ctx.states[2].data<int64_t>()[0];
@@ -72,16 +80,24 @@ void adam_update(KernelContext& ctx, const AdamArgs& a, const Tensor& grad_sourc
   // Bias corrections in double, as PyTorch computes them on the host from a Python float.
   const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(step));
-  const T step_size = static_cast<T>(lr / bc1);
+  const T step_size = static_cast<T>(a.lr / bc1);
   const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
   for_each_param_element<T>(ctx, grad_source, [&](T& p, int64_t i) {
     T g = grad_at(i);
     if (wd != T(0)) g = g + wd * p;
+    if (decay_param) p = p * decay;
     m[i] = b1 * m[i] + one_minus_b1 * g;
     v[i] = b2 * v[i] + one_minus_b2 * (g * g);
     T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
     p = p - step_size * (m[i] / denom);
   });
+}
+
+// Adam with `a` (an adam node's parsed arguments).
+template <typename T, typename GradAt>
+void adam_update(KernelContext& ctx, const AdamArgs& a, const Tensor& grad_source, GradAt grad_at) {
+  adam_step<T>(ctx, AdamStep{a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, false}, grad_source,
+               grad_at);
 }
 
 }  // namespace qg
