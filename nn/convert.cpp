@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "nn/convert_float_zero.h"
 #include "ops/common/quant_math.h"
 #include "runtime/compile.h"
 
@@ -158,10 +159,6 @@ int64_t convert_graph(ConvertTarget t, const QConfig& qc) {
       fetch.push_back(g.node(w.nf4_pack).outputs[0]);
       fetch.push_back(g.node(w.nf4_pack).outputs[1]);
     } else {
-      QG_CHECK(!(qc.dynamic_weights && qc.weight_mapping == WeightMapping::float_zero), "convert",
-               "layer '", w.layer,
-               "': weights with a float zero point (int4 weight-only) have no integer form "
-               "here yet");
       const Node& qp = g.node(w.observer);
       fetch.push_back(w.source);
       fetch.push_back(qp.outputs[w.qparam_output]);
@@ -182,7 +179,9 @@ int64_t convert_graph(ConvertTarget t, const QConfig& qc) {
     const size_t n = w.nf4_pack >= 0 ? 2 : 3;
     std::vector<Tensor> mine(got.begin() + k, got.begin() + k + n);
     k += n;
-    rewire(g, w.quantized, integer_weight(g, w, qc, mine));
+    const bool float_zero = qc.dynamic_weights && qc.weight_mapping == WeightMapping::float_zero;
+    rewire(g, w.quantized,
+           float_zero ? float_zero_integer_weight(g, w, mine) : integer_weight(g, w, qc, mine));
   }
   for (const ConvBnLayer& c : t.conv_bns) {
     if (!c.folded) continue;

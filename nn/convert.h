@@ -44,10 +44,11 @@ int64_t convert_to_integer(ModelInstance& inst, const QConfig& qconfig);
 
 // The same for a Llama decoder (nn/llama.h): every projection and an untied lm_head get
 // integer weight codes (8da4w, 8da3w, 8da2w: packed INT4 nibbles per group; w8a8_dynamic:
-// int8 per channel) and their dequantize op, and the dynamic per-token activation quantizers
-// stay as they are, so the converted logits equal the QAT model's eval-mode logits bit for
-// bit. Embeddings stay float. Weights with a float zero point (int4 weight-only) are a named
-// error.
+// int8 per channel; int4_weight_only: unsigned INT4 nibbles per group with the group's float
+// zero added after the dequantize, nn/convert_float_zero.h) and their dequantize op, and the
+// dynamic per-token activation quantizers stay as they are, so the converted logits equal the
+// QAT model's eval-mode logits bit for bit. Embeddings stay float. A float zero point on
+// weights stored in other than f32 is a named error.
 struct LlamaInstance {
   std::unique_ptr<Graph> graph;
   LlamaModel model;

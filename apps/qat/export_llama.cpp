@@ -5,8 +5,7 @@
 //    supplies the rest (rope_theta, rms_norm_eps) and must agree with those sizes.
 // 2. The model is built at batch = --prompts and seq = --prompt-len + --new-tokens, its
 //    weights loaded from the checkpoint and converted to integer codes
-//    (nn::convert_to_integer: a recipe without integer codes, int4 weight-only, is its named
-//    error, before anything is written).
+//    (nn::convert_to_integer; its named errors come before anything is written).
 // 3. The reference is the greedy decode of that converted graph: the prompts in the first
 //    positions, each step recomputes the whole window and appends the argmax of the logits
 //    at the last real position (the first index of the largest logit). The model is causal:
@@ -21,8 +20,8 @@
 
 #ifdef QG_WITH_ONNX
 
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -257,8 +256,7 @@ void run_llama_export(const LlamaExportOptions& o, const std::map<std::string, s
       static_cast<long long>(o.new_tokens), static_cast<long long>(o.prompts),
       static_cast<long long>(seq));
   if (!o.reference.empty())
-    std::printf("wrote %s/prompts.npy, tokens.npy, logits.npy, margins.npy\n",
-                o.reference.c_str());
+    std::printf("wrote %s/prompts.npy, tokens.npy, logits.npy, margins.npy\n", o.reference.c_str());
 }
 
 }  // namespace qg::cli

@@ -17,6 +17,12 @@
 //   per tensor / per channel:  DequantizeLinear(codes [out, ...], scale[] / scale[out], axis 0)
 //   group-wise:               DequantizeLinear(codes [out, in], scale [out, groups], axis 1,
 //                             block_size g): a shorter last group is ONNX's partial block.
+// A float zero point (int4 weight-only, nn/convert_float_zero.h: packed unsigned codes
+// dequantized with zero point mid, then the group's float zero added over a
+// [out, groups, group_size] view) keeps that form: INT4 codes q - mid + DequantizeLinear as
+// above, Reshape [out, groups, g], Add the f32 zeros [out, groups, 1], Reshape back. ONNX's
+// zero point must have the codes' integer type, so the float zero cannot go inside
+// DequantizeLinear; both steps are exact f32 operations, as in qatgraph.
 // NF4 has no ONNX form: its dequantized f32 weights are exported, with a warning.
 #include <algorithm>
 
@@ -194,6 +200,37 @@ std::string emit_int_weight(Context& ctx, const IntWeight& w, const Shape& shape
   return y;
 }
 
+ValueId through_reshapes(const Context& ctx, ValueId v) {
+  while (ctx.producer(v).op->name == "reshape") v = ctx.producer(v).inputs[0];
+  return v;
+}
+
+// add(reshape(int4_unpack_dequantize(...)) [out, groups, g], zero [out, groups, 1]): the
+// float-zero weight of nn/convert_float_zero.cpp.
+bool is_float_zero_weight(const Context& ctx, const Node& add) {
+  if (add.op->name != "add" || add.inputs.size() != 2) return false;
+  const Node& deq = ctx.producer(through_reshapes(ctx, add.inputs[0]));
+  return deq.op->name == "int4_unpack_dequantize" && constant_inputs(ctx, deq) &&
+         ctx.producer(add.inputs[1]).op->name == "constant";
+}
+
+std::string emit_float_zero_weight(Context& ctx, const Node& add, const Shape& shape) {
+  const Node& deq = ctx.producer(through_reshapes(ctx, add.inputs[0]));
+  const IntWeight w = from_int4(ctx, deq);
+  const Tensor& zero = constant_of(ctx, add.inputs[1]);
+  const int64_t groups = w.groups, g = groups > 1 ? w.group_size : w.in;
+  QG_CHECK(zero.numel() == w.out * groups && groups * g == w.in, kOp, "weight '", w.base,
+           "': ", zero.numel(), " float zeros for ", w.out, " rows of ", groups, " groups of ", g,
+           " (the groups must tile the row)");
+  std::vector<float> zeros(static_cast<size_t>(zero.numel()));
+  for (int64_t i = 0; i < zero.numel(); ++i) zeros[i] = static_cast<float>(zero.at(i));
+  std::string y = emit_int_weight(ctx, w, {w.out, w.in});
+  y = reshape(ctx, y, {w.out, groups, g}, w.base + "_dequantized_groups");
+  y = ctx.node1("Add", {y, ctx.initializer_f32(w.base + "_zero", {w.out, groups, 1}, zeros)},
+                w.base + "_dequantized_shifted");
+  return reshape(ctx, y, shape, w.base + "_dequantized_float_zero");
+}
+
 }  // namespace
 
 std::string emit_leaf(Context& ctx, ValueId v) {
@@ -205,6 +242,7 @@ std::string emit_leaf(Context& ctx, ValueId v) {
     return emit_int_weight(ctx, from_dequantize(ctx, p), ctx.shape(v));
   if (p.op->name == "int4_unpack_dequantize" && constant_inputs(ctx, p))
     return emit_int_weight(ctx, from_int4(ctx, p), ctx.shape(v));
+  if (is_float_zero_weight(ctx, p)) return emit_float_zero_weight(ctx, p, ctx.shape(v));
   if (p.op->name == "nf4_unpack_dequantize")
     ctx.warn("weight '" + weight_base(p.name) +
              "': NF4 has no ONNX form; exported as its dequantized f32 values (exact, but "

@@ -29,7 +29,7 @@ common=(--model llama --config "$config" --data "$work/data" --corpus "$corpus" 
         --steps 120 --eval-every 120 --batch 8 --seq 64 --lr 3e-3 --warmup 10 --eval-windows 8
         --group-size 32)
 pairs=()
-for recipe in 8da4w 8da2w w8a8_dynamic float; do
+for recipe in 8da4w 8da2w w8a8_dynamic int4_weight_only float; do
   "$qat" train "${common[@]}" --recipe "$recipe" --out "$work/$recipe" > "$work/$recipe.train.log"
   "$qat" export "$work/$recipe/checkpoint.qgck" --onnx "$work/$recipe.onnx" --data "$work/data" \
     --reference "$work/$recipe/ref" > "$work/$recipe.export.log"

@@ -1,7 +1,7 @@
 // `qat export` of `qat train --model llama` checkpoints, end to end (the real binary, QG_QAT
 // set by ctest): a checkpoint with its config.json beside it exports without options and
-// writes the greedy-decode reference; each bad input is a clear error (exit 2) that writes
-// nothing: a recipe without an integer form (int4 weight-only: convert's named error), a
+// writes the greedy-decode reference (int4 weight-only too, its float zeros added after the
+// INT4 DequantizeLinear); each bad input is a clear error (exit 2) that writes nothing: a
 // corrupt checkpoint, a config.json of another model or none, a window longer than the
 // model's positions, an unwritable output.
 #include <gtest/gtest.h>
@@ -99,10 +99,16 @@ TEST_F(QatExportLlama, ACheckpointExportsWithItsGreedyReference) {
   EXPECT_EQ(load_npy(dir_ + "/ref/logits.npy").shape(), (Shape{3, 4, 48}));
 }
 
-TEST_F(QatExportLlama, ARecipeWithoutAnIntegerFormIsConvertsNamedError) {
+TEST_F(QatExportLlama, Int4WeightOnlyExportsItsFloatZerosAfterTheInt4Dequantize) {
   const std::string ck = checkpoint("int4_weight_only", "w4");
-  expect_failure("'" + ck + "' --onnx '" + out_ + "' --prompt-len 4 --new-tokens 4",
-                 {"error:", "[convert]", "float zero point (int4 weight-only)"});
+  CmdResult r = run("'" + ck + "' --onnx '" + out_ + "' --reference '" + dir_ +
+                    "/ref' --prompts 2 --prompt-len 4 --new-tokens 4");
+  ASSERT_EQ(r.status, 0) << r.output;
+  // Eight INT4 weights (q, k, v, o, gate, up, down, lm_head), each followed by its zeros' Add.
+  for (const char* s : {"llama int4_weight_only group 32", "DequantizeLinear 8"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  EXPECT_TRUE(exists(out_));
+  EXPECT_EQ(load_npy(dir_ + "/ref/tokens.npy").shape(), (Shape{2, 4}));
 }
 
 TEST_F(QatExportLlama, ACorruptCheckpointIsAnError) {
