@@ -4,7 +4,10 @@
 # 8da4w recipe (RECIPE), with the gradient all-reduce on and off (the off rows bound how much of
 # it the backward pass hides); then PyTorch DDP and torchao 8da4w on the same shapes
 # (bench/torch_llama_ddp_bench.py). RUN_TESTS=1 also runs the NCCL tests of test_distributed
-# first. Logs go to $OUT; the rows are printed last.
+# first. MODES (default "1gpu 2gpu 2gpu-nosync") may add 2gpu-bf16: the 2-GPU step with the
+# gradients all-reduced in bf16 (--grad-reduce-dtype bf16, half the bytes; PyTorch's bf16
+# model sends its bf16 gradients). QAT_BIN: a qat binary built elsewhere (no build here).
+# Logs go to $OUT; the rows are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}
@@ -19,15 +22,18 @@ fi
 nvidia-smi --query-gpu=name --format=csv,noheader | tr '\n' ' '
 echo
 t0=$(date +%s)
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_BENCH=OFF -DQG_ENABLE_ONNX=OFF \
-  -DQG_ENABLE_SENTENCEPIECE=OFF -DPython3_EXECUTABLE="$(command -v python3)" >"$out/configure.log" 2>&1 ||
-  { tail -30 "$out/configure.log"; exit 1; }
-targets=(qat)
-[ -n "${RUN_TESTS:-}" ] && targets+=(dist_worker test_distributed)
-cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
-  { grep -E "error" -A4 "$out/build.log" | head -40; exit 1; }
-echo "build: $(($(date +%s) - t0)) s; $(grep -E 'qatgraph: NCCL' "$out/configure.log")"
-qat=$build/apps/qat
+if [ -z "${QAT_BIN:-}" ] || [ -n "${RUN_TESTS:-}" ]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQG_BUILD_BENCH=OFF -DQG_ENABLE_ONNX=OFF \
+    -DQG_ENABLE_SENTENCEPIECE=OFF -DPython3_EXECUTABLE="$(command -v python3)" >"$out/configure.log" 2>&1 ||
+    { tail -30 "$out/configure.log"; exit 1; }
+  targets=(qat)
+  [ -n "${RUN_TESTS:-}" ] && targets+=(dist_worker test_distributed)
+  cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
+    { grep -E "error" -A4 "$out/build.log" | head -40; exit 1; }
+  echo "build: $(($(date +%s) - t0)) s; $(grep -E 'qatgraph: NCCL' "$out/configure.log")"
+fi
+qat=${QAT_BIN:-$build/apps/qat}
+[ -n "${QAT_BIN:-}" ] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 if [ -n "${RUN_TESTS:-}" ]; then
   QG_TEST_GPUS=2 timeout 240 "$build"/tests/test_distributed --gtest_filter='Nccl*' \
     >"$out/test_distributed.log" 2>&1
@@ -36,10 +42,11 @@ if [ -n "${RUN_TESTS:-}" ]; then
 fi
 # Each run times the float and the QAT step (--recipe), so one call per mode.
 rows=()
-for mode in 1gpu 2gpu 2gpu-nosync; do
+for mode in ${MODES:-1gpu 2gpu 2gpu-nosync}; do
   args=()
   [ "$mode" != 1gpu ] && args=(--nproc 2)
   [ "$mode" = 2gpu-nosync ] && args+=(--no-grad-sync)
+  [ "$mode" = 2gpu-bf16 ] && args+=(--grad-reduce-dtype bf16)
   timeout 240 "$qat" steps --device cuda --model llama --precision bf16-mixed \
     --recipe "${RECIPE:-8da4w}" --reps "${REPS:-20}" "${args[@]}" >"$out/steps_$mode.log" 2>&1
   echo "rc=$? $mode"

@@ -131,7 +131,8 @@ LmTrainer::Program& LmTrainer::program_for(double lr) {
   options.device = config_.device;
   TrainingSpec training{p->model.loss, p->model.parameters, optimizer_nodes(opt), {}};
   if (config_.world_size() > 1) {
-    training.gradient_sync = dist::bucketed_all_reduce(config_.bucket_bytes);
+    training.gradient_sync =
+        dist::bucketed_all_reduce(config_.bucket_bytes, config_.grad_reduce_dtype);
     options.context.communicator = config_.comm;
   }
   p->step = std::make_unique<CompiledStep>(*p->graph, training, options);

@@ -54,6 +54,9 @@ struct LmTrainConfig {
   // it.
   Communicator* comm = nullptr;
   int64_t bucket_bytes = int64_t{25} << 20;
+  // The dtype the gradient buckets travel and are summed in (gradient_sync.h): f32, or bf16
+  // (f16) for half the bytes, as FSDP's reduce_dtype.
+  DType grad_reduce_dtype = DType::f32;
 
   int world_size() const { return comm ? comm->world_size() : 1; }
   int rank() const { return comm ? comm->rank() : 0; }

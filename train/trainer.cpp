@@ -120,7 +120,8 @@ Trainer::Program& Trainer::program(int64_t rows) {
   CompileOptions options;
   options.device = config_.device;
   if (config_.world_size() > 1) {
-    training.gradient_sync = dist::bucketed_all_reduce(config_.bucket_bytes);
+    training.gradient_sync =
+        dist::bucketed_all_reduce(config_.bucket_bytes, config_.grad_reduce_dtype);
     if (sharded()) {
       // Each rank's update nodes see only its own parameters' gradients, so a clip norm
       // would be that share's, not the global one.

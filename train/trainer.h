@@ -49,8 +49,11 @@ struct TrainConfig {
   // global batch would (docs/DISTRIBUTED.md gives the tolerances).
   Communicator* comm = nullptr;
   int64_t bucket_bytes = int64_t{25} << 20;  // gradient all-reduce buckets
-  bool sync_observers = true;                // false: each rank keeps its own (as DDP does)
-  bool sync_batch_norm = true;               // SyncBatchNorm statistics
+  // The dtype gradients are all-reduced in (runtime/distributed/gradient_sync.h): f32, or bf16
+  // / f16 for half the bytes on the wire.
+  DType grad_reduce_dtype = DType::f32;
+  bool sync_observers = true;   // false: each rank keeps its own (as DDP does)
+  bool sync_batch_norm = true;  // SyncBatchNorm statistics
   // ZeRO stage 1 (runtime/distributed/optimizer_sharding.h): each rank holds and updates the
   // optimizer state of its share of the parameters, and the updated parameters are
   // all-gathered. Trains bit for bit as without it; checkpoints hold every rank's state.

@@ -64,6 +64,7 @@ struct StepsOptions {
   int nproc = 1;
   bool no_grad_sync = false;
   double bucket_mb = 25, dist_timeout = 60;
+  std::string grad_reduce_dtype = "f32";
 };
 
 // `qat steps` as one rank of a data-parallel group (WORLD_SIZE > 1).
@@ -83,6 +84,7 @@ void run_steps_rank(const StepsOptions& o, dist::ProcessGroup& group) {
   d.grad_sync = !o.no_grad_sync;
   d.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   QG_CHECK(d.bucket_bytes > 0, "steps", "--bucket-mb ", o.bucket_mb, " must be > 0");
+  d.grad_reduce_dtype = dtype_from_name(o.grad_reduce_dtype);
   time_llama_data_parallel(group, d);
 }
 
@@ -412,6 +414,11 @@ void add_steps_command(CLI::App& app) {
                 "communication), to estimate how much of the all-reduce the backward pass hides");
   cmd->add_option("--bucket-mb", o->bucket_mb, "Data parallel: gradient all-reduce bucket size")
       ->capture_default_str();
+  cmd->add_option("--grad-reduce-dtype", o->grad_reduce_dtype,
+                  "Data parallel: the dtype gradients are all-reduced in (bf16/f16: half the "
+                  "bytes)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   cmd->add_option("--dist-timeout", o->dist_timeout,
                   "Data parallel: seconds a collective waits before every rank fails")
       ->capture_default_str();

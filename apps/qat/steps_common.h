@@ -41,6 +41,7 @@ struct DataParallelSteps {
   bool small = false, wall = false;
   bool grad_sync = true;  // false: the ranks do not communicate (the step alone)
   int64_t bucket_bytes = int64_t{25} << 20;
+  DType grad_reduce_dtype = DType::f32;  // what the buckets travel in
 };
 
 // Every rank times the compiled Llama step on its own device (cuda:LOCAL_RANK, or the CPU)

@@ -77,14 +77,14 @@ void time_llama_data_parallel(dist::ProcessGroup& group, const DataParallelSteps
     device = Device::cuda(group.env().local_rank);
   auto backend = make_backend(device);
   Communicator& comm = group.communicator(device);
-  const GradientSync sync = dist::bucketed_all_reduce(o.bucket_bytes);
+  const GradientSync sync = dist::bucketed_all_reduce(o.bucket_bytes, o.grad_reduce_dtype);
   if (rank == 0) {
     std::printf(
         "qat steps on %d ranks (%s, %s per rank), median of %d steps; gradient all-reduce %s "
-        "(%.0f MiB buckets); ms: the slowest rank's, tokens/s: the global batch's\n",
+        "(%.0f MiB buckets, in %s); ms: the slowest rank's, tokens/s: the global batch's\n",
         world, comm.backend().c_str(), device.is_cpu() ? "cpu" : "one GPU", o.reps,
         o.grad_sync ? "on" : "off (--no-grad-sync: no communication in the step)",
-        static_cast<double>(o.bucket_bytes) / (1 << 20));
+        static_cast<double>(o.bucket_bytes) / (1 << 20), dtype_name(o.grad_reduce_dtype));
     std::printf("%-32s %8s %12s\n", "case", "kernels", "ms");
     std::fflush(stdout);
   }

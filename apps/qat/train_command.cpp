@@ -191,6 +191,11 @@ void add_train_command(CLI::App& app) {
                 "parameters and the updated parameters are all-gathered (ZeRO stage 1)");
   cmd->add_option("--bucket-mb", o->bucket_mb, "Data parallel: gradient all-reduce bucket size")
       ->capture_default_str();
+  cmd->add_option("--grad-reduce-dtype", o->grad_reduce_dtype,
+                  "Data parallel: the dtype gradients are all-reduced in (bf16/f16: half the "
+                  "bytes, each partial sum rounded to it)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   cmd->add_option("--config", o->llama_config, "llama: the model's Hugging Face config.json");
   cmd->add_option("--corpus", o->corpus,
                   "llama: folder of .rst.txt files (default: python3.11-doc's _sources)");

@@ -51,6 +51,7 @@ nn::TrainConfig make_config(const TrainOptions& o, const nn::QConfig& qc) {
   c.shard_optimizer_states = o.zero1;
   c.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   QG_CHECK(c.bucket_bytes > 0, "train", "--bucket-mb ", o.bucket_mb, " must be > 0");
+  c.grad_reduce_dtype = dtype_from_name(o.grad_reduce_dtype);
   return c;
 }
 

@@ -64,7 +64,8 @@ struct TrainOptions {
   bool no_sync_bn = false;
   bool zero1 = false;  // shard the optimizer state over the ranks (ZeRO stage 1)
   double bucket_mb = 25;
-  Communicator* comm = nullptr;  // set once this process has joined its group
+  std::string grad_reduce_dtype = "f32";  // f32, bf16 or f16
+  Communicator* comm = nullptr;           // set once this process has joined its group
   int local_rank = 0;
   std::string checkpoint_dir;  // where checkpoint.qgck goes; empty: out
   // --model llama (apps/qat/train_llama.cpp): the Hugging Face config.json, the corpus

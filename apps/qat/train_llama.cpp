@@ -78,6 +78,7 @@ nn::LmTrainConfig llama_train_config(const TrainOptions& o, const nn::LlamaConfi
   c.comm = o.comm;
   c.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   QG_CHECK(c.bucket_bytes > 0, "train", "--bucket-mb ", o.bucket_mb, " must be > 0");
+  c.grad_reduce_dtype = dtype_from_name(o.grad_reduce_dtype);
   return c;
 }
 

@@ -27,7 +27,8 @@
 namespace qg {
 namespace {
 
-const std::vector<DType> kBucketTypes = {DType::f32, DType::f64};
+// Byte copies: any float dtype a gradient travels in (bf16/f16 with a half reduce dtype).
+const std::vector<DType> kBucketTypes = {DType::f32, DType::f64, DType::bf16, DType::f16};
 
 // The parsed attributes of every collective op (each reads the fields it declares).
 struct CollectiveArgs : KernelArgs {

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/half_bits.h"
 #include "runtime/distributed/backends.h"
 
 namespace qg::dist {
@@ -53,6 +54,43 @@ gloo::AllreduceOptions::Func reduce_fn(ReduceOp op) {
     default:
       return [](void* c, const void* a, const void* b, size_t n) { gloo::sum<T>(c, a, b, n); };
   }
+}
+
+// bf16 and f16 (bit patterns in uint16_t): each partial result is computed in f32 and rounded
+// to the 16-bit type, as NCCL reduces them, so a bf16 gradient bucket is reduced alike on
+// both backends (for 2 ranks exactly alike: one addition). min/max compare the f32 values.
+template <bool kBf16>
+float widen16(uint16_t h) {
+  return kBf16 ? half_bits::bf16_to_f32(h) : half_bits::f16_to_f32(h);
+}
+template <bool kBf16>
+uint16_t narrow16(float v) {
+  return kBf16 ? half_bits::f32_to_bf16(v) : half_bits::f32_to_f16(v);
+}
+
+template <bool kBf16>
+gloo::AllreduceOptions::Func reduce_fn16(ReduceOp op) {
+  return [op](void* c, const void* a, const void* b, size_t n) {
+    auto* out = static_cast<uint16_t*>(c);
+    const auto* x = static_cast<const uint16_t*>(a);
+    const auto* y = static_cast<const uint16_t*>(b);
+    for (size_t i = 0; i < n; ++i) {
+      const float u = widen16<kBf16>(x[i]), v = widen16<kBf16>(y[i]);
+      if (op == ReduceOp::min)
+        out[i] = v < u ? y[i] : x[i];
+      else if (op == ReduceOp::max)
+        out[i] = v > u ? y[i] : x[i];
+      else
+        out[i] = narrow16<kBf16>(u + v);
+    }
+  };
+}
+
+template <bool kBf16>
+void divide16(void* data, int64_t n, int by) {
+  auto* p = static_cast<uint16_t*>(data);
+  for (int64_t i = 0; i < n; ++i)
+    p[i] = narrow16<kBf16>(widen16<kBf16>(p[i]) / static_cast<float>(by));
 }
 
 template <typename T>
@@ -96,6 +134,7 @@ class GlooCommunicator final : public Communicator {
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op, void*) override {
     if (count == 0) return;
+    if (dtype == DType::bf16 || dtype == DType::f16) return all_reduce16(data, count, dtype, op);
     guarded("all_reduce", [&] {
       gloo::AllreduceOptions opts(context_);
       opts.setTimeout(context_->getTimeout());
@@ -146,8 +185,24 @@ class GlooCommunicator final : public Communicator {
   std::chrono::milliseconds timeout() const override { return context_->getTimeout(); }
 
  private:
-  // The element types the reductions take. No f16/bf16: what CPU ranks reduce (f32
-  // gradients, f64 batch-norm sums, integer keys and counts) never comes in them.
+  void all_reduce16(void* data, int64_t count, DType dtype, ReduceOp op) {
+    const bool bf16 = dtype == DType::bf16;
+    guarded("all_reduce", [&] {
+      gloo::AllreduceOptions opts(context_);
+      opts.setTimeout(context_->getTimeout());
+      opts.setOutput(static_cast<uint16_t*>(data), static_cast<size_t>(count));
+      opts.setReduceFunction(bf16 ? reduce_fn16<true>(op) : reduce_fn16<false>(op));
+      gloo::allreduce(opts);
+    });
+    if (op == ReduceOp::avg && world_size() > 1) {
+      if (bf16)
+        divide16<true>(data, count, world_size());
+      else
+        divide16<false>(data, count, world_size());
+    }
+  }
+
+  // The element types the reductions take besides bf16/f16 (all_reduce16).
   template <typename Fn>
   static void dispatch(DType dtype, const char* op, Fn&& fn) {
     switch (dtype) {

@@ -5,10 +5,25 @@
 
 namespace qg::dist {
 
-GradientSync bucketed_all_reduce(int64_t bucket_bytes) {
+namespace {
+
+bool is_float(DType d) {
+  return d == DType::f32 || d == DType::f64 || d == DType::bf16 || d == DType::f16;
+}
+
+}  // namespace
+
+GradientSync bucketed_all_reduce(int64_t bucket_bytes, DType reduce_dtype) {
   QG_CHECK(bucket_bytes > 0, "gradient_sync", "bucket size ", bucket_bytes, " bytes");
-  return [bucket_bytes](Graph& g, const std::vector<ValueId>& grads) {
+  QG_CHECK(is_float(reduce_dtype), "gradient_sync", "reduce dtype ", dtype_name(reduce_dtype),
+           ": gradients are reduced in f32, f64, bf16 or f16");
+  return [bucket_bytes, reduce_dtype](Graph& g, const std::vector<ValueId>& grads) {
     std::vector<ValueId> out(grads);
+    // The dtype a gradient travels in: the reduce dtype for floating-point gradients.
+    auto wire = [&](ValueId v) {
+      const DType d = g.value(v).type.dtype;
+      return is_float(d) ? reduce_dtype : d;
+    };
     // 1. Buckets: consecutive gradients in reverse order, one dtype each, up to the size cap
     //    (a gradient larger than the cap gets a bucket of its own).
     std::vector<std::vector<size_t>> buckets;
@@ -16,16 +31,23 @@ GradientSync bucketed_all_reduce(int64_t bucket_bytes) {
     DType dtype = DType::f32;
     for (size_t k = grads.size(); k-- > 0;) {
       if (grads[k] == kNoValue) continue;
-      const TensorType& t = g.value(grads[k]).type;
-      const int64_t bytes = t.numel() * static_cast<int64_t>(dtype_size(t.dtype));
-      if (buckets.empty() || t.dtype != dtype || filled + bytes > bucket_bytes) {
+      const DType d = wire(grads[k]);
+      const int64_t bytes = g.value(grads[k]).type.numel() * static_cast<int64_t>(dtype_size(d));
+      if (buckets.empty() || d != dtype || filled + bytes > bucket_bytes) {
         buckets.emplace_back();
         filled = 0;
-        dtype = t.dtype;
+        dtype = d;
       }
       buckets.back().push_back(k);
       filled += bytes;
     }
+    // A gradient as it enters its bucket, and as the optimizer reads it back.
+    auto to_wire = [&](ValueId v) {
+      const DType d = wire(v);
+      return d == g.value(v).type.dtype
+                 ? v
+                 : g.apply1("cast", {v}, {{"dtype", std::string(dtype_name(d))}});
+    };
     // 2. Each bucket: pack, all-reduce (avg), unpack.
     int index = 0;
     for (const std::vector<size_t>& b : buckets) {
@@ -36,14 +58,19 @@ GradientSync bucketed_all_reduce(int64_t bucket_bytes) {
         size += g.value(grads[k]).type.numel();
       }
       if (size == 0) continue;
-      ValueId bucket = g.apply1("bucket_begin", {grads[b[0]]}, {{"size", size}, {"offset", 0}});
+      ValueId bucket =
+          g.apply1("bucket_begin", {to_wire(grads[b[0]])}, {{"size", size}, {"offset", 0}});
       for (size_t i = 1; i < b.size(); ++i)
-        bucket = g.apply1("bucket_put", {bucket, grads[b[i]]}, {{"offset", offsets[i]}});
+        bucket = g.apply1("bucket_put", {bucket, to_wire(grads[b[i]])}, {{"offset", offsets[i]}});
       ValueId reduced = g.apply1("all_reduce", {bucket}, {{"op", std::string("avg")}});
       g.set_name(reduced, "gradient_sync.bucket" + std::to_string(index++));
       for (size_t i = 0; i < b.size(); ++i) {
         const TensorType& t = g.value(grads[b[i]]).type;
-        out[b[i]] = g.apply1("bucket_get", {reduced}, {{"offset", offsets[i]}, {"shape", t.shape}});
+        ValueId avg =
+            g.apply1("bucket_get", {reduced}, {{"offset", offsets[i]}, {"shape", t.shape}});
+        if (g.value(avg).type.dtype != t.dtype)
+          avg = g.apply1("cast", {avg}, {{"dtype", std::string(dtype_name(t.dtype))}});
+        out[b[i]] = avg;
       }
     }
     return out;

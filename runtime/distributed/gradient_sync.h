@@ -13,6 +13,14 @@
 // mean loss over the B rows of the global batch, as one process computes it, up to the order
 // of the additions (N = 2: a + b, exact pairwise; N > 2: the ring's order). See
 // docs/DISTRIBUTED.md for the tolerances the tests use.
+//
+// `reduce_dtype` bf16 (or f16) sends the gradients in half the bytes, as FSDP's
+// MixedPrecision(reduce_dtype) and DDP's bf16 compression hook do: each gradient is cast to
+// it when its bucket is packed, the bucket is all-reduced in that dtype (every partial sum
+// rounded to it: NCCL sums bf16 in f32 and rounds each result; the Gloo backend does the
+// same), and each averaged gradient is cast back to its own dtype when the optimizer reads
+// it. The ranks still hold the same averaged gradient bit for bit; it differs from the f32
+// average by the bf16 roundings (relative 2^-8 per element and addition).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +33,9 @@ inline constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;
 
 // A GradientSync that averages the gradients over the ranks of the communicator bound to the
 // compiled step's DeviceContext (CompileOptions::context.communicator).
-GradientSync bucketed_all_reduce(int64_t bucket_bytes = kDefaultBucketBytes);
+// Throws qg::Error (op "gradient_sync") for a cap <= 0 or a reduce dtype other than f32, f64,
+// bf16 or f16; a gradient that is not floating point is reduced in its own dtype.
+GradientSync bucketed_all_reduce(int64_t bucket_bytes = kDefaultBucketBytes,
+                                 DType reduce_dtype = DType::f32);
 
 }  // namespace qg::dist

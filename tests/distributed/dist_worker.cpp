@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/graph.h"
+#include "core/half_bits.h"
 #include "data/digits.h"
 #include "device/device_context.h"
 #include "runtime/compile.h"
@@ -48,6 +49,31 @@ void collectives(Communicator& c, std::ostream& out) {
   std::vector<double> a = {2.0 * r};
   c.all_reduce(a.data(), 1, DType::f64, ReduceOp::avg);
   expect(a[0] == static_cast<double>(n - 1), "avg f64");
+  // bf16 / f16 (gradient buckets with a half reduce dtype): each partial sum is rounded to the
+  // 16-bit type. Element 0 sums exactly in any order (1 + k/64 over the ranks); element 1,
+  // 1 + r/128 (bf16) or 1 + r/1024 (f16), sums for 2 ranks to 2 + one half-spacing at 2, a
+  // tie that rounds to the even 2.0 where f32 would keep 2.0078125.
+  for (const bool bf16 : {true, false}) {
+    const float step0 = bf16 ? 1.0f / 64 : 1.0f / 512, step1 = bf16 ? 1.0f / 128 : 1.0f / 1024;
+    auto narrow = [&](float v) {
+      return bf16 ? half_bits::f32_to_bf16(v) : half_bits::f32_to_f16(v);
+    };
+    auto widen = [&](uint16_t h) {
+      return bf16 ? half_bits::bf16_to_f32(h) : half_bits::f16_to_f32(h);
+    };
+    const DType d = bf16 ? DType::bf16 : DType::f16;
+    std::vector<uint16_t> h = {narrow(1 + r * step0), narrow(1 + r * step1)};
+    c.all_reduce(h.data(), 2, d, ReduceOp::sum);
+    const float exact = n + step0 * n * (n - 1) / 2;
+    expect(widen(h[0]) == exact, std::string("sum ") + dtype_name(d));
+    if (n == 2) expect(widen(h[1]) == 2.0f, std::string("rounded sum ") + dtype_name(d));
+    h = {narrow(1 + r * step0)};
+    c.all_reduce(h.data(), 1, d, ReduceOp::avg);
+    expect(widen(h[0]) == exact / n, std::string("avg ") + dtype_name(d));
+    h = {narrow(r == 1 ? -2.5f : 0.5f * r)};
+    c.all_reduce(h.data(), 1, d, ReduceOp::min);
+    expect(widen(h[0]) == -2.5f, std::string("min ") + dtype_name(d));
+  }
   std::vector<char> b(5, static_cast<char>(r == n - 1 ? 'x' : 'o'));
   c.broadcast(b.data(), 5, n - 1);
   expect(std::string(b.begin(), b.end()) == "xxxxx", "broadcast from the last rank");

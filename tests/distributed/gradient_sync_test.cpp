@@ -78,6 +78,38 @@ TEST(GradientSync, OneProcessIsTheIdentityAndBucketsFollowTheCap) {
   }
 }
 
+// Gradients reduced in bf16: each is cast to bf16 as its bucket is packed and back to f32 as the
+// optimizer reads it, so in one process (the all-reduce is the identity) the synced gradient
+// is the bf16 rounding of the f32 one; the bucket cap counts bf16 bytes.
+TEST(GradientSync, Bf16ReduceRoundsEachGradientAndHalvesTheBuckets) {
+  Graph g;
+  const std::vector<double> a = {1.0 + 1.0 / 512, -3.0, 0.1}, b = {1.0 + 3.0 / 512, 2.5e-3};
+  std::vector<ValueId> grads = {g.input("a", {DType::f32, {3}}), g.input("b", {DType::f32, {2}})};
+  std::vector<ValueId> out = dist::bucketed_all_reduce(10, DType::bf16)(g, grads);
+  EXPECT_EQ(count_ops(g, "all_reduce"), 1);  // 5 bf16 values: 10 bytes (20 in f32: two)
+  EXPECT_EQ(count_ops(g, "cast"), 4);
+  Executor ex(g, Device::cpu());
+  std::vector<Tensor> got = ex.run({{"a", Tensor::from_doubles({3}, a, DType::f32)},
+                                    {"b", Tensor::from_doubles({2}, b, DType::f32)}},
+                                   out);
+  ASSERT_EQ(got[0].dtype(), DType::f32);
+  // bf16 keeps 8 significant bits: 1 + 1/512 -> 1 (below the midpoint 1 + 1/256),
+  // 1 + 3/512 -> 1 + 1/128, 0.1 -> 0.10009765625, 2.5e-3 -> 0.0025024414.
+  EXPECT_EQ(got[0].at(0), 1.0);
+  EXPECT_EQ(got[0].at(1), -3.0);
+  EXPECT_EQ(got[0].at(2), 0.10009765625);
+  EXPECT_EQ(got[1].at(0), 1.0 + 1.0 / 128);
+  EXPECT_EQ(got[1].at(1), 0.00250244140625);
+  Graph f32;
+  std::vector<ValueId> same = {f32.input("a", {DType::f32, {3}}),
+                               f32.input("b", {DType::f32, {2}})};
+  dist::bucketed_all_reduce(10)(f32, same);
+  EXPECT_EQ(count_ops(f32, "all_reduce"), 2);
+  EXPECT_EQ(count_ops(f32, "cast"), 0);
+  expect_error([] { dist::bucketed_all_reduce(10, DType::i32); },
+               {"gradient_sync", "reduce dtype i32", "f32, f64, bf16 or f16"});
+}
+
 // ZeRO-1's plan, hand-checked: largest first onto the least-loaded rank, every rank owning
 // one parameter at least, offsets in parameter order within a shard.
 TEST(OptimizerSharding, PlanBalancesWholeParameters) {

@@ -25,6 +25,8 @@ nn::LmTrainConfig tiny(Communicator* comm, const std::string& recipe) {
   c.model.num_hidden_layers = 1;
   if (recipe == "w8a8")
     c.qconfig = nn::QConfig::w8a8();
+  else if (recipe == "float_bf16_reduce")
+    c.grad_reduce_dtype = DType::bf16;  // float, gradients all-reduced in bf16
   else if (recipe != "float")
     c.qconfig = nn::parse_recipe(recipe, 32);
   c.comm = comm;

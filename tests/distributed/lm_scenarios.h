@@ -10,7 +10,8 @@
 namespace qg::testing {
 
 // Runs `scenario` when it is one of these (returns false otherwise):
-//   lm_train <recipe>   float, w8a8 or 8da4w: 5 steps on a global batch of 6 crops; per step
+//   lm_train <recipe>   float, w8a8, 8da4w or float_bf16_reduce (float, gradients all-reduced
+//                       in bf16): 5 steps on a global batch of 6 crops; per step
 //                       the global loss and the state digest, then the validation loss.
 //   lm_checkpoint save  3 steps, rank 0 writes <dir>/lm.qgck, then 2 more steps' losses.
 //   lm_checkpoint resume  loads <dir>/lm.qgck and prints the next 2 steps' losses.
