@@ -4,6 +4,7 @@
 
 #include "autograd/grad.h"
 #include "core/error.h"
+#include "core/graph_rewrite.h"
 #include "device/communicator.h"
 
 namespace qg {
@@ -66,6 +67,14 @@ CompiledStep::CompiledStep(Graph& graph, const TrainingSpec& training,
   }
   // 4. the fusion passes; the fetchable outputs were marked above, so their ids hold.
   passes_ = optimize(graph_, passes_for(options_));
+  // A pass may merge update nodes (fuse_multi_tensor_adamw): their ids now lead to the fused
+  // node, run once.
+  std::vector<NodeId> live;
+  for (NodeId u : updates_) {
+    const NodeId n = live_node(graph_, u);
+    if (std::find(live.begin(), live.end(), n) == live.end()) live.push_back(n);
+  }
+  updates_ = std::move(live);
   for (size_t i = 0; i < options_.outputs.size(); ++i)
     outputs_[options_.outputs[i]] = graph_.at(output_names[i]);
   exec_ = std::make_unique<Executor>(graph_, options_.device, options_.context);

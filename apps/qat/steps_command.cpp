@@ -53,12 +53,13 @@ struct StepsOptions {
   std::string device = "auto", model = "all", json;
   int reps = 20;
   bool small = false, profile = false, tf32 = false, wall = false;
-  std::string profile_nodes;      // comma-separated ops whose nodes are listed one by one
-  std::string variant = "both";   // float, qat or both
-  bool no_trainer = false;        // digits: skip the in-process nn::Trainer column
-  std::string precision = "f32";  // the llama step's PrecisionPolicy (nn::parse_precision)
-  std::string recipe = "8da4w";   // the llama QAT row's recipe (nn::parse_recipe)
-  int group_size = 32;            // of the group-wise recipes' weights
+  std::string profile_nodes;       // comma-separated ops whose nodes are listed one by one
+  std::string variant = "both";    // float, qat or both
+  bool no_trainer = false;         // digits: skip the in-process nn::Trainer column
+  std::string precision = "f32";   // the llama step's PrecisionPolicy (nn::parse_precision)
+  std::string recipe = "8da4w";    // the llama QAT row's recipe (nn::parse_recipe)
+  std::string optimizer = "adam";  // the llama step's: adam or adamw
+  int group_size = 32;             // of the group-wise recipes' weights
   // Data parallel (--model llama only; steps_distributed.cpp): --nproc local ranks, or the
   // torchrun variables of another launcher.
   int nproc = 1;
@@ -137,7 +138,7 @@ void build_transformer(StepGraph& s, const nn::QConfig& qc, bool small) {
 }  // namespace
 
 void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
-                      const nn::PrecisionPolicy& precision) {
+                      const nn::PrecisionPolicy& precision, const std::string& optimizer) {
   nn::LlamaConfig c;
   c.vocab_size = small ? 64 : 32000;
   c.hidden_size = small ? 32 : 1024;
@@ -151,6 +152,12 @@ void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
   s.loss = m.loss;
   s.parameters = m.parameters;
   s.optimizer = {"adam", 1e-4, 0.0};
+  if (optimizer == "adamw") {
+    s.optimizer.kind = "adamw";
+    s.optimizer.weight_decay = 0.01;
+  } else {
+    QG_CHECK(optimizer == "adam", "steps", "llama optimizer '", optimizer, "': adam or adamw");
+  }
   nn::Rng rng(5);
   Tensor ids = Tensor::empty({batch, seq}, DType::i64);
   for (int64_t i = 0; i < ids.numel(); ++i)
@@ -398,6 +405,10 @@ void add_steps_command(CLI::App& app) {
                   "The llama QAT row's recipe: 8da4w (default), 8da3w, 8da2w, int4_weight_only, "
                   "w8a8_dynamic")
       ->check(CLI::IsMember({"8da4w", "8da3w", "8da2w", "int4_weight_only", "w8a8_dynamic"}));
+  cmd->add_option("--optimizer", o->optimizer,
+                  "The llama step's optimizer: adam (default) or adamw (weight decay 0.01, the "
+                  "runtime rate; its steps run as one multi-tensor node)")
+      ->check(CLI::IsMember({"adam", "adamw"}));
   cmd->add_option("--group-size", o->group_size,
                   "Weights per qparam of the llama recipe's groups: 32, 64, 128 or 256")
       ->check(CLI::IsMember({32, 64, 128, 256}));
@@ -464,7 +475,7 @@ void add_steps_command(CLI::App& app) {
             build_digits(s, kind.substr(7), qat);
           else if (kind == "llama")
             build_llama_step(s, qat ? nn::parse_recipe(o->recipe, o->group_size) : qc, o->small,
-                             nn::parse_precision(o->precision));
+                             nn::parse_precision(o->precision), o->optimizer);
           else if (kind == "cnn")
             build_cnn(s, qc, o->small);
           else

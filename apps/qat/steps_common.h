@@ -23,9 +23,10 @@ struct StepGraph {
 };
 
 // The Llama decoder of bench/torch_llama_qat_bench.py (207M parameters, batch 8 x 1024
-// tokens, Adam); `small`: a tiny one for smoke runs.
+// tokens, Adam; `optimizer` "adamw": AdamW with weight decay 0.01 and the runtime rate, whose
+// steps the fuse_multi_tensor_adamw pass merges); `small`: a tiny one for smoke runs.
 void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
-                      const nn::PrecisionPolicy& precision);
+                      const nn::PrecisionPolicy& precision, const std::string& optimizer = "adam");
 
 // Compiles the step as every caller does (passes, memory plan, CUDA graph; with
 // `gradient_sync`, the data-parallel all-reduce through context.communicator) and returns the

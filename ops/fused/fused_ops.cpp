@@ -3,6 +3,7 @@
 // family's row in ops/op_table.cpp calls this.
 #include "core/op_registry.h"
 #include "ops/fused/channel_div_bn/channel_div_bn.h"
+#include "ops/fused/multi_tensor_adamw/multi_tensor_adamw.h"
 #include "ops/fused/observe_quantize/observe_quantize.h"
 #include "ops/fused/scaled_softmax/scaled_softmax.h"
 #include "ops/fused/ste_backward/ste_backward.h"
@@ -31,6 +32,7 @@ void define_fused_ops(OpRegistry& r) {
   define_fused_ste_chain_op(r);
   define_fused_ste_producer_op(r);
   define_fused_scaled_softmax_ops(r);
+  define_fused_multi_tensor_adamw_op(r);
 #ifdef QG_WITH_CUDA
   add_fused_cuda_kernels(r);
   add_fused_ste_backward_cuda_kernels(r);

@@ -34,8 +34,11 @@ constexpr PassStep kPassOrder[] = {
      "after fuse_observer_quantize: moves an activation into the fused node that pass made"},
     {"fuse_scaled_softmax", "no other rule fuses mul, softmax or softmax_backward"},
     {"fuse_dfq_cast",
-     "last, independent of the others: it rewrites a forward dynamic_fake_quantize and the "
-     "cast of its y, which no other rule reads"},
+     "independent of the others: it rewrites a forward dynamic_fake_quantize and the cast of "
+     "its y, which no other rule reads"},
+    {"fuse_multi_tensor_adamw",
+     "last: it merges whole groups of adamw steps, which no other rule reads; after the rules "
+     "that rewrite a step into another fused node, should one take adamw"},
 };
 
 const FusionRule& registered_rule(const std::string& name) {

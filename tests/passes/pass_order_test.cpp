@@ -15,7 +15,8 @@ TEST(PassOrder, IsThePinnedPipeline) {
   const std::vector<std::string> expected = {
       "fuse_observer_quantize",   "fuse_ste_backward",   "fuse_ste_optimizer",
       "fuse_ste_chain",           "fuse_ste_producer",   "fuse_channel_div_batch_norm",
-      "fuse_activation_prologue", "fuse_scaled_softmax", "fuse_dfq_cast"};
+      "fuse_activation_prologue", "fuse_scaled_softmax", "fuse_dfq_cast",
+      "fuse_multi_tensor_adamw"};
   EXPECT_EQ(default_pass_names(), expected);
 }
 
@@ -48,7 +49,8 @@ TEST(PassOrder, RulesLiveWithTheOpTheyMake) {
       {"fuse_channel_div_batch_norm", "fused_channel_div_batch_norm"},
       {"fuse_scaled_softmax", "fused_scaled_softmax"},
       // The fused node is dynamic_fake_quantize itself, with out_dtype.
-      {"fuse_dfq_cast", "dynamic_fake_quantize"}};
+      {"fuse_dfq_cast", "dynamic_fake_quantize"},
+      {"fuse_multi_tensor_adamw", "fused_multi_tensor_adamw"}};
   std::map<std::string, std::string> found;
   for (const OpDef* op : OpRegistry::instance().all())
     for (const FusionRule& rule : op->fusion_rules) found[rule.name] = op->name;
