@@ -45,9 +45,11 @@ constexpr const char* kOp = "export";
 struct CheckpointModel {
   std::map<std::string, std::string> sizes;  // hidden=64 ... tied=0
   std::string qconfig;                       // QConfig::str()
+  nn::PrecisionPolicy precision;             // what the model trained in (f32 when unnamed)
 };
 
-// "llama hidden=64 ... tied=0 batch=8 seq=64 qconfig=<QConfig::str()> optimizer=adam"
+// "llama hidden=64 ... tied=0 batch=8 seq=64 qconfig=<QConfig::str()> optimizer=adam", then
+// " precision=<PrecisionPolicy::name()>" when it trained in another than f32.
 CheckpointModel parse_key(const std::string& key, const std::string& path) {
   const std::string q = " qconfig=", opt = " optimizer=";
   const size_t qa = key.find(q), ob = key.rfind(opt);
@@ -56,6 +58,13 @@ CheckpointModel parse_key(const std::string& key, const std::string& path) {
       kOp, "checkpoint ", path, ": meta config '", key, "' is not a llama model's");
   CheckpointModel m;
   m.qconfig = key.substr(qa + q.size(), ob - qa - q.size());
+  const std::string p = " precision=";
+  const size_t pa = key.find(p, ob);
+  if (pa != std::string::npos) {
+    const size_t end = key.find(' ', pa + p.size());
+    m.precision = nn::parse_precision(key.substr(
+        pa + p.size(), end == std::string::npos ? std::string::npos : end - pa - p.size()));
+  }
   std::istringstream in(key.substr(6, qa - 6));
   std::string item;
   while (in >> item) {
@@ -154,7 +163,9 @@ Decode greedy_decode(nn::LlamaInstance& inst, const Tensor& prompts, int64_t ste
   for (int64_t step = 0; step < steps; ++step) {
     Executor::Feeds feeds = {{"input_ids", Tensor::from_vector<int64_t>({b, s}, window)},
                              {"labels", labels}};
-    const Tensor logits = inst.exec->run(feeds, {inst.model.logits})[0].to(Device::cpu());
+    // f32 (bf16 logits of a bf16-mixed model widen exactly).
+    const Tensor logits =
+        inst.exec->run(feeds, {inst.model.logits})[0].to(Device::cpu()).cast(DType::f32);
     const float* p = logits.data<float>();
     const int64_t at = l - 1 + step;  // the last real position
     for (int64_t i = 0; i < b; ++i) {
@@ -203,7 +214,9 @@ void run_llama_export(const LlamaExportOptions& o, const std::map<std::string, s
            " + --new-tokens ", o.new_tokens, " = ", seq,
            " exceeds the model's max_position_embeddings ", config.max_position_embeddings);
   // 2. Its weights, converted to integer codes.
-  nn::LlamaInstance inst = nn::build_llama_instance(config, o.prompts, seq, qc, Device::cpu());
+  // In the precision it trained in: its GEMMs and activations are the deployed arithmetic.
+  nn::LlamaInstance inst =
+      nn::build_llama_instance(config, o.prompts, seq, qc, Device::cpu(), m.precision);
   {
     const std::vector<nn::CheckpointSection> sections = nn::read_checkpoint(o.checkpoint);
     const nn::CheckpointSections by_name(sections, o.checkpoint);

@@ -56,12 +56,14 @@ class QatExportLlama : public ::testing::Test {
   }
   // A checkpoint of `recipe` after one step on a synthetic stream, in DIR/<name>/ with the
   // model's config.json beside it, as `qat train --model llama` leaves it.
-  std::string checkpoint(const std::string& recipe, const std::string& name) {
+  std::string checkpoint(const std::string& recipe, const std::string& name,
+                         const std::string& precision = "f32") {
     std::vector<int32_t> tokens(2048);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % 48);
     nn::LmTrainConfig c;
     c.model = nn::parse_llama_config(kConfig, "test");
     c.qconfig = nn::parse_recipe(recipe, 32);
+    c.precision = nn::parse_precision(precision);
     c.batch = 2;
     c.seq = 16;
     c.lr.peak = 1e-3;
@@ -109,6 +111,15 @@ TEST_F(QatExportLlama, Int4WeightOnlyExportsItsFloatZerosAfterTheInt4Dequantize)
     EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
   EXPECT_TRUE(exists(out_));
   EXPECT_EQ(load_npy(dir_ + "/ref/tokens.npy").shape(), (Shape{2, 4}));
+}
+
+// A model trained in bf16-mixed is built in bf16-mixed (its GEMMs and activations are the
+// arithmetic it trained with), which the decoder export does not write yet: a named error
+// rather than a silent f32 model.
+TEST_F(QatExportLlama, ABf16MixedCheckpointIsNotExportedAsF32) {
+  const std::string ck = checkpoint("8da4w", "b", "bf16-mixed");
+  expect_failure("'" + ck + "' --onnx '" + out_ + "' --prompt-len 4 --new-tokens 4",
+                 {"error:", "[export.onnx]", "output f32", "bf16[16, 8, 48]"});
 }
 
 TEST_F(QatExportLlama, ACorruptCheckpointIsAnError) {
