@@ -8,7 +8,7 @@
 # go to $OUT. COMPARE=1 runs `qat train --model llama --compare` instead (the PTQ/QAT perplexity
 # table; STEPS float steps, QAT_STEPS fine-tune steps, SEEDS seeds); PRECISION (default
 # bf16-mixed) applies to every training run. TARGETS adds build targets, PRE runs a command
-# (the GPU tests) after the build.
+# (the GPU tests) after the build. FLOORS=1 prints the per-op floor tables instead (below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}
@@ -33,6 +33,18 @@ echo "==== llama 207M steps, bf16-mixed, each recipe beside the float step"
   timeout 120 "$build"/apps/qat steps --device cuda --model llama --precision bf16-mixed \
     --recipe "$recipe" --reps 20 2>&1 | grep "step llama"
 done
+# FLOORS=1: where the 207M bf16-mixed step's time goes, per op, beside each op's floor (its
+# FLOPs at the peak rate or its bytes at the peak bandwidth; PEAK_GBPS 4800 on an H200, 3350
+# on an H100), float and 8da4w, with adam and with the multi-tensor adamw; then exit.
+if [ -n "${FLOORS:-}" ]; then
+  for opt in adam adamw; do
+    echo "==== floors, optimizer $opt"
+    timeout 200 "$build"/apps/qat steps --device cuda --model llama --precision bf16-mixed \
+      --optimizer "$opt" --reps 20 --profile --floors --peak-gbps "${PEAK_GBPS:-4800}" 2>&1 |
+      tee "$out/floors_$opt.log" | grep -v "^    node "
+  done
+  exit 0
+fi
 precision=${PRECISION:-bf16-mixed}
 if [ -n "${COMPARE:-}" ]; then
   # The PTQ/QAT table: float trained $steps steps, then every recipe's PTQ and a QAT fine-tune

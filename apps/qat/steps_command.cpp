@@ -28,6 +28,7 @@
 
 #include "apps/qat/commands.h"
 #include "apps/qat/steps_common.h"
+#include "apps/qat/steps_floors.h"
 #include "apps/qat/train_common.h"
 #include "bench/harness/device_timer.h"
 #include "data/digits.h"
@@ -52,7 +53,8 @@ namespace {
 struct StepsOptions {
   std::string device = "auto", model = "all", json;
   int reps = 20;
-  bool small = false, profile = false, tf32 = false, wall = false;
+  bool small = false, profile = false, tf32 = false, wall = false, floors = false;
+  DevicePeaks peaks;               // --floors
   std::string profile_nodes;       // comma-separated ops whose nodes are listed one by one
   std::string variant = "both";    // float, qat or both
   bool no_trainer = false;         // digits: skip the in-process nn::Trainer column
@@ -277,7 +279,8 @@ namespace {
 
 // Prints per-op times (ms per step, and nodes per step), largest first.
 void print_profile(const std::map<std::string, std::pair<double, int>>& per_op, int runs,
-                   const char* what) {
+                   const char* what, const std::map<std::string, NodeCost>& costs,
+                   const DevicePeaks* peaks) {
   double total = 0;
   for (const auto& [op, t] : per_op) total += t.first;
   std::vector<std::pair<std::string, std::pair<double, int>>> rows(per_op.begin(), per_op.end());
@@ -288,18 +291,39 @@ void print_profile(const std::map<std::string, std::pair<double, int>>& per_op, 
     std::printf("    %-32s %8.3f ms %5.1f%%  (%d nodes)\n", rows[i].first.c_str(),
                 rows[i].second.first, 100 * rows[i].second.first / total,
                 rows[i].second.second / runs);
+  if (peaks == nullptr) return;
+  std::map<std::string, OpProfile> table;
+  for (const auto& [op, t] : per_op) {
+    OpProfile& p = table[op];
+    p.ms = t.first;
+    p.nodes = t.second / runs;
+    auto c = costs.find(op);
+    if (c != costs.end()) p.cost = c->second;
+  }
+  print_floor_table(table, *peaks);
+}
+
+// One node's cost added to its op's, `runs` times per step.
+void add_cost(std::map<std::string, NodeCost>& costs, const Graph& g, const Node& n, int runs) {
+  NodeCost c = node_cost(g, n);
+  c.flops /= runs;
+  c.flops_16bit /= runs;
+  c.bytes /= runs;
+  costs[n.op->name] += c;
 }
 
 // Where one step's CPU time goes, per op: the executor runs nodes one after the other on the
 // calling thread (their kernels on the thread pool), so the wall time between the end of one
 // node and the end of the next is that node's.
-void profile_step_cpu(StepGraph& s, Device device, int runs) {
+void profile_step_cpu(StepGraph& s, Device device, int runs, const DevicePeaks* peaks) {
   Executor exec(s.graph, device);
   exec.run(s.feeds, {s.loss}, s.updates);  // warm-up: allocations
   using Clock = std::chrono::steady_clock;
   std::map<std::string, std::pair<double, int>> per_op;
+  std::map<std::string, NodeCost> costs;
   Clock::time_point last;
   exec.on_node = [&](const Node& n, const std::vector<Tensor>&) {
+    add_cost(costs, s.graph, n, runs);
     const Clock::time_point now = Clock::now();
     auto& [ms, count] = per_op[n.op->name];
     ms += std::chrono::duration<double, std::milli>(now - last).count() / runs;
@@ -310,7 +334,7 @@ void profile_step_cpu(StepGraph& s, Device device, int runs) {
     last = Clock::now();
     exec.run(s.feeds, {s.loss}, s.updates);
   }
-  print_profile(per_op, runs, "on the host");
+  print_profile(per_op, runs, "on the host", costs, peaks);
 }
 
 // Where one step's GPU time goes, per op: a CUDA event after every node of `runs` executor
@@ -319,9 +343,9 @@ void profile_step_cpu(StepGraph& s, Device device, int runs) {
 // With `node_ops` (comma-separated op names), also lists each node of those ops with its
 // first input's type: which of a model's many fake-quantizers cost what.
 void profile_step(StepGraph& s, Device device, const ContextOptions& context, int runs,
-                  const std::string& node_ops) {
+                  const std::string& node_ops, const DevicePeaks* peaks) {
   if (device.is_cpu()) {
-    profile_step_cpu(s, device, runs);
+    profile_step_cpu(s, device, runs, peaks);
     return;
   }
 #ifdef QG_WITH_CUDA
@@ -333,7 +357,9 @@ void profile_step(StepGraph& s, Device device, const ContextOptions& context, in
   std::vector<std::pair<std::string, cudaEvent_t>> marks;
   std::vector<std::string> labels;  // per mark: "op node [input type]" when listed, else ""
   const std::string listed = "," + node_ops + ",";
+  std::map<std::string, NodeCost> costs;
   exec.on_node = [&](const Node& n, const std::vector<Tensor>&) {
+    add_cost(costs, s.graph, n, runs);
     cudaEvent_t e;
     QG_CUDA_CHECK("steps", cudaEventCreate(&e));
     QG_CUDA_CHECK("steps", cudaEventRecord(e, stream));
@@ -360,11 +386,11 @@ void profile_step(StepGraph& s, Device device, const ContextOptions& context, in
     }
   }
   for (auto& m : marks) cudaEventDestroy(m.second);
-  print_profile(per_op, runs, "between the first and last node");
+  print_profile(per_op, runs, "between the first and last node", costs, peaks);
   for (const auto& [label, t] : per_node)
     std::printf("    node %-60s %8.4f ms\n", label.c_str(), t.first);
 #else
-  (void)s, (void)device, (void)runs, (void)node_ops;
+  (void)s, (void)device, (void)runs, (void)node_ops, (void)peaks;
 #endif
 }
 
@@ -390,6 +416,16 @@ void add_steps_command(CLI::App& app) {
   cmd->add_option("--json", o->json, "Write the rows as JSON");
   cmd->add_flag("--profile", o->profile,
                 "Also print each step's time per op (GPU time, or host wall time on the CPU)");
+  cmd->add_flag("--floors", o->floors,
+                "With --profile: each op's floor beside its time, the larger of its FLOPs at the "
+                "peak rate and its bytes at the peak bandwidth (--peak-tflops, --peak-gbps)");
+  cmd->add_option("--peak-tflops", o->peaks.tflops_16bit,
+                  "--floors: dense bf16/f16 TFLOP/s of the device")
+      ->capture_default_str();
+  cmd->add_option("--peak-tflops-f32", o->peaks.tflops_f32, "--floors: f32 TFLOP/s without TF32")
+      ->capture_default_str();
+  cmd->add_option("--peak-gbps", o->peaks.gbps, "--floors: memory GB/s (H200: 4800)")
+      ->capture_default_str();
   cmd->add_option("--profile-nodes", o->profile_nodes,
                   "With --profile on a GPU: also list every node of these ops (comma-separated)");
   cmd->add_option("--variant", o->variant,
@@ -502,7 +538,8 @@ void add_steps_command(CLI::App& app) {
           if (resident > 0) std::printf("   resident %.2f GiB", resident / 1073741824.0);
           std::printf("\n");
           std::fflush(stdout);
-          if (o->profile) profile_step(s, device, context, 5, o->profile_nodes);
+          if (o->profile)
+            profile_step(s, device, context, 5, o->profile_nodes, o->floors ? &o->peaks : nullptr);
           rows += std::string(rows.empty() ? "" : ",\n") + "  {\"case\": \"" + label +
                   "\", \"ours_us\": " + std::to_string(us) +
                   ", \"kernels\": " + std::to_string(kernels) +

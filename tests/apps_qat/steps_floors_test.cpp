@@ -1,0 +1,62 @@
+// `qat steps --floors` (apps/qat/steps_floors.cpp): each node's FLOPs and bytes, and the floor
+// they give at the device's peaks, hand-checked.
+#include <gtest/gtest.h>
+
+#include "apps/qat/steps_floors.h"
+
+namespace qg::cli {
+namespace {
+
+const Node& last_node(const Graph& g) {
+  return g.node(static_cast<NodeId>(g.num_nodes() - 1));
+}
+
+TEST(StepsFloors, MatmulIsTwoMnkAndItsOperandBytes) {
+  Graph g;
+  ValueId a = g.input("a", {DType::f32, {4, 3}});
+  ValueId b = g.input("b", {DType::f32, {3, 5}});
+  g.apply1("matmul", {a, b});
+  NodeCost c = node_cost(g, last_node(g));
+  EXPECT_EQ(c.flops, 2.0 * 4 * 5 * 3);
+  EXPECT_EQ(c.flops_16bit, 0.0);  // f32: the f32 rate
+  EXPECT_EQ(c.bytes, (12 + 15 + 20) * 4.0);
+  // a^T: K is a's first axis.
+  Graph t;
+  ValueId at = t.input("a", {DType::bf16, {3, 4}});
+  ValueId bt = t.input("b", {DType::bf16, {3, 5}});
+  t.apply1("matmul", {at, bt}, {{"transpose_a", true}});
+  NodeCost ct = node_cost(t, last_node(t));
+  EXPECT_EQ(ct.flops, 120.0);
+  EXPECT_EQ(ct.flops_16bit, 120.0);
+  EXPECT_EQ(ct.bytes, (12 + 15 + 20) * 2.0);
+}
+
+TEST(StepsFloors, CausalAttentionCountsTheCausalHalf) {
+  Graph g;
+  const TensorType q{DType::bf16, {1, 2, 8, 4}}, kv{DType::bf16, {1, 1, 8, 4}};
+  std::vector<ValueId> o =
+      g.apply("causal_attention", {g.input("q", q), g.input("k", kv), g.input("v", kv)});
+  NodeCost c = node_cost(g, last_node(g));
+  // QK^T and PV: 2 x 2 B H T T D / 2 = 2 * 64 * 8.
+  EXPECT_EQ(c.flops, 1024.0);
+  EXPECT_EQ(c.flops_16bit, 1024.0);
+  // q 64, k 32, v 32, o 64 bf16 values; lse 16 f32.
+  EXPECT_EQ(c.bytes, (64 + 32 + 32 + 64) * 2.0 + 16 * 4.0);
+  (void)o;
+}
+
+TEST(StepsFloors, FloorIsTheSlowerOfComputeAndMemory) {
+  DevicePeaks p;
+  p.tflops_16bit = 1000;
+  p.tflops_f32 = 50;
+  p.gbps = 2000;
+  NodeCost gemm{2e12, 2e12, 1e9};  // 2 ms of compute, 0.5 ms of memory
+  EXPECT_DOUBLE_EQ(gemm.floor_ms(p), 2.0);
+  NodeCost copy{0, 0, 4e9};  // 2 ms of memory
+  EXPECT_DOUBLE_EQ(copy.floor_ms(p), 2.0);
+  NodeCost f32{1e11, 0, 0};  // 2 ms at 50 TFLOP/s
+  EXPECT_DOUBLE_EQ(f32.floor_ms(p), 2.0);
+}
+
+}  // namespace
+}  // namespace qg::cli
