@@ -46,8 +46,10 @@ int64_t convert_to_integer(ModelInstance& inst, const QConfig& qconfig);
 // integer weight codes (8da4w, 8da3w, 8da2w: packed INT4 nibbles per group; w8a8_dynamic:
 // int8 per channel) and their dequantize op, and the dynamic per-token activation quantizers
 // stay as they are, so the converted logits equal the QAT model's eval-mode logits bit for
-// bit. Embeddings stay float. Weights with a float zero point (int4 weight-only) are a named
-// error.
+// bit. A quantized token embedding (QConfig::embedding_weight) becomes its codes the same way
+// (packed INT4 nibbles or int8, one scale per group along the hidden dim) with its dequantize
+// op before the gather; a float one stays float. Weights with a float zero point (int4
+// weight-only) are a named error.
 struct LlamaInstance {
   std::unique_ptr<Graph> graph;
   LlamaModel model;
