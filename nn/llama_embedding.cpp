@@ -21,6 +21,30 @@ WeightQuant parse_embedding_quant(const std::string& s) {
   QG_FAIL("qconfig", "embedding quantization '", s, "' is not one of none, int8, int4");
 }
 
+std::string read_embedding_str(const std::string& str, QConfig& qc) {
+  const std::string mark = " + embedding ", per = " per group of ";
+  const size_t at = str.find(mark);
+  qc.embedding_weight = WeightQuant::none;
+  if (at == std::string::npos) return str;
+  const std::string rest = str.substr(at + mark.size());
+  const size_t p = rest.find(per);
+  bool ok = p != std::string::npos && p + per.size() < rest.size();
+  if (ok) {
+    const std::string digits = rest.substr(p + per.size());
+    const std::string bits = rest.substr(0, p);
+    ok = (bits == "int8" || bits == "int4") && digits.size() <= 9 &&
+         digits.find_first_not_of("0123456789") == std::string::npos;
+    if (ok) {
+      qc.embedding_weight = parse_embedding_quant(bits);
+      qc.embedding_group_size = std::stoi(digits);
+      ok = qc.embedding_quantized() && qc.embedding_group_size > 0;
+    }
+  }
+  QG_CHECK(ok, "qconfig", "'", rest, "' in '", str,
+           "' is not an embedding recipe such as 'int4 per group of 32'");
+  return str.substr(0, at);
+}
+
 QConfig embedding_weight_qconfig(const QConfig& qc) {
   QG_CHECK(qc.embedding_quantized(), "qconfig", qc.str(), " has no quantized embedding");
   qc.validate();

@@ -36,6 +36,12 @@ namespace qg::nn {
 // otherwise.
 WeightQuant parse_embedding_quant(const std::string& s);
 
+// Reads back the embedding part of a QConfig::str(): sets qc's embedding fields from the
+// " + embedding int4 per group of 32" suffix of `str` (a float embedding without one) and
+// returns the part before it, the GEMM recipe's QConfig::gemm_str(). Throws qg::Error (op
+// "qconfig") for a suffix that is not one str() writes.
+std::string read_embedding_str(const std::string& str, QConfig& qc);
+
 // The weight QConfig of the embedding's quantizer (what Builder::weight and the conversion
 // pass read for it): dynamic symmetric embedding_weight codes per group. Throws qg::Error when
 // qc has no quantized embedding.

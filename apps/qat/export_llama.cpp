@@ -21,8 +21,8 @@
 
 #ifdef QG_WITH_ONNX
 
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -33,6 +33,7 @@
 #include "export/onnx/onnx_export.h"
 #include "nn/convert.h"
 #include "nn/llama_config.h"
+#include "nn/llama_embedding.h"
 #include "nn/qconfig.h"
 #include "nn/rng.h"
 #include "train/checkpoint.h"
@@ -66,13 +67,22 @@ CheckpointModel parse_key(const std::string& key, const std::string& path) {
   return m;
 }
 
-// The recipe whose QConfig::str() the checkpoint names (group sizes 32..256).
+// The recipe whose QConfig::str() the checkpoint names (group sizes 32..256), with its
+// embedding's quantizer (nn/llama_embedding.h) when it names one.
 nn::QConfig recipe_of(const std::string& qconfig, const std::string& path, std::string* name) {
+  nn::QConfig embedding;
+  const std::string gemm = nn::read_embedding_str(qconfig, embedding);
   for (const std::string& r : nn::recipe_names())
     for (int g : {32, 64, 128, 256}) {
       nn::QConfig qc = nn::parse_recipe(r, g);
-      if (qc.str() == qconfig) {
+      if (qc.str() == gemm) {
         *name = r == "float" || r == "w8a8_dynamic" ? r : r + " group " + std::to_string(g);
+        if (embedding.embedding_quantized()) {
+          qc.embedding_weight = embedding.embedding_weight;
+          qc.embedding_group_size = embedding.embedding_group_size;
+          *name += ", embedding " + nn::weight_quant_name(qc.embedding_weight) + " group " +
+                   std::to_string(qc.embedding_group_size);
+        }
         return qc;
       }
     }
@@ -257,8 +267,7 @@ void run_llama_export(const LlamaExportOptions& o, const std::map<std::string, s
       static_cast<long long>(o.new_tokens), static_cast<long long>(o.prompts),
       static_cast<long long>(seq));
   if (!o.reference.empty())
-    std::printf("wrote %s/prompts.npy, tokens.npy, logits.npy, margins.npy\n",
-                o.reference.c_str());
+    std::printf("wrote %s/prompts.npy, tokens.npy, logits.npy, margins.npy\n", o.reference.c_str());
 }
 
 }  // namespace qg::cli

@@ -171,6 +171,27 @@ TEST(LlamaEmbeddingQuant, FloatEmbeddingLeavesTheGraphAsItWas) {
             "float32 + embedding int4 per group of 32");
 }
 
+TEST(LlamaEmbeddingQuant, DescriptionReadsBack) {
+  for (const nn::QConfig& qc :
+       {with_embedding(nn::parse_recipe("8da4w", 64), nn::WeightQuant::int4, 32),
+        with_embedding(nn::QConfig::float32(), nn::WeightQuant::int8, 256),
+        nn::parse_recipe("w8a8_dynamic", 32)}) {
+    nn::QConfig back;
+    back.embedding_weight = nn::WeightQuant::int8;  // overwritten either way
+    EXPECT_EQ(nn::read_embedding_str(qc.str(), back), qc.gemm_str());
+    EXPECT_EQ(back.embedding_weight, qc.embedding_weight);
+    if (qc.embedding_quantized()) {
+      EXPECT_EQ(back.embedding_group_size, qc.embedding_group_size);
+    }
+  }
+  nn::QConfig back;
+  for (const std::string bad :
+       {"float32 + embedding int4", "float32 + embedding int4 per group of ",
+        "float32 + embedding int2 per group of 32", "float32 + embedding int4 per group of 0",
+        "float32 + embedding int4 per group of 3x"})
+    expect_error([&] { nn::read_embedding_str(bad, back); }, {"[qconfig]", bad});
+}
+
 TEST(LlamaEmbeddingQuant, TiedEmbeddingsShareOneQuantizerWithLmHead) {
   const nn::QConfig qc = with_embedding(nn::parse_recipe("8da4w", 32), nn::WeightQuant::int4, 32);
   Graph g;
