@@ -17,6 +17,7 @@
 #include "nn/llama.h"
 #include "nn/llama_config.h"
 #include "nn/llama_embedding.h"
+#include "runtime/backend.h"
 #include "runtime/compile.h"
 #include "runtime/executor.h"
 #include "tests/core/test_util.h"
@@ -229,13 +230,14 @@ TEST(LlamaEmbeddingQuant, TrainingOnTheTinyBatchLowersTheLoss) {
 
 // A model trained a few Adam steps, copied into a forward-only instance.
 nn::LlamaInstance trained_instance(const nn::LlamaConfig& config, const nn::QConfig& qc,
-                                   const nn::PrecisionPolicy& precision) {
+                                   const nn::PrecisionPolicy& precision,
+                                   Device device = Device::cpu()) {
   Graph g;
   nn::LlamaModel m = nn::build_llama(g, config, 2, 7, qc, 5, precision);
   CompiledStep step(g, {m.loss, m.parameters, nn::optimizer_nodes({"adam", 1e-2}), {}}, {});
   for (int s = 0; s < 4; ++s) step.train(testing::tiny_llama_feeds(), {m.loss});
   step.synchronize();
-  nn::LlamaInstance inst = nn::build_llama_instance(config, 2, 7, qc, Device::cpu(), precision);
+  nn::LlamaInstance inst = nn::build_llama_instance(config, 2, 7, qc, device, precision);
   nn::copy_states(step.executor(), *inst.exec);
   return inst;
 }
@@ -287,6 +289,23 @@ TEST(LlamaEmbeddingQuant, ConvertedLogitsEqualTheQatLogitsBitForBit) {
         EXPECT_EQ(table.name, "model.embed_tokens.weight.int.dequantize");
       }
       EXPECT_EQ(gathers, 1);
+    }
+}
+
+// On a GPU the codes' dequantize computes code * scale in f32 as the fake-quant does, so the
+// converted CUDA logits equal the QAT model's CUDA logits bit for bit too.
+TEST(LlamaEmbeddingQuant, OnTheGpuConvertedLogitsEqualTheQatLogitsBitForBit) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device present";
+  for (const auto& [bits, tied] :
+       {std::pair{nn::WeightQuant::int4, false}, std::pair{nn::WeightQuant::int8, false},
+        std::pair{nn::WeightQuant::int4, true}})
+    for (const auto& precision : {nn::PrecisionPolicy::f32(), nn::PrecisionPolicy::bf16_mixed()}) {
+      SCOPED_TRACE(nn::weight_quant_name(bits) + (tied ? " tied " : " ") + precision.name());
+      const nn::QConfig qc = with_embedding(nn::parse_recipe("8da4w", 32), bits, 32);
+      nn::LlamaInstance inst = trained_instance(tiny_config(tied), qc, precision, Device::cuda(0));
+      const Tensor qat = logits(inst);
+      nn::convert_to_integer(inst, qc);
+      expect_bits_equal(logits(inst), qat, "logits");
     }
 }
 
