@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "nn/convert_float_zero.h"
+#include "nn/llama_embedding.h"
 #include "ops/common/quant_math.h"
 #include "runtime/compile.h"
 
@@ -241,6 +242,12 @@ LlamaInstance build_llama_instance(const LlamaConfig& config, int64_t batch, int
 int64_t convert_to_integer(LlamaInstance& inst, const QConfig& qc) {
   // Token id 0 for every input: any valid ids do, the pass reads states only.
   static const std::vector<ConvBnLayer> kNone;
+  // A quantized embedding first, with its own weight QConfig (its codes then also serve a tied
+  // lm_head, which reads the same fake-quantized table).
+  if (!inst.model.embedding_weights.empty())
+    convert_graph({*inst.graph, inst.exec, inst.model.embedding_weights, kNone, inst.model.logits,
+                   zero_feeds(*inst.graph)},
+                  embedding_weight_qconfig(qc));
   return convert_graph({*inst.graph, inst.exec, inst.model.weights, kNone, inst.model.logits,
                         zero_feeds(*inst.graph)},
                        qc);

@@ -47,8 +47,10 @@ int64_t convert_to_integer(ModelInstance& inst, const QConfig& qconfig);
 // int8 per channel; int4_weight_only: unsigned INT4 nibbles per group with the group's float
 // zero added after the dequantize, nn/convert_float_zero.h) and their dequantize op, and the
 // dynamic per-token activation quantizers stay as they are, so the converted logits equal the
-// QAT model's eval-mode logits bit for bit. Embeddings stay float. A float zero point on
-// weights stored in other than f32 is a named error.
+// QAT model's eval-mode logits bit for bit. A quantized token embedding
+// (QConfig::embedding_weight) becomes its codes the same way (packed INT4 nibbles or int8, one
+// scale per group along the hidden dim) with its dequantize op before the gather; a float one
+// stays float. A float zero point on weights stored in other than f32 is a named error.
 struct LlamaInstance {
   std::unique_ptr<Graph> graph;
   LlamaModel model;

@@ -4,16 +4,20 @@
 #include <string>
 
 #include "core/error.h"
+#include "nn/llama_embedding.h"
 
 namespace qg::nn {
 namespace {
 
 // The tied lm_head: logits = h E^T with the embedding table E [V, D] as the weight, through
-// the same quantizers a Linear applies (the table is the one parameter both read).
-ValueId tied_lm_head(Builder& b, ValueId h, ValueId table) {
+// the same quantizers a Linear applies (the table is the one parameter both read). A quantized
+// embedding's table `quantized` is already the weight's fake-quant: one quantizer serves both
+// (nn/llama_embedding.h).
+ValueId tied_lm_head(Builder& b, ValueId h, ValueId table, ValueId quantized) {
   Graph& g = b.graph();
   ValueId x = b.gemm_operand(h, "lm_head");
-  ValueId w = b.to_compute(b.weight(table, "lm_head"), "lm_head.weight");
+  ValueId w =
+      b.to_compute(quantized != table ? quantized : b.weight(table, "lm_head"), "lm_head.weight");
   return g.apply1("matmul", {b.gemm_operand_to_compute(h, x, "lm_head"), w},
                   {{"transpose_b", true}}, "lm_head.matmul");
 }
@@ -45,7 +49,8 @@ LlamaModel build_llama(Graph& graph, const LlamaConfig& config, int64_t batch, i
   // transformers initialises embeddings with N(0, 0.02); a uniform of the same deviation.
   ValueId table =
       b.uniform_parameter("model.embed_tokens.weight", {vocab, d}, 0.02 * std::sqrt(3.0));
-  ValueId h = graph.apply1("embedding", {table, m.input_ids}, {}, "model.embed_tokens");
+  ValueId table_q = quantized_embedding_table(graph, qconfig, config, table, m.embedding_weights);
+  ValueId h = graph.apply1("embedding", {table_q, m.input_ids}, {}, "model.embed_tokens");
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
     const std::string layer = "model.layers." + std::to_string(i);
     ValueId a = b.rms_norm(h, layer + ".input_layernorm", config.rms_norm_eps);
@@ -62,7 +67,7 @@ LlamaModel build_llama(Graph& graph, const LlamaConfig& config, int64_t batch, i
   // [rows, vocab]: the GEMM's own layout, which the loss reads before the logits' reshape.
   ValueId flat;
   if (config.tie_word_embeddings) {
-    flat = tied_lm_head(b, h, table);
+    flat = tied_lm_head(b, h, table, table_q);
   } else {
     ValueId x = graph.apply1("reshape", {h}, {{"shape", Shape{rows, d}}}, "lm_head.rows");
     flat = b.linear(x, vocab, "lm_head", false, false, /*bias=*/false);

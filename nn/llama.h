@@ -30,6 +30,8 @@ struct LlamaModel {
   ValueId input_ids = kNoValue, labels = kNoValue, logits = kNoValue, loss = kNoValue;
   std::vector<LinearLayer> layers;  // every Linear: the projections and an untied lm_head
   std::vector<WeightQuantizer> weights;
+  // The token embedding's quantizer (nn/llama_embedding.h): empty for a float table.
+  std::vector<WeightQuantizer> embedding_weights;
   std::vector<ValueId> parameters;  // trainable, in creation order
 };
 
@@ -38,6 +40,8 @@ struct LlamaModel {
 // and the residual stream in the parameter dtype; every GEMM (projections, MLP, lm_head) and
 // the attention in the compute dtype, whose outputs are cast back before each residual add;
 // RMSNorm's statistics and the loss in f32 (the logits stay in the compute dtype).
+// A quantized embedding (QConfig::embedding_weight) is nn/llama_embedding.h's; its errors
+// are that file's.
 // `sharing`: which part of the GEMM-input chain the projections that read one normed input
 // (q/k/v, gate/up) share (nn/builder.h).
 LlamaModel build_llama(Graph& graph, const LlamaConfig& config, int64_t batch, int64_t seq,

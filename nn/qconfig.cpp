@@ -72,6 +72,12 @@ std::string act_quant_name(ActQuant a) {
 }
 
 std::string QConfig::str() const {
+  if (!embedding_quantized()) return gemm_str();
+  return gemm_str() + " + embedding " + weight_quant_name(embedding_weight) + " per group of " +
+         std::to_string(embedding_group_size);
+}
+
+std::string QConfig::gemm_str() const {
   if (!quantized()) return "float32";
   std::string w = weight == WeightQuant::nf4 ? "NF4" : "W" + std::to_string(weight_bits());
   std::string a = dynamic_activations() ? "A8dyn" : "A" + std::to_string(activation_bits());

@@ -49,6 +49,12 @@ struct QConfig {
   // QAT weight fake-quant, no observer state) instead of an observer.
   bool dynamic_weights = false;
   WeightMapping weight_mapping = WeightMapping::symmetric;  // dynamic weights only
+  // The Llama token embedding's table (nn/llama_embedding.h): float (none), or torchao's
+  // embedding QAT, int8 or int4 (IntxFakeQuantizeConfig weight-only, as
+  // Int4WeightOnlyEmbeddingQATQuantizer builds it): symmetric signed codes per group of
+  // `embedding_group_size` along the hidden dim, qparams from the current table every step.
+  WeightQuant embedding_weight = WeightQuant::none;
+  int embedding_group_size = 32;
 
   static QConfig float32() { return {}; }
   static QConfig w8a8() { return {WeightQuant::int8, ActQuant::uint8}; }
@@ -86,10 +92,15 @@ struct QConfig {
   bool dynamic_activations() const { return activation == ActQuant::int8_dynamic_token; }
   int weight_bits() const;      // 32 for float weights
   int activation_bits() const;  // 32 for float activations
-  std::string str() const;      // "W8A8 (weights per channel, moving_average observers)"
+  bool embedding_quantized() const { return embedding_weight != WeightQuant::none; }
+  // "W8A8 (weights per channel, moving_average observers)"; a quantized embedding appends
+  // " + embedding int4 per group of 32" (so checkpoints of another embedding recipe differ).
+  std::string str() const;
+  std::string gemm_str() const;  // str() without the embedding part
   // Throws qg::Error (op "qconfig") for a combination no quantizer implements: dynamic
   // weights that are float or NF4 or per tensor, a float zero point on other than dynamic
-  // int4 group-wise weights, int3 weights from an observer, a group size below 1.
+  // int4 group-wise weights, int3 weights from an observer, a group size below 1, embedding
+  // codes other than int8 or int4.
   void validate() const;
 };
 

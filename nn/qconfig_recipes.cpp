@@ -61,6 +61,12 @@ void QConfig::validate() const {
     QG_CHECK(weight_scope != "tensor", "qconfig",
              "dynamic weights are per channel or per group (torchao's QAT), not per tensor");
   }
+  QG_CHECK(embedding_weight == WeightQuant::none || embedding_weight == WeightQuant::int8 ||
+               embedding_weight == WeightQuant::int4,
+           "qconfig", "embedding weights ", weight_quant_name(embedding_weight),
+           " are outside torchao's embedding QAT recipes: none (float), int8 or int4");
+  QG_CHECK(embedding_group_size > 0, "qconfig", "embedding group size ", embedding_group_size,
+           " must be positive");
   QG_CHECK(weight != WeightQuant::int3 || dynamic_weights, "qconfig",
            "int3 weights are a dynamic recipe (8da3w): set dynamic_weights");
   if (weight_mapping == WeightMapping::float_zero) {

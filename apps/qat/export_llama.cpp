@@ -32,6 +32,7 @@
 #include "export/onnx/onnx_export.h"
 #include "nn/convert.h"
 #include "nn/llama_config.h"
+#include "nn/llama_embedding.h"
 #include "nn/qconfig.h"
 #include "nn/rng.h"
 #include "train/checkpoint.h"
@@ -74,13 +75,22 @@ CheckpointModel parse_key(const std::string& key, const std::string& path) {
   return m;
 }
 
-// The recipe whose QConfig::str() the checkpoint names (group sizes 32..256).
+// The recipe whose QConfig::str() the checkpoint names (group sizes 32..256), with its
+// embedding's quantizer (nn/llama_embedding.h) when it names one.
 nn::QConfig recipe_of(const std::string& qconfig, const std::string& path, std::string* name) {
+  nn::QConfig embedding;
+  const std::string gemm = nn::read_embedding_str(qconfig, embedding);
   for (const std::string& r : nn::recipe_names())
     for (int g : {32, 64, 128, 256}) {
       nn::QConfig qc = nn::parse_recipe(r, g);
-      if (qc.str() == qconfig) {
+      if (qc.str() == gemm) {
         *name = r == "float" || r == "w8a8_dynamic" ? r : r + " group " + std::to_string(g);
+        if (embedding.embedding_quantized()) {
+          qc.embedding_weight = embedding.embedding_weight;
+          qc.embedding_group_size = embedding.embedding_group_size;
+          *name += ", embedding " + nn::weight_quant_name(qc.embedding_weight) + " group " +
+                   std::to_string(qc.embedding_group_size);
+        }
         return qc;
       }
     }

@@ -228,11 +228,22 @@ void add_train_command(CLI::App& app) {
                   "llama: f32 or bf16-mixed (f32 parameters and optimizer states, bf16 GEMMs "
                   "and attention, f32 accumulation)")
       ->capture_default_str();
+  cmd->add_option("--embedding-quant", o->embedding_quant,
+                  "llama: the token embedding's codes with torchao's embedding QAT: none, int8 "
+                  "or int4 (symmetric per group along the hidden dim; tied embeddings share "
+                  "lm_head's quantizer)")
+      ->capture_default_str();
+  cmd->add_option("--embedding-group-size", o->embedding_group_size,
+                  "llama: embedding weights per scale along the hidden dim (must divide it)")
+      ->capture_default_str();
   cmd->callback([o, cmd] {
     QG_CHECK(o->model == "llama" ||
                  (cmd->count("--weight-decay") == 0 && cmd->count("--clip-grad-norm") == 0 &&
                   cmd->count("--precision") == 0),
              "train", "--weight-decay, --clip-grad-norm and --precision are for --model llama");
+    QG_CHECK(o->model == "llama" || (cmd->count("--embedding-quant") == 0 &&
+                                     cmd->count("--embedding-group-size") == 0),
+             "train", "--embedding-quant and --embedding-group-size are for --model llama");
     if (o->model == "llama") {
       // The digits defaults do not fit a language model: a smaller batch, a smaller rate.
       if (cmd->count("--batch") == 0) o->batch = 8;

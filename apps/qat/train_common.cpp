@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "nn/import_weights.h"
+#include "nn/llama_embedding.h"
 #include "nn/quantized.h"
 #include "runtime/backend.h"
 #include "runtime/distributed/launch.h"
@@ -155,7 +156,10 @@ void add_model_options(CLI::App* cmd, TrainOptions& o) {
   cmd->add_option("--batch", o.batch, "Batch size")->capture_default_str();
 }
 
-nn::QConfig qconfig_from(const TrainOptions& o) {
+namespace {
+
+// The GEMM recipe of the options (--recipe, or --weight-bits, --act-bits and --scope).
+nn::QConfig gemm_qconfig_from(const TrainOptions& o) {
   if (!o.recipe.empty()) {
     nn::QConfig qc = nn::parse_recipe(o.recipe, o.group_size);
     qc.observer = nn::parse_observer(o.observer);
@@ -169,6 +173,15 @@ nn::QConfig qconfig_from(const TrainOptions& o) {
   qc.observer = nn::parse_observer(o.observer);
   qc.weight_scope = o.scope;
   qc.weight_group_size = o.group_size;
+  return qc;
+}
+
+}  // namespace
+
+nn::QConfig qconfig_from(const TrainOptions& o) {
+  nn::QConfig qc = gemm_qconfig_from(o);
+  qc.embedding_weight = nn::parse_embedding_quant(o.embedding_quant);
+  qc.embedding_group_size = o.embedding_group_size;
   return qc;
 }
 

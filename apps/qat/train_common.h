@@ -81,6 +81,10 @@ struct TrainOptions {
   int64_t qat_steps = 100;
   double weight_decay = 0.0, clip_grad_norm = 0.0;  // llama's optimizer (0: off)
   std::string precision = "f32";                    // llama: nn::parse_precision
+  // llama: the token embedding's codes (nn::parse_embedding_quant: none, int8, int4) and
+  // their group size along the hidden dim (nn/llama_embedding.h).
+  std::string embedding_quant = "none";
+  int embedding_group_size = 32;
 };
 
 // The result of one trained (or calibrated) model.

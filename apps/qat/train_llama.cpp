@@ -18,6 +18,7 @@
 #include "data/text_corpus.h"
 #include "data/token_data.h"
 #include "nn/llama_config.h"
+#include "nn/llama_embedding.h"
 #include "runtime/backend.h"
 #include "train/checkpoint.h"
 #include "train/lm_trainer.h"
@@ -89,6 +90,9 @@ void run_llama_training(const TrainOptions& o) {
   QG_CHECK(o.init.empty() || o.resume.empty(), "train", "--init '", o.init, "' and --resume '",
            o.resume, "' both set the starting weights; give one");
   if (o.compare) {
+    QG_CHECK(o.embedding_quant == "none", "train",
+             "--model llama --compare runs its recipes with a float embedding: --embedding-quant ",
+             o.embedding_quant, " is for single runs");
     QG_CHECK(o.nproc == 1, "train",
              "--model llama --compare trains several models one after the other in one "
              "process: --nproc is for a single run");
@@ -118,6 +122,12 @@ void train_llama(const TrainOptions& o) {
   QG_CHECK(o.steps > 0 && o.eval_every > 0, "train", "--steps ", o.steps, " and --eval-every ",
            o.eval_every, " must be > 0");
   nn::LlamaConfig model = nn::load_llama_config(o.llama_config);
+  // The recipe and the embedding's quantizer are checked before the data is prepared.
+  {
+    const nn::QConfig qc = qconfig_from(o);
+    qc.validate();
+    nn::check_embedding_quant(qc, model);
+  }
   const std::string corpus = o.corpus.empty() ? nn::default_text_corpus_dir() : o.corpus;
   // Data parallel: rank 0 trains the tokenizer and writes the token cache when they are
   // missing, and the other ranks read them once it is done.

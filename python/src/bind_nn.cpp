@@ -11,6 +11,8 @@
 #include "convert.h"
 #include "data/digits.h"
 #include "nn/builder.h"
+#include "nn/llama_embedding.h"
+#include "nn/llama_embedding.h"
 #include "nn/model.h"
 #include "nn/qconfig.h"
 #include "train/optimizer.h"
@@ -86,6 +88,10 @@ void bind_qconfig(nb::module_& m) {
               "weight qparams from the current weights every step (torchao's QAT), no observer")
       .def_rw("weight_mapping", &QConfig::weight_mapping,
               "dynamic weights: symmetric or float_zero (WeightMapping)")
+      .def_rw("embedding_weight", &QConfig::embedding_weight,
+              "the Llama token embedding's codes: none, int8 or int4 (WeightQuant)")
+      .def_rw("embedding_group_size", &QConfig::embedding_group_size,
+              "embedding weights per scale along the hidden dim")
       .def_static("float32", &QConfig::float32, "No quantizer: a float model.")
       .def_static("w8a8", &QConfig::w8a8,
                   "int8 per-channel weights, uint8 activations (torch.ao's default QAT qconfig).")
@@ -121,6 +127,15 @@ void bind_qconfig(nb::module_& m) {
           nb::arg("dtype") = "f32",
           "The dynamic_fake_quantize attributes of the weight quantizer on weights of this "
           "dtype (\"f32\", \"bf16\", \"f16\"), a dict.")
+      .def(
+          "embedding_weight_attrs",
+          [](const QConfig& q, const std::string& dtype) {
+            return attrs_dict(
+                dynamic_weight_attrs(embedding_weight_qconfig(q), qg::dtype_from_name(dtype)));
+          },
+          nb::arg("dtype") = "f32",
+          "The dynamic_fake_quantize attributes of the token embedding's quantizer on a table "
+          "of this dtype (nn/llama_embedding.h), a dict.")
       .def_prop_ro("quantized", &QConfig::quantized, "True when any quantizer is set")
       .def("__repr__", [](const QConfig& q) { return "<QConfig " + q.str() + ">"; });
   m.def("parse_recipe", &parse_recipe, nb::arg("name"), nb::arg("group_size") = 32,

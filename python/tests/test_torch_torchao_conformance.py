@@ -5,7 +5,8 @@ agree within the rounding of torchao's differentiated composition (see assert_gr
 The engine's recipes (qatgraph.nn.parse_recipe: the dynamic_fake_quantize nodes its Builder
 puts on every Linear's weight and input, QConfig.dynamic_weight_attrs /
 dynamic_activation_attrs) against torchao's fake quantizers the same way, bit for bit
-(test_engine_recipe_*).
+(test_engine_recipe_*), and the Llama token embedding's quantizer against torchao's embedding
+QAT (test_engine_embedding_fake_quant).
 Skipped where torchao cannot be imported (it needs a recent torch: Debian's 1.13 is too old).
 
 Run it on the GPU machine (torch 2.11), with torchao's wheel unzipped, not installed, from the
@@ -31,7 +32,9 @@ try:
         warnings.simplefilter("ignore")
         import torchao
         from torchao.quantization.qat import (
+            FakeQuantizedEmbedding,
             FakeQuantizedLinear,
+            Int4WeightOnlyEmbeddingQATQuantizer,
             Int4WeightOnlyQATQuantizer,
             Int8DynActInt4WeightQATQuantizer,
             IntxFakeQuantizeConfig,
@@ -322,3 +325,42 @@ def test_engine_recipe_activation_fake_quant(recipe, dtype):
         assert torch.equal(scale.double(), theirs_q.scale.reshape(scale.shape).double())
         assert torch.equal(zero_point.double(),
                            theirs_q.zero_point.reshape(scale.shape).double())
+
+
+# --- The Llama token embedding's quantizer (QConfig.embedding_weight) ------------------------
+
+def their_embedding(bits, group_size, dtype):
+    """torchao's fake-quantized embedding of a [OUT_FEATURES, IN_FEATURES] table: int4 through
+    Int4WeightOnlyEmbeddingQATQuantizer, int8 as FakeQuantizedEmbedding with
+    IntxFakeQuantizeConfig(torch.int8, group_size, is_symmetric=True) (what QATConfig builds for
+    an embedding under IntxWeightOnlyConfig)."""
+    table = nn.Embedding(OUT_FEATURES, IN_FEATURES).to(dtype).to(DEVICE)
+    with torch.no_grad():
+        table.weight.copy_(weights(dtype))
+    if bits == 4:
+        model = nn.Sequential(table)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            Int4WeightOnlyEmbeddingQATQuantizer(group_size=group_size).prepare(model)
+        return model[0]
+    config = IntxFakeQuantizeConfig(torch.int8, group_size=group_size, is_symmetric=True)
+    return FakeQuantizedEmbedding.from_embedding(table, weight_config=config)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("group_size", GROUP_SIZES)
+@pytest.mark.parametrize("bits", [4, 8])
+def test_engine_embedding_fake_quant(bits, group_size, dtype):
+    qc = qgn.QConfig()
+    qc.embedding_weight = qgn.WeightQuant.int4 if bits == 4 else qgn.WeightQuant.int8
+    qc.embedding_group_size = group_size
+    attrs = qc.embedding_weight_attrs(ENGINE_DTYPE_NAMES[dtype])
+    theirs = their_embedding(bits, group_size, dtype)
+    ids = torch.tensor([[0, 3, 3, 47], [1, 2, 5, 0]], device=DEVICE)
+    with torch.no_grad():
+        theirs_out = theirs(ids)
+    table_q, scale, zero_point = engine_fake_quantize(attrs, theirs.weight.detach())
+    assert_bits_equal(table_q[ids], theirs_out, f"engine int{bits} embedding, gathered")
+    fq = theirs.weight_fake_quantizer
+    assert torch.equal(scale.double(), fq.scale.reshape(scale.shape).double()), "scale"
+    assert torch.equal(zero_point.double(), fq.zero_point.reshape(scale.shape).double())

@@ -36,4 +36,13 @@ for recipe in 8da4w 8da2w w8a8_dynamic int4_weight_only float; do
   grep -h "^size:" "$work/$recipe.export.log" | sed "s/^/$recipe /"
   pairs+=("$work/$recipe.onnx" "$work/$recipe/ref")
 done
+# 8da4w with the token embedding quantized too (--embedding-quant int4: INT4 codes per group of
+# 32 along the hidden dim, DequantizeLinear with block_size feeding the Gather).
+name=8da4w_embedding_int4
+"$qat" train "${common[@]}" --recipe 8da4w --embedding-quant int4 --embedding-group-size 32 \
+  --out "$work/$name" > "$work/$name.train.log"
+"$qat" export "$work/$name/checkpoint.qgck" --onnx "$work/$name.onnx" --data "$work/data" \
+  --reference "$work/$name/ref" > "$work/$name.export.log"
+grep -h "^size:" "$work/$name.export.log" | sed "s/^/$name /"
+pairs+=("$work/$name.onnx" "$work/$name/ref")
 "$python" "$check" "${pairs[@]}" --json "$work/onnx_llm_check.json"
