@@ -196,8 +196,12 @@ void report(const std::string& what, const char* name, double vs_cpu, double vs_
 
 TEST(CudnnAttention, MatchesTheCpuAndTheKernels) {
   QG_REQUIRE_CUDNN_ATTENTION();
-  const std::vector<Case> cases = {{2, 4, 2, 65, 64},   {1, 8, 1, 130, 128}, {3, 2, 2, 1, 64},
-                                   {1, 4, 2, 257, 128}, {2, 16, 8, 128, 64}, {1, 2, 2, 7, 64}};
+  // Odd T, MQA, T = 1, T past several tiles, Llama's 16 heads over 8.
+  const std::vector<Case> cases = {{2, 4, 2, 65, 64},
+                                   {1, 8, 1, 130, 128},
+                                   {3, 2, 2, 1, 64},
+                                   {1, 4, 2, 257, 128},
+                                   {2, 16, 8, 128, 64}};
   uint32_t seed = 300;
   for (const Case& c : cases)
     for (DType d : {DType::bf16, DType::f16}) {
