@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs the build dependencies the lent GPU machine lacks (Eigen, the Boost headers the code
 # includes, CLI11, GoogleTest, zlib) into .gpudeps/root, laid out as on this Debian machine,
-# so `scripts/gpu_check.sh` there can copy them under / (adding files, replacing none). Run
+# so `scripts/gpu_check.sh` there can copy them under / (adding files, replacing none), and the
+# cuDNN frontend's headers into .gpudeps/cudnn/frontend (below). Run
 # here after a build, since the Boost subset is read from the compiler's dependency files.
 # The folder is git-ignored through .git/info/exclude and travels with `carry`.
 set -euo pipefail
@@ -29,4 +30,14 @@ while read -r h; do copy "$h"; done <.gpudeps/boost_headers.txt
 copy /usr/include/sentencepiece_processor.h /usr/include/sentencepiece_trainer.h \
   "$lib"/libsentencepiece.so* "$lib"/libsentencepiece_train.so* "$lib"/pkgconfig/sentencepiece.pc
 copy /usr/share/doc/python3.11/html/_sources
+# causal_attention's cuDNN path: the header-only cuDNN frontend (3 MB, the include/ folder of
+# the nvidia-cudnn-frontend wheel) in .gpudeps/cudnn/frontend, where CMake looks for it; cuDNN
+# itself comes with torch's wheels on the GPU machine. Kept across runs (rm -rf it to refresh).
+frontend=.gpudeps/cudnn/frontend
+if [ ! -f "$frontend/include/cudnn_frontend.h" ]; then
+  wheel_dir=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --dest "$wheel_dir" "nvidia-cudnn-frontend==${CUDNN_FRONTEND_VERSION:-1.32.0}"
+  unzip -q -o "$wheel_dir"/nvidia_cudnn_frontend-*.whl 'include/*' -d "$frontend"
+  rm -rf "$wheel_dir"
+fi
 du -sh .gpudeps

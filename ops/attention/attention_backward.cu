@@ -20,6 +20,7 @@
 #include "core/graph.h"
 #include "ops/attention/attention_args.h"
 #include "ops/attention/attention_cuda.h"
+#include "ops/attention/attention_cudnn.h"
 #include "ops/attention/attention_mma.cuh"
 #include "ops/attention/attention_tiles.cuh"
 
@@ -304,6 +305,7 @@ void causal_attention_backward_cuda(KernelContext& ctx) {
   const AttentionLayout& a = ctx.args<AttentionArgs>().layout;
   check_cuda_layout(ctx.op, a);
   const AttentionStrides in = attention_strides(ctx);
+  if (cudnn_attention::backward(ctx, a)) return;  // QG_ATTENTION_BACKEND (attention_backend.h)
   dispatch_float(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     if (a.head_dim == 64)

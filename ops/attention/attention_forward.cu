@@ -13,6 +13,7 @@
 #include "core/graph.h"
 #include "ops/attention/attention_args.h"
 #include "ops/attention/attention_cuda.h"
+#include "ops/attention/attention_cudnn.h"
 #include "ops/attention/attention_mma.cuh"
 #include "ops/attention/attention_tiles.cuh"
 
@@ -131,6 +132,7 @@ void causal_attention_cuda(KernelContext& ctx) {
   const AttentionLayout& a = ctx.args<AttentionArgs>().layout;
   check_cuda_layout(ctx.op, a);
   const AttentionStrides in = attention_strides(ctx);
+  if (cudnn_attention::forward(ctx, a)) return;  // QG_ATTENTION_BACKEND (attention_backend.h)
   dispatch_float(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
     if (!tiled_head_dim(a.head_dim)) {

@@ -24,10 +24,12 @@
 // dS^T q) are rounded to the input dtype as the A operand, as flash attention does: one more
 // rounding of the dtype per term, errors of random sign that stay near one ulp of the result
 // (tests/ops_attention's GPU test holds them to the crosscheck's two ulps).
-// f32 and f64 run SIMT kernels in M. Against the composed graph (batched_matmul, scale, mask,
-// softmax, batched_matmul) the f32 result agrees to f32 rounding; in f16/bf16 the composed graph
-// rounds the scores and probabilities to the dtype, which this op does not, so the fused op is the
-// closer one to the f32 result.
+// f32 and f64 run SIMT kernels in M. Where the build has cuDNN and its frontend, bf16 and f16
+// at head dims 64 and 128 run on cuDNN's fused SDPA instead, to the same rounding rule
+// (attention_cudnn.h; QG_ATTENTION_BACKEND in attention_backend.h chooses). Against the composed
+// graph (batched_matmul, scale, mask, softmax, batched_matmul) the f32 result agrees to f32
+// rounding; in f16/bf16 the composed graph rounds the scores and probabilities to the dtype, which
+// this op does not, so the fused op is the closer one to the f32 result.
 //
 // Inputs may be strided views (any non-negative strides on the batch, head and seq axes,
 // stride 1 on head_dim; attention_strides.h); outputs are contiguous.

@@ -18,32 +18,14 @@
 #include <mutex>
 #include <tuple>
 
+#include "ops/common/cudnn_handle.h"
+
 namespace qg::cudnn_conv {
 namespace {
-
-#define QG_CUDNN_CHECK(op, call)                                                             \
-  do {                                                                                       \
-    cudnnStatus_t qg_st_ = (call);                                                           \
-    QG_CHECK(qg_st_ == CUDNN_STATUS_SUCCESS, (op), #call,                                    \
-             " failed: ", cudnnGetErrorString(qg_st_), " (", static_cast<int>(qg_st_), ")"); \
-  } while (0)
 
 // Large enough for the fast algorithms of the layers this project trains; a candidate that
 // needs more is skipped (the heuristics always offer one that needs little or none).
 constexpr size_t kWorkspaceLimit = size_t{512} << 20;
-
-cudnnHandle_t handle(DeviceContext& context) {
-  void* h = context.library_handle(
-      LibraryHandle::cudnn,
-      [](DeviceContext& c) -> void* {
-        cudnnHandle_t created;
-        QG_CUDNN_CHECK("cudnn", cudnnCreate(&created));
-        QG_CUDNN_CHECK("cudnn", cudnnSetStream(created, static_cast<cudaStream_t>(c.stream())));
-        return created;
-      },
-      [](void* handle) { (void)cudnnDestroy(static_cast<cudnnHandle_t>(handle)); });
-  return static_cast<cudnnHandle_t>(h);
-}
 
 cudnnDataType_t data_type(const char* op, DType d) {
   switch (d) {
@@ -183,7 +165,7 @@ void* workspace(const Tensor& like, size_t bytes, Tensor& holder) {
 template <typename Perf, int kCount, typename Query, typename Call>
 void convolve(const char* op, int direction, const Geometry& g, const Tensor& like,
               DeviceContext& context, Query query, Call call) {
-  cudnnHandle_t h = handle(context);
+  cudnnHandle_t h = cudnn_handle(context);
   const bool tf32 = context.allow_tf32();
   Descriptors d(op, g, like.dtype(), tf32);
   Choice c = cached_choice(key_of(direction, g, like.dtype(), tf32), [&] {
