@@ -113,8 +113,9 @@ TEST(MlpRecipes, QuantizedMlpRejectsRecipesItCannotStore) {
 
 // The float zero point (int4 weight-only) trains, and converts (unsigned INT4 codes with each
 // group's float zero added after the dequantize, nn/convert_float_zero.h) to a model of the
-// same accuracy: its weights are the fake-quantized ones bit for bit, in a quarter of the bytes
-// or less.
+// same accuracy: its weights are the fake-quantized ones bit for bit. Per group of 8 weights it
+// stores 4 bytes of nibbles, an f32 scale, an f32 zero and the u8 zero point 8 of the
+// dequantize: 13 bytes against 32, so below half the float model's bytes.
 TEST(MlpRecipes, Int4WeightOnlyTrainsAndConvertsToTheSameAccuracy) {
   const auto& d = digits();
   nn::Trainer t(small_config("mlp", nn::QConfig::int4_weight_only(8)), d.train, d.test);
@@ -127,7 +128,7 @@ TEST(MlpRecipes, Int4WeightOnlyTrainsAndConvertsToTheSameAccuracy) {
   EXPECT_EQ(t.integer_accuracy(d.test, &bytes), fq);
   nn::Trainer f(small_config("mlp", nn::QConfig::float32()), d.train, d.test);
   f.integer_accuracy(d.test, &float_bytes);
-  EXPECT_LT(bytes, float_bytes / 3);
+  EXPECT_LT(bytes, float_bytes / 2) << bytes << " vs " << float_bytes;
 }
 
 }  // namespace
