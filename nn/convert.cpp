@@ -162,8 +162,14 @@ int64_t convert_graph(ConvertTarget t, const QConfig& qc) {
                "layer '", w.layer,
                "': weights with a float zero point (int4 weight-only) have no integer form "
                "here yet");
-      const Node& qp = g.node(w.observer);
       fetch.push_back(w.source);
+      if (w.learned_scale != kNoValue) {
+        // Learned ranges: the scale parameter; the zero point is 0 (filled in below).
+        fetch.push_back(w.learned_scale);
+        fetch.push_back(w.learned_scale);
+        continue;
+      }
+      const Node& qp = g.node(w.observer);
       fetch.push_back(qp.outputs[w.qparam_output]);
       fetch.push_back(qp.outputs[w.qparam_output + 1]);
     }
@@ -182,6 +188,11 @@ int64_t convert_graph(ConvertTarget t, const QConfig& qc) {
     const size_t n = w.nf4_pack >= 0 ? 2 : 3;
     std::vector<Tensor> mine(got.begin() + k, got.begin() + k + n);
     k += n;
+    if (w.learned_scale != kNoValue) {
+      // The codes are computed in f32 as lsq_fake_quantize computes them from an f32 scale.
+      mine[1] = Tensor::from_doubles(mine[1].shape(), mine[1].to_doubles(), DType::f32);
+      mine[2] = Tensor::zeros(mine[1].shape(), DType::i32);
+    }
     rewire(g, w.quantized, integer_weight(g, w, qc, mine));
   }
   for (const ConvBnLayer& c : t.conv_bns) {

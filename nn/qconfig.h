@@ -49,6 +49,11 @@ struct QConfig {
   // QAT weight fake-quant, no observer state) instead of an observer.
   bool dynamic_weights = false;
   WeightMapping weight_mapping = WeightMapping::symmetric;  // dynamic weights only
+  // Learned ranges (torchao's IntxFakeQuantizeConfig(range_learning=True)) on dynamic
+  // symmetric weights: each weight quantizer's scales become a trainable parameter
+  // "<layer>.weight_scale" ([out, in / group] or [out]) initialised to the dynamic qparams of
+  // the initial weights, and the quantizer is lsq_fake_quantize (nn/learned_ranges.h).
+  bool learned_weight_ranges = false;
 
   static QConfig float32() { return {}; }
   static QConfig w8a8() { return {WeightQuant::int8, ActQuant::uint8}; }
@@ -89,7 +94,8 @@ struct QConfig {
   std::string str() const;      // "W8A8 (weights per channel, moving_average observers)"
   // Throws qg::Error (op "qconfig") for a combination no quantizer implements: dynamic
   // weights that are float or NF4 or per tensor, a float zero point on other than dynamic
-  // int4 group-wise weights, int3 weights from an observer, a group size below 1.
+  // int4 group-wise weights, int3 weights from an observer, a group size below 1, learned
+  // ranges on other than dynamic symmetric integer weights.
   void validate() const;
 };
 

@@ -21,8 +21,8 @@
 
 #ifdef QG_WITH_ONNX
 
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -69,13 +69,19 @@ CheckpointModel parse_key(const std::string& key, const std::string& path) {
 // The recipe whose QConfig::str() the checkpoint names (group sizes 32..256).
 nn::QConfig recipe_of(const std::string& qconfig, const std::string& path, std::string* name) {
   for (const std::string& r : nn::recipe_names())
-    for (int g : {32, 64, 128, 256}) {
-      nn::QConfig qc = nn::parse_recipe(r, g);
-      if (qc.str() == qconfig) {
-        *name = r == "float" || r == "w8a8_dynamic" ? r : r + " group " + std::to_string(g);
-        return qc;
+    for (int g : {32, 64, 128, 256})
+      for (bool learned : {false, true}) {
+        nn::QConfig qc = nn::parse_recipe(r, g);
+        // Learned ranges (qat train --learned-ranges) exist for the dynamic symmetric recipes.
+        if (learned && (!qc.dynamic_weights || qc.weight_mapping != nn::WeightMapping::symmetric))
+          continue;
+        qc.learned_weight_ranges = learned;
+        if (qc.str() == qconfig) {
+          *name = r == "float" || r == "w8a8_dynamic" ? r : r + " group " + std::to_string(g);
+          if (learned) *name += ", learned ranges";
+          return qc;
+        }
       }
-    }
   QG_FAIL(kOp, "checkpoint ", path, ": its recipe '", qconfig,
           "' is none of the language-model recipes (qat train --recipe)");
 }
@@ -257,8 +263,7 @@ void run_llama_export(const LlamaExportOptions& o, const std::map<std::string, s
       static_cast<long long>(o.new_tokens), static_cast<long long>(o.prompts),
       static_cast<long long>(seq));
   if (!o.reference.empty())
-    std::printf("wrote %s/prompts.npy, tokens.npy, logits.npy, margins.npy\n",
-                o.reference.c_str());
+    std::printf("wrote %s/prompts.npy, tokens.npy, logits.npy, margins.npy\n", o.reference.c_str());
 }
 
 }  // namespace qg::cli

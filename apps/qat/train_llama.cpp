@@ -71,6 +71,7 @@ nn::LmTrainConfig llama_train_config(const TrainOptions& o, const nn::LlamaConfi
   c.optimizer.kind = o.optimizer;
   c.optimizer.weight_decay = o.weight_decay;
   c.optimizer.clip_grad_norm = o.clip_grad_norm;
+  c.learned_range_lr_factor = o.learned_range_lr_factor;
   c.precision = nn::parse_precision(o.precision);
   c.seed = o.seed;
   c.device = lm_device(o.device, o.local_rank);
