@@ -12,6 +12,7 @@
 #include "nn/learned_ranges.h"
 #include "nn/llama.h"
 #include "nn/llama_config.h"
+#include "runtime/backend.h"
 #include "runtime/compile.h"
 #include "tests/core/test_util.h"
 #include "tests/nn/tiny_llama_util.h"
@@ -204,6 +205,35 @@ TEST(LlamaLearnedRanges, ConvertedLogitsEqualTheQatLogitsBitForBit) {
           inst.exec->run(testing::tiny_llama_feeds(), {inst.model.logits})[0].to(Device::cpu());
       EXPECT_TRUE(same_bits(qat, converted));
     }
+}
+
+// On a GPU: the converted model's CUDA logits equal the learned QAT model's CUDA logits bit
+// for bit (the dequantize ops compute code * scale in f32 as lsq_fake_quantize does).
+TEST(LlamaLearnedRanges, OnTheGpuConvertedLogitsEqualTheQatLogitsBitForBit) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device present";
+  for (const auto& precision : {nn::PrecisionPolicy::f32(), nn::parse_precision("bf16-mixed")}) {
+    SCOPED_TRACE(precision.mixed() ? "bf16-mixed" : "f32");
+    const nn::QConfig qc = learned("8da4w", 32);
+    Graph g;
+    nn::LlamaModel m = nn::build_llama(g, tiny_config(), 2, 7, qc, 5, precision);
+    CompiledStep step(g,
+                      {m.loss,
+                       m.parameters,
+                       nn::optimizer_nodes(adam_with_scale_factor(m, g, "adam", 1e-2, 0.01)),
+                       {}},
+                      {});
+    for (int s = 0; s < 4; ++s) step.train(testing::tiny_llama_feeds(), {m.loss});
+    step.synchronize();
+    nn::LlamaInstance inst =
+        nn::build_llama_instance(tiny_config(), 2, 7, qc, Device::cuda(0), precision);
+    nn::copy_states(step.executor(), *inst.exec);
+    const Tensor qat =
+        inst.exec->run(testing::tiny_llama_feeds(), {inst.model.logits})[0].to(Device::cpu());
+    nn::convert_to_integer(inst, qc);
+    const Tensor converted =
+        inst.exec->run(testing::tiny_llama_feeds(), {inst.model.logits})[0].to(Device::cpu());
+    EXPECT_TRUE(same_bits(qat, converted));
+  }
 }
 
 // Re-initialising from the current weights (after a fine-tune loads other weights) gives the
