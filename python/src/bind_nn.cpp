@@ -86,6 +86,9 @@ void bind_qconfig(nb::module_& m) {
               "weight qparams from the current weights every step (torchao's QAT), no observer")
       .def_rw("weight_mapping", &QConfig::weight_mapping,
               "dynamic weights: symmetric or float_zero (WeightMapping)")
+      .def_rw("learned_weight_ranges", &QConfig::learned_weight_ranges,
+              "dynamic symmetric weights: trainable scales per group/channel, torchao's range "
+              "learning, initialised to the dynamic qparams")
       .def_static("float32", &QConfig::float32, "No quantizer: a float model.")
       .def_static("w8a8", &QConfig::w8a8,
                   "int8 per-channel weights, uint8 activations (torch.ao's default QAT qconfig).")
