@@ -37,7 +37,7 @@ struct OptimizerConfig {
   // Parameters (by name) whose rate is the rate times a factor; the others take the rate.
   // Learned weight ranges use it: their scales are far smaller than the weights, and Adam's
   // step is about the rate whatever the parameter's size (nn/learned_ranges.h).
-  std::map<std::string, double> lr_factors;
+  std::map<std::string, double> lr_factors = {};
 
   // Whether the rate is the kLearningRateName variable rather than an attribute.
   bool has_runtime_lr() const;
