@@ -118,6 +118,7 @@ void train_llama(const TrainOptions& o) {
   QG_CHECK(o.steps > 0 && o.eval_every > 0, "train", "--steps ", o.steps, " and --eval-every ",
            o.eval_every, " must be > 0");
   nn::LlamaConfig model = nn::load_llama_config(o.llama_config);
+  qconfig_from(o);  // a recipe the flags cannot make fails here, before the corpus is read
   const std::string corpus = o.corpus.empty() ? nn::default_text_corpus_dir() : o.corpus;
   // Data parallel: rank 0 trains the tokenizer and writes the token cache when they are
   // missing, and the other ranks read them once it is done.
