@@ -135,7 +135,9 @@ ValueId Builder::weight(ValueId w, const std::string& layer) {
   rec.source = shape.size() == 2
                    ? w
                    : g_.apply1("reshape", {w}, {{"shape", Shape{out, in}}}, name + ".as_matrix");
-  if (qc_.dynamic_weights) {
+  if (qc_.learned_weight_ranges) {
+    rec.quantized = learned_weight(rec, group, name);
+  } else if (qc_.dynamic_weights) {
     // torchao's QAT weights: qparams from the current weights on every call, one node.
     Attrs attrs = dynamic_weight_attrs(qc_, g_.value(rec.source).type.dtype);
     if (qc_.weight_scope == "group") attrs.set("group_size", group);

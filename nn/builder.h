@@ -54,6 +54,9 @@ struct WeightQuantizer {
   NodeId observer = -1;
   int qparam_output = 0;
   NodeId nf4_pack = -1;  // NF4: the nf4_quantize_pack node (packed codes, absmax)
+  // Learned ranges (QConfig::learned_weight_ranges): the trainable scale parameter the
+  // lsq_fake_quantize node reads (observer is then -1, the zero point a constant 0).
+  ValueId learned_scale = kNoValue;
 };
 
 // A conv + batch-norm pair folded for QAT (nn/conv_bn.cpp). Conversion replaces the batch
@@ -180,6 +183,9 @@ class Builder {
 
  private:
   ValueId dynamic_token_quant(ValueId x, const std::string& name);
+  // The learned-range quantizer of rec.source (nn/learned_ranges.cpp): its scale parameter,
+  // initialised from the source's initial value, and the lsq_fake_quantize node.
+  ValueId learned_weight(WeightQuantizer& rec, int64_t group, const std::string& name);
 
   Graph& g_;
   QConfig qc_;

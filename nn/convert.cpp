@@ -160,8 +160,14 @@ int64_t convert_graph(ConvertTarget t, const QConfig& qc) {
       fetch.push_back(g.node(w.nf4_pack).outputs[0]);
       fetch.push_back(g.node(w.nf4_pack).outputs[1]);
     } else {
-      const Node& qp = g.node(w.observer);
       fetch.push_back(w.source);
+      if (w.learned_scale != kNoValue) {
+        // Learned ranges: the scale parameter; the zero point is 0 (filled in below).
+        fetch.push_back(w.learned_scale);
+        fetch.push_back(w.learned_scale);
+        continue;
+      }
+      const Node& qp = g.node(w.observer);
       fetch.push_back(qp.outputs[w.qparam_output]);
       fetch.push_back(qp.outputs[w.qparam_output + 1]);
     }
@@ -180,7 +186,14 @@ int64_t convert_graph(ConvertTarget t, const QConfig& qc) {
     const size_t n = w.nf4_pack >= 0 ? 2 : 3;
     std::vector<Tensor> mine(got.begin() + k, got.begin() + k + n);
     k += n;
-    const bool float_zero = qc.dynamic_weights && qc.weight_mapping == WeightMapping::float_zero;
+    if (w.learned_scale != kNoValue) {
+      // The codes are computed in f32 as lsq_fake_quantize computes them from an f32 scale.
+      mine[1] = Tensor::from_doubles(mine[1].shape(), mine[1].to_doubles(), DType::f32);
+      mine[2] = Tensor::zeros(mine[1].shape(), DType::i32);
+    }
+    // Learned ranges are symmetric only (QConfig::validate), so never float-zero.
+    const bool float_zero = w.learned_scale == kNoValue && qc.dynamic_weights &&
+                            qc.weight_mapping == WeightMapping::float_zero;
     rewire(g, w.quantized,
            float_zero ? float_zero_integer_weight(g, w, mine) : integer_weight(g, w, qc, mine));
   }

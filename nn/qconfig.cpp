@@ -86,7 +86,9 @@ std::string QConfig::gemm_str() const {
   const bool dynamic = dynamic_weights && weight != WeightQuant::none;
   std::string how = "weights per " + scope;
   if (dynamic)
-    how += weight_mapping == WeightMapping::float_zero ? ", dynamic, float zero" : ", dynamic";
+    how += learned_weight_ranges                         ? ", learned ranges"
+           : weight_mapping == WeightMapping::float_zero ? ", dynamic, float zero"
+                                                         : ", dynamic";
   if (!dynamic || static_activations())
     how += std::string(", ") + (observer == ObserverKind::minmax ? "minmax" : "moving_average") +
            " observers";

@@ -55,6 +55,11 @@ struct QConfig {
   // `embedding_group_size` along the hidden dim, qparams from the current table every step.
   WeightQuant embedding_weight = WeightQuant::none;
   int embedding_group_size = 32;
+  // Learned ranges (torchao's IntxFakeQuantizeConfig(range_learning=True)) on dynamic
+  // symmetric weights: each weight quantizer's scales become a trainable parameter
+  // "<layer>.weight_scale" ([out, in / group] or [out]) initialised to the dynamic qparams of
+  // the initial weights, and the quantizer is lsq_fake_quantize (nn/learned_ranges.h).
+  bool learned_weight_ranges = false;
 
   static QConfig float32() { return {}; }
   static QConfig w8a8() { return {WeightQuant::int8, ActQuant::uint8}; }
@@ -100,7 +105,8 @@ struct QConfig {
   // Throws qg::Error (op "qconfig") for a combination no quantizer implements: dynamic
   // weights that are float or NF4 or per tensor, a float zero point on other than dynamic
   // int4 group-wise weights, int3 weights from an observer, a group size below 1, embedding
-  // codes other than int8 or int4.
+  // codes other than int8 or int4, learned ranges on other than dynamic symmetric integer
+  // weights.
   void validate() const;
 };
 

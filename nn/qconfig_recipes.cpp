@@ -74,6 +74,19 @@ void QConfig::validate() const {
              "the float zero point (int4 weight-only) takes dynamic int4 weights per group, got ",
              w, " weights per ", weight_scope, dynamic_weights ? " (dynamic)" : " (observed)");
   }
+  if (learned_weight_ranges) {
+    QG_CHECK(dynamic_weights && weight != WeightQuant::none && weight != WeightQuant::nf4,
+             "qconfig", "learned weight ranges start from dynamic integer weight qparams ",
+             "(8da4w, 8da3w, 8da2w, w8a8_dynamic), got ", w, " weights",
+             dynamic_weights ? " (dynamic)" : " (observed)");
+    // int4 weight-only's zero point is a float value (tinygemm's, near the group's minimum);
+    // torchao's range learning rounds and clamps every zero point into [qmin, qmax] when it
+    // makes it a parameter, which throws that value away, and lsq_fake_quantize's zero point
+    // is an integer code: no exact semantics to follow, so it is refused.
+    QG_CHECK(weight_mapping == WeightMapping::symmetric, "qconfig",
+             "learned weight ranges take symmetric weights (no zero point to learn); the float ",
+             "zero point of int4 weight-only (float_zero) is not learnable");
+  }
 }
 
 WeightMapping parse_weight_mapping(const std::string& s) {

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/printable.h"
+#include "nn/learned_ranges.h"
 #include "runtime/distributed/gather_bytes.h"
 #include "runtime/distributed/gradient_sync.h"
 #include "train/checkpoint.h"
@@ -127,6 +128,9 @@ LmTrainer::Program& LmTrainer::program_for(double lr) {
                          config_.seed, config_.precision);
   OptimizerConfig opt = config_.optimizer;
   opt.lr = lr;
+  if (config_.learned_range_lr_factor != 1.0)
+    for (ValueId s : learned_scales(p->model.weights))
+      opt.lr_factors[p->graph->value(s).name] = config_.learned_range_lr_factor;
   CompileOptions options;
   options.device = config_.device;
   TrainingSpec training{p->model.loss, p->model.parameters, optimizer_nodes(opt), {}};
@@ -290,7 +294,9 @@ void LmTrainer::copy_parameters_from(LmTrainer& other) {
   QG_CHECK(mine == theirs, "train.lm", "cannot copy the parameters of '", theirs, "' into '", mine,
            "'");
   other.program_->step->synchronize();
+  const std::vector<ValueId> scales = learned_scales(program_->model.weights);
   for (ValueId v : program_->model.parameters) {
+    if (std::find(scales.begin(), scales.end(), v) != scales.end()) continue;
     const std::string& name = program_->graph->value(v).name;
     const Tensor& src = other.executor().parameter(name);
     Tensor& dst = executor().parameter(name);
@@ -298,6 +304,7 @@ void LmTrainer::copy_parameters_from(LmTrainer& other) {
              name, "' is ", dst.str(), " here but ", src.str(), " in the source model");
     copy_bytes(dst.raw_data(), dst.device(), src.raw_data(), src.device(), dst.nbytes());
   }
+  initialize_learned_ranges(executor(), program_->model.weights, config_.qconfig);
 }
 
 std::string LmTrainer::load_parameters(const std::string& path) {
@@ -310,7 +317,9 @@ std::string LmTrainer::load_parameters(const std::string& path) {
            "', this trainer's is '", mine, "'");
   // Everything is decoded and checked before the trainer changes.
   std::vector<std::pair<Tensor*, Tensor>> updates;
+  const std::vector<ValueId> scales = learned_scales(program_->model.weights);
   for (ValueId v : program_->model.parameters) {
+    if (std::find(scales.begin(), scales.end(), v) != scales.end()) continue;
     const std::string& name = program_->graph->value(v).name;
     const std::string key = "state/" + name + "/value";
     Tensor t = decode_tensor(section(key), path + " [" + key + "]");
@@ -322,6 +331,7 @@ std::string LmTrainer::load_parameters(const std::string& path) {
   program_->step->synchronize();
   for (auto& [dst, t] : updates)
     copy_bytes(dst->raw_data(), dst->device(), t.raw_data(), t.device(), dst->nbytes());
+  initialize_learned_ranges(executor(), program_->model.weights, config_.qconfig);
   return key_part(kv["config"], " qconfig=", " optimizer=");
 }
 

@@ -42,6 +42,9 @@ struct LmTrainConfig {
   uint64_t seed = 1;
   Device device = Device::cpu();
   int64_t validation_windows = 0;  // cap on the windows evaluated (<= 0: all)
+  // Learned weight ranges (QConfig::learned_weight_ranges): the scales' rate is the rate
+  // times this factor (1: the same rate, as torchao's scales under one optimizer).
+  double learned_range_lr_factor = 1.0;
 
   // Data parallelism (runtime/distributed/): the communicator this trainer is one rank of
   // (Gloo for a CPU device, NCCL for CUDA; owned by the caller); null or a group of one: one
@@ -105,7 +108,9 @@ class LmTrainer {
   // Starting points for fine-tuning (`qat train --model llama --compare`): the trainable
   // parameters (by name) of another trainer or of a checkpoint, into this trainer's model
   // whatever its recipe; the optimizer moments, the step and the history stay as they are.
-  // A model of another architecture (sizes, heads, vocabulary) is a named error.
+  // A model of another architecture (sizes, heads, vocabulary) is a named error. Learned
+  // weight ranges are not copied: they restart from the copied weights' dynamic qparams
+  // (nn/learned_ranges.h).
   void copy_parameters_from(LmTrainer& other);
   // Returns the QConfig description (QConfig::str()) the checkpoint was trained with. A
   // failed load leaves the trainer unchanged.

@@ -1,6 +1,7 @@
 #include "train/optimizer.h"
 
 #include <cmath>
+#include <map>
 
 #include "autograd/grad.h"
 #include "core/error.h"
@@ -32,6 +33,9 @@ void OptimizerConfig::validate() const {
            weight_decay, " must be finite and >= 0");
   QG_CHECK(std::isfinite(clip_grad_norm) && clip_grad_norm >= 0.0, "nn.optimizer",
            "clip_grad_norm ", clip_grad_norm, " must be finite and > 0 (or 0: no clipping)");
+  for (const auto& [name, f] : lr_factors)
+    QG_CHECK(std::isfinite(f) && f > 0.0, "nn.optimizer", "the rate factor ", f, " of parameter '",
+             name, "' must be finite and > 0");
   QG_CHECK(kind != "sgd" || (clip_grad_norm == 0.0 && !runtime_lr), "nn.optimizer",
            "sgd takes its rate as an attribute and does not clip; clip_grad_norm and a runtime "
            "rate need adam or adamw");
@@ -59,10 +63,24 @@ OptimizerNodes optimizer_nodes(const OptimizerConfig& config) {
         scale = graph.constant(Tensor::from_doubles({}, {1.0}, DType::f32), "optimizer.no_clip");
       }
       const Attrs attrs = adamw_attrs(config);
+      // One scaled rate per distinct factor, computed from the variable on every run.
+      std::map<double, ValueId> scaled_lr;
+      auto rate_of = [&](const std::string& name) {
+        auto f = config.lr_factors.find(name);
+        if (f == config.lr_factors.end() || f->second == 1.0) return lr;
+        auto [it, fresh] = scaled_lr.emplace(f->second, kNoValue);
+        if (fresh) {
+          const std::string id = "optimizer.lr_factor" + std::to_string(scaled_lr.size() - 1);
+          ValueId factor = graph.constant(Tensor::from_doubles({}, {f->second}, DType::f64), id);
+          it->second = graph.apply1("mul", {lr, factor}, {}, id + ".lr");
+        }
+        return it->second;
+      };
       std::vector<NodeId> steps;
       for (size_t i = 0; i < params.size(); ++i) {
         std::vector<NodeId> readers = graph.consumers(params[i]);
-        graph.apply("adamw", {params[i], grads[i], lr, scale}, attrs,
+        const ValueId rate = rate_of(graph.value(params[i]).name);
+        graph.apply("adamw", {params[i], grads[i], rate, scale}, attrs,
                     graph.value(params[i]).name + "." + kind);
         NodeId step = graph.num_nodes() - 1;
         for (NodeId r : readers) graph.add_control_dependency(r, step);
@@ -82,15 +100,20 @@ OptimizerNodes optimizer_nodes(const OptimizerConfig& config) {
     attrs = {
         {"lr", config.lr}, {"momentum", config.momentum}, {"weight_decay", config.weight_decay}};
   }
-  return [attrs, kind](Graph& graph, const std::vector<ValueId>& params,
-                       const std::vector<ValueId>& grads) {
+  const std::map<std::string, double> factors = config.lr_factors;
+  return [attrs, kind, factors](Graph& graph, const std::vector<ValueId>& params,
+                                const std::vector<ValueId>& grads) {
     QG_CHECK(params.size() == grads.size(), "nn.optimizer", params.size(), " parameters but ",
              grads.size(), " gradients");
     std::vector<NodeId> steps;
     for (size_t i = 0; i < params.size(); ++i) {
       // Readers are collected before the step node exists, so it is not its own dependency.
       std::vector<NodeId> readers = graph.consumers(params[i]);
-      graph.apply(kind, {params[i], grads[i]}, attrs, graph.value(params[i]).name + "." + kind);
+      const std::string& name = graph.value(params[i]).name;
+      Attrs mine = attrs;
+      auto f = factors.find(name);
+      if (f != factors.end()) mine.set("lr", attrs.get_real("lr") * f->second);
+      graph.apply(kind, {params[i], grads[i]}, mine, name + "." + kind);
       // The step has no outputs; with Boost's vecS storage it is the newest vertex.
       NodeId step = graph.num_nodes() - 1;
       for (NodeId r : readers) graph.add_control_dependency(r, step);

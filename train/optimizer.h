@@ -13,6 +13,7 @@
 // rejects clipping.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ struct OptimizerConfig {
   double clip_grad_norm = 0.0;
   // adam: read the rate from the variable as adamw does (the same update, bit for bit).
   bool runtime_lr = false;
+  // Parameters (by name) whose rate is the rate times a factor; the others take the rate.
+  // Learned weight ranges use it: their scales are far smaller than the weights, and Adam's
+  // step is about the rate whatever the parameter's size (nn/learned_ranges.h).
+  std::map<std::string, double> lr_factors = {};
 
   // Whether the rate is the kLearningRateName variable rather than an attribute.
   bool has_runtime_lr() const;

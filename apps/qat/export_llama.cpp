@@ -81,10 +81,16 @@ nn::QConfig recipe_of(const std::string& qconfig, const std::string& path, std::
   nn::QConfig embedding;
   const std::string gemm = nn::read_embedding_str(qconfig, embedding);
   for (const std::string& r : nn::recipe_names())
-    for (int g : {32, 64, 128, 256}) {
-      nn::QConfig qc = nn::parse_recipe(r, g);
-      if (qc.str() == gemm) {
+    for (int g : {32, 64, 128, 256})
+      for (bool learned : {false, true}) {
+        nn::QConfig qc = nn::parse_recipe(r, g);
+        // Learned ranges (qat train --learned-ranges) exist for the dynamic symmetric recipes.
+        if (learned && (!qc.dynamic_weights || qc.weight_mapping != nn::WeightMapping::symmetric))
+          continue;
+        qc.learned_weight_ranges = learned;
+        if (qc.str() != gemm) continue;
         *name = r == "float" || r == "w8a8_dynamic" ? r : r + " group " + std::to_string(g);
+        if (learned) *name += ", learned ranges";
         if (embedding.embedding_quantized()) {
           qc.embedding_weight = embedding.embedding_weight;
           qc.embedding_group_size = embedding.embedding_group_size;
@@ -93,7 +99,6 @@ nn::QConfig recipe_of(const std::string& qconfig, const std::string& path, std::
         }
         return qc;
       }
-    }
   QG_FAIL(kOp, "checkpoint ", path, ": its recipe '", qconfig,
           "' is none of the language-model recipes (qat train --recipe)");
 }

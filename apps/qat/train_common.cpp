@@ -152,6 +152,15 @@ void add_model_options(CLI::App* cmd, TrainOptions& o) {
                   "A language-model QAT recipe with torchao's numerics: 8da4w, 8da3w, 8da2w, "
                   "int4_weight_only, w8a8_dynamic or float (overrides --weight-bits, --act-bits "
                   "and --scope; group-wise ones take --group-size: 32, 64, 128 or 256)");
+  cmd->add_flag("--learned-ranges", o.learned_ranges,
+                "llama: learn the weight scales of a dynamic recipe (8da4w, 8da3w, 8da2w, "
+                "w8a8_dynamic) as parameters, torchao's range learning, starting from the "
+                "dynamic qparams of the initial weights");
+  cmd->add_option("--learned-ranges-lr-factor", o.learned_range_lr_factor,
+                  "llama --learned-ranges: the scales' learning rate is --lr times this factor "
+                  "(1: torchao's one rate; Adam moves a parameter about the rate per step, and "
+                  "the scales are far smaller than the weights)")
+      ->capture_default_str();
   cmd->add_option("--optimizer", o.optimizer, "adam, adamw or sgd")->capture_default_str();
   cmd->add_option("--batch", o.batch, "Batch size")->capture_default_str();
 }
@@ -160,9 +169,13 @@ namespace {
 
 // The GEMM recipe of the options (--recipe, or --weight-bits, --act-bits and --scope).
 nn::QConfig gemm_qconfig_from(const TrainOptions& o) {
+  QG_CHECK(!o.learned_ranges || o.model == "llama", "train",
+           "--learned-ranges applies to --model llama's recipes, not --model ", o.model);
   if (!o.recipe.empty()) {
     nn::QConfig qc = nn::parse_recipe(o.recipe, o.group_size);
     qc.observer = nn::parse_observer(o.observer);
+    qc.learned_weight_ranges = o.learned_ranges;
+    qc.validate();
     return qc;
   }
   nn::QConfig qc;
@@ -173,6 +186,7 @@ nn::QConfig gemm_qconfig_from(const TrainOptions& o) {
   qc.observer = nn::parse_observer(o.observer);
   qc.weight_scope = o.scope;
   qc.weight_group_size = o.group_size;
+  qc.learned_weight_ranges = o.learned_ranges;
   return qc;
 }
 

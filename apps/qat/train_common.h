@@ -28,6 +28,8 @@ struct TrainOptions {
   // from observers unless dynamic_weights (checkpoints of dynamic recipes set it).
   std::string recipe;
   bool dynamic_weights = false;
+  bool learned_ranges = false;           // --learned-ranges: QConfig::learned_weight_ranges (llama)
+  double learned_range_lr_factor = 1.0;  // --learned-ranges-lr-factor
   std::string weight_mapping = "symmetric";
   std::string optimizer = "adam";
   double lr = 3e-3;

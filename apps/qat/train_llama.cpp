@@ -72,6 +72,7 @@ nn::LmTrainConfig llama_train_config(const TrainOptions& o, const nn::LlamaConfi
   c.optimizer.kind = o.optimizer;
   c.optimizer.weight_decay = o.weight_decay;
   c.optimizer.clip_grad_norm = o.clip_grad_norm;
+  c.learned_range_lr_factor = o.learned_range_lr_factor;
   c.precision = nn::parse_precision(o.precision);
   c.seed = o.seed;
   c.device = lm_device(o.device, o.local_rank);
@@ -122,7 +123,8 @@ void train_llama(const TrainOptions& o) {
   QG_CHECK(o.steps > 0 && o.eval_every > 0, "train", "--steps ", o.steps, " and --eval-every ",
            o.eval_every, " must be > 0");
   nn::LlamaConfig model = nn::load_llama_config(o.llama_config);
-  // The recipe and the embedding's quantizer are checked before the data is prepared.
+  // The recipe and the embedding's quantizer are checked before the data is prepared (a
+  // recipe the flags cannot make fails here, before the corpus is read).
   {
     const nn::QConfig qc = qconfig_from(o);
     qc.validate();

@@ -1,6 +1,10 @@
 // lsq_fake_quantize(x, scale, zero_point) -> y: learnable fake quantization (LSQ / LSQ+),
-// per tensor or per channel, with float scale and zero point that receive gradients, as
-// PyTorch's _fake_quantize_learnable_per_{tensor,channel}_affine. The backward is one
+// per tensor, per channel or per group (groups of `group_size` consecutive elements along
+// `axis`, a shorter last group allowed), with float scale and zero point that receive
+// gradients, as PyTorch's _fake_quantize_learnable_per_{tensor,channel}_affine (per group:
+// its per-channel op over the groups as channels). With grad_factor 1 the gradients are
+// plain autograd through a straight-through round, torchao's range learning (its
+// IntxFakeQuantizeConfig(range_learning=True)): see docs/LLM_NUMERICS.md. The backward is one
 // dedicated op, lsq_backward, because dscale and dzero_point are per-scope reductions of
 // piecewise terms that no existing op expresses.
 #include <cmath>
@@ -19,7 +23,8 @@ std::vector<AttrSpec> lsq_attrs() {
   AttrSpec g = real_attr("grad_factor", std::nullopt,
                          "scales dscale and dzero_point; unset: 1 / sqrt(numel * quant_max)");
   g.optional = true;
-  return concat_attrs(concat_attrs(quant_range_attrs(), scope_attrs({"tensor", "channel"})), {g});
+  return concat_attrs(
+      concat_attrs(quant_range_attrs(), scope_attrs({"tensor", "channel", "group"})), {g});
 }
 
 // Checks x, scale and zero_point (inputs x_index, x_index + 1, x_index + 2) and the attrs.
@@ -63,18 +68,18 @@ std::vector<Tensor> lsq_reference(const std::vector<Tensor>& in, const Tensor& d
                                   const Attrs& attrs) {
   const Tensor &x = in[0], &scale = in[1], &zp = in[2];
   QuantRange r = quant_range_from_attrs("lsq_fake_quantize", attrs);
-  bool per_channel = attrs.get_string("scope") == "channel";
-  int axis = 0;
-  if (per_channel) axis = normalize_axis("ref", "axis", attrs.get_int("axis"), x.dim());
+  // Element e of the [outer, axis_len, inner] view around the scope's axis owns qparam
+  // qparam_index(o, a, i) (per tensor: outer = numel, axis_len = inner = 1).
+  ScopeLayout l = scope_layout("ref", attrs, x.shape());
   double g = attrs.has("grad_factor")
                  ? attrs.get_real("grad_factor")
                  : 1.0 / std::sqrt(static_cast<double>(x.numel()) * static_cast<double>(r.qmax));
   Tensor dx = Tensor::zeros(x.shape(), DType::f64);
   Tensor ds = Tensor::zeros(scale.shape(), DType::f64);
   Tensor dz = Tensor::zeros(zp.shape(), DType::f64);
-  Shape strides = contiguous_strides(x.shape());
   for (int64_t e = 0; e < x.numel(); ++e) {
-    int64_t c = per_channel ? (e / strides[axis]) % x.shape()[axis] : 0;
+    const int64_t c =
+        qparam_index(l, e / (l.axis_len * l.inner), (e / l.inner) % l.axis_len, e % l.inner);
     double s = scale.at(c);
     double z = std::min(std::max(std::nearbyint(zp.at(c)), double(r.qmin)), double(r.qmax));
     double q = std::nearbyint(x.at(e) * (1.0 / s)) + z;
@@ -142,6 +147,21 @@ void define_lsq_ops(OpRegistry& r) {
                    {{"scope", "channel"}, {"axis", -1}, {"signed", true}}, 0.01, -2),
         lsq_sample("per-channel axis 1 [2,4,3] s3", {2, 4, 3}, {4},
                    {{"scope", "channel"}, {"axis", 1}, {"bits", 3}, {"signed", true}}, 0.3, 0),
+        // Learned ranges of the language-model recipes: symmetric int4 weights per group of
+        // the [out, in] matrix's rows, plain autograd (grad_factor 1).
+        lsq_sample("per-group axis 1 [3,8] g4 s4 gf 1", {3, 8}, {3, 2},
+                   {{"scope", "group"},
+                    {"axis", 1},
+                    {"group_size", 4},
+                    {"bits", 4},
+                    {"signed", true},
+                    {"grad_factor", 1.0}},
+                   0.4, 0),
+        lsq_sample("per-group axis 0 [5,2] g2 tail u4", {5, 2}, {3, 2},
+                   {{"scope", "group"}, {"axis", 0}, {"group_size", 2}, {"bits", 4}}, 0.3, 6),
+        lsq_sample("per-group axis -1 [2,3,5] g2 tail s8", {2, 3, 5}, {2, 3, 3},
+                   {{"scope", "group"}, {"axis", -1}, {"group_size", 2}, {"signed", true}}, 0.02,
+                   -1),
     };
   };
 

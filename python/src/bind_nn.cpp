@@ -12,7 +12,6 @@
 #include "data/digits.h"
 #include "nn/builder.h"
 #include "nn/llama_embedding.h"
-#include "nn/llama_embedding.h"
 #include "nn/model.h"
 #include "nn/qconfig.h"
 #include "train/optimizer.h"
@@ -92,6 +91,9 @@ void bind_qconfig(nb::module_& m) {
               "the Llama token embedding's codes: none, int8 or int4 (WeightQuant)")
       .def_rw("embedding_group_size", &QConfig::embedding_group_size,
               "embedding weights per scale along the hidden dim")
+      .def_rw("learned_weight_ranges", &QConfig::learned_weight_ranges,
+              "dynamic symmetric weights: trainable scales per group/channel, torchao's range "
+              "learning, initialised to the dynamic qparams")
       .def_static("float32", &QConfig::float32, "No quantizer: a float model.")
       .def_static("w8a8", &QConfig::w8a8,
                   "int8 per-channel weights, uint8 activations (torch.ao's default QAT qconfig).")

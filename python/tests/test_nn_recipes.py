@@ -40,6 +40,17 @@ def test_the_quantizers_attributes():
         "qparam_dtype": "bf16"}
 
 
+def test_learned_weight_ranges_field():
+    q = nn.parse_recipe("8da4w", 32)
+    assert not q.learned_weight_ranges
+    q.learned_weight_ranges = True
+    assert repr(q) == "<QConfig W4A8dyn (weights per group of 32, learned ranges)>"
+    w4 = nn.parse_recipe("int4_weight_only", 32)
+    w4.learned_weight_ranges = True
+    with pytest.raises(qg.Error, match="float zero point of int4 weight-only"):
+        w4.validate()
+
+
 def test_bad_recipes_are_named_errors():
     with pytest.raises(qg.Error, match="recipe '4w4a' is not one of"):
         nn.parse_recipe("4w4a", 32)

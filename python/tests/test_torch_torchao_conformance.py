@@ -5,8 +5,9 @@ agree within the rounding of torchao's differentiated composition (see assert_gr
 The engine's recipes (qatgraph.nn.parse_recipe: the dynamic_fake_quantize nodes its Builder
 puts on every Linear's weight and input, QConfig.dynamic_weight_attrs /
 dynamic_activation_attrs) against torchao's fake quantizers the same way, bit for bit
-(test_engine_recipe_*), and the Llama token embedding's quantizer against torchao's embedding
-QAT (test_engine_embedding_fake_quant).
+(test_engine_recipe_*), the Llama token embedding's quantizer against torchao's embedding
+QAT (test_engine_embedding_fake_quant), and the engine's learned ranges (lsq_fake_quantize,
+grad_factor 1) against torchao's range learning (test_engine_learned_ranges_*).
 Skipped where torchao cannot be imported (it needs a recent torch: Debian's 1.13 is too old).
 
 Run it on the GPU machine (torch 2.11), with torchao's wheel unzipped, not installed, from the
@@ -364,3 +365,71 @@ def test_engine_embedding_fake_quant(bits, group_size, dtype):
     fq = theirs.weight_fake_quantizer
     assert torch.equal(scale.double(), fq.scale.reshape(scale.shape).double()), "scale"
     assert torch.equal(zero_point.double(), fq.zero_point.reshape(scale.shape).double())
+
+
+# --- Learned ranges (QConfig.learned_weight_ranges) against torchao's range learning ---------
+
+def their_range_learning_quantizer(recipe, group_size):
+    """torchao's IntxFakeQuantizer with range_learning=True (is_dynamic=False), symmetric, as
+    the engine's learned ranges follow it for `recipe`."""
+    from torchao.quantization.qat import IntxFakeQuantizer
+    if recipe == "w8a8_dynamic":
+        config = IntxFakeQuantizeConfig(torch.int8, "per_channel", is_symmetric=True,
+                                        is_dynamic=False, range_learning=True)
+    else:
+        dtype = {2: torch.int2, 3: torch.int3, 4: torch.int4}[int(recipe[3])]
+        config = IntxFakeQuantizeConfig(dtype, group_size=group_size, is_symmetric=True,
+                                        is_dynamic=False, range_learning=True)
+    return IntxFakeQuantizer(config)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("case", [("8da4w", 32), ("8da2w", 64), ("w8a8_dynamic", 32)],
+                         ids=case_id)
+def test_engine_learned_ranges_against_torchao_range_learning(case, dtype):
+    """torchao initialises the scale from the first batch (initialize_fake_quantizers: the
+    dynamic qparams, floored at 1e-9) and differentiates its fake quant with plain autograd
+    through a straight-through round. The engine's lsq_fake_quantize with grad_factor 1 on that
+    scale: y bit for bit; dw within assert_grad_close; dscale within f32 rounding of torchao's
+    per-group sums (ours are exact terms summed in f64)."""
+    from torchao.quantization.qat import initialize_fake_quantizers
+    recipe, group_size = case
+    qc = qgn.parse_recipe(recipe, group_size)
+    dyn = qc.dynamic_weight_attrs(ENGINE_DTYPE_NAMES[dtype])
+    theirs_q = their_range_learning_quantizer(recipe, group_size)
+    w = weights(dtype)
+    initialize_fake_quantizers(theirs_q, (w,))
+    assert isinstance(theirs_q.scale, torch.nn.Parameter)
+    # The initial scale is the engine's dynamic scale, floored at 1e-9 (the all-zero group).
+    _, dyn_scale, _ = engine_fake_quantize(dyn, w)
+    scale = theirs_q.scale.detach().reshape(dyn_scale.shape).float().contiguous()
+    assert torch.equal(scale, dyn_scale.clamp(min=1e-9)), "initial learned scale"
+
+    wt = w.clone().requires_grad_(True)
+    theirs_y = theirs_q(wt)
+    g = torch.Generator().manual_seed(7)
+    dy = torch.randn(w.shape, generator=g).to(dtype).to(DEVICE)
+    theirs_y.backward(dy)
+
+    attrs = {"quant_min": dyn["quant_min"], "quant_max": dyn["quant_max"], "grad_factor": 1.0}
+    if recipe == "w8a8_dynamic":
+        attrs.update(scope="channel", axis=0)
+    else:
+        attrs.update(scope="group", axis=1, group_size=group_size)
+    zero = torch.zeros_like(scale)
+    (ours_y,) = _kernels.run("lsq_fake_quantize", attrs, [w, scale, zero])
+    assert_bits_equal(ours_y, theirs_y.detach(), f"learned {recipe} fake-quantized weight")
+    dw, dscale, _ = _kernels.run("lsq_backward", attrs, [dy, w, scale, zero])
+    per_element = scale.reshape(scale.shape[0], -1)
+    per_element = per_element.repeat_interleave(w.shape[1] // per_element.shape[1], dim=1)
+    assert_grad_close(dw, wt.grad, per_element, dtype, f"learned {recipe} weight gradient")
+    # Each dscale term is dy * (code - v) in range, dy * qmin/qmax outside; torchao forms it in
+    # f32 from a cancelling difference (|v| + |code|) and sums the group in f32.
+    v = (w.float() * (1.0 / per_element)).abs().double()
+    terms = dy.double().abs() * (v + abs(dyn["quant_min"]) + 1)
+    bound = terms.reshape(scale.shape[0], scale.numel() // scale.shape[0], -1).sum(-1)
+    bound = bound.reshape(scale.shape) * 2.0 ** -20
+    theirs_ds = theirs_q.scale.grad.reshape(scale.shape).double()
+    excess = (dscale.double() - theirs_ds).abs() - bound
+    assert (excess <= 0).all(), (f"learned {recipe} dscale: worst excess {excess.max().item()}, "
+                                 f"ours {dscale.flatten()[:4]}, torchao's {theirs_ds.flatten()[:4]}")

@@ -19,6 +19,14 @@ f32 rounding bound: torch rounds v = x * inv to f32 before subtracting rint(v), 
 |v| * 2^-24 per in-range term, and sums mixed-sign terms in f32; cancellation can make either
 exceed 1e-5 of the sum. Our terms are exact and summed in f64; the NumPy check holds them to
 1e-5.
+Per group (groups of g along the last axis of [rows, groups * g]: the learned weight ranges
+of the language-model recipes), against two oracles:
+  - torch 1.13's per-channel learnable op over the [rows * groups, g] view (axis 0): the same
+    checks as above;
+  - torchao's range-learning formula, y = (clamp(round_ste(x * (1 / s)) + zp, qmin, qmax) - zp)
+    * s with plain torch autograd (round_ste: round forward, identity backward) and our
+    grad_factor 1: y bit-exact; dx within 1e-6 relative (autograd forms dy * s * (1 / s));
+    dscale within its f32 rounding bound.
 Non-finite inputs are not compared (torch casts them to int64: undefined); the C++ tests
 cover them. Fresh random seed each run (printed).
 """
@@ -29,8 +37,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qatop import Tally, fresh_rng, parse_args, run_op  # noqa: E402
-from quant_case_utils import (broadcast, first_diff, rand_scale, rand_shape,  # noqa: E402
-                              rand_values, same_bits)
+from quant_case_utils import (SIZES, broadcast, first_diff, rand_scale,  # noqa: E402
+                              rand_shape, rand_values, same_bits)
 
 import torch  # noqa: E402
 
@@ -199,6 +207,78 @@ def lsq_case(qat, rng, tally, scope, default_gf, frac_zp=False, forward_ties=Fal
                     f"{want.reshape(-1)[:4]}")
 
 
+class RoundSte(torch.autograd.Function):
+    """torchao's round in range learning: round half to even forward, identity backward."""
+
+    @staticmethod
+    def forward(ctx, v):
+        return torch.round(v)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def lsq_group_case(qat, rng, tally):
+    rows, groups, g = (int(rng.choice(SIZES)) for _ in range(3))
+    attrs, qmin, qmax = rand_range(rng, need_positive_qmax=False)
+    n = rows * groups
+    scale = rand_scale(rng, n, False)
+    zp = rng.integers(qmin, qmax + 1, size=n).astype(np.float32)
+    view = (n, g)  # the groups as channels (axis 0)
+    scale_b, zp_b = scale.reshape(n, 1), zp.reshape(n, 1)
+    x = without_chance_ties(rand_values(rng, view, scale_b, zp_b, qmin, qmax, False), scale_b,
+                            zp_b)
+    dy = rng.uniform(-2, 2, size=view).astype(np.float32)
+    attrs = dict(attrs, scope="group", axis=-1, group_size=g, grad_factor=1.0)
+    ins = {"x": x.reshape(rows, groups * g), "scale": scale.reshape(rows, groups),
+           "zero_point": zp.reshape(rows, groups)}
+    y = run_op(qat, "lsq_fake_quantize", ins, ["y"], attrs=attrs)["y"].reshape(view)
+    ours = run_op(qat, "lsq_backward", dict(ins, dy=dy.reshape(rows, groups * g)),
+                  ["dx", "dscale", "dzero_point"], attrs=attrs)
+    dx, dscale, dzp = (ours[k].reshape(-1) for k in ("dx", "dscale", "dzero_point"))
+    desc = f"[{rows}, {groups} x {g}] attrs {attrs}"
+
+    xt = torch.from_numpy(x.copy()).requires_grad_(True)
+    st = torch.from_numpy(scale.copy()).requires_grad_(True)
+    zt = torch.from_numpy(zp.copy()).requires_grad_(True)
+    ty = torch._fake_quantize_learnable_per_channel_affine(xt, st, zt, 0, qmin, qmax, 1.0)
+    ty.backward(torch.from_numpy(dy))
+    xa = torch.from_numpy(x.copy()).requires_grad_(True)
+    sa = torch.from_numpy(scale_b.copy()).requires_grad_(True)
+    za = torch.from_numpy(zp_b.copy())
+    q = torch.clamp(RoundSte.apply(xa * (1.0 / sa)) + za, qmin, qmax)
+    ya = (q - za) * sa
+    ya.backward(torch.from_numpy(dy))
+
+    tally.check("torch lsq/group/forward", same_bits(y, ty.detach().numpy()),
+                f"{desc}: {first_diff(y, ty.detach().numpy())}")
+    tally.check("torchao-formula lsq/group/forward", same_bits(y, ya.detach().numpy()),
+                f"{desc}: {first_diff(y, ya.detach().numpy())}")
+    tdx = xt.grad.numpy().reshape(-1)
+    tally.check("torch lsq/group/dx", np.array_equal(dx, tdx), f"{desc}: {first_diff(dx, tdx)}")
+    adx = xa.grad.numpy().reshape(-1)
+    tally.check("torchao-formula lsq/group/dx", np.allclose(dx, adx, rtol=1e-6, atol=0),
+                f"{desc}: {first_diff(dx, adx)}")
+    # Each dscale term carries |dy| * (|v| + |code|) of f32 rounding in torch's forms.
+    v = np.abs((x * (np.float32(1) / scale_b)).astype(np.float64))
+    code = np.maximum(abs(qmin), abs(qmax)) + np.abs(zp_b.astype(np.float64))
+    bound = (np.abs(dy) * (v + code + 1)).sum(axis=1) * 2.0 ** -22 * (4 + np.log2(g))
+    for oracle, want in (("torch", st.grad.numpy()), ("torchao-formula", sa.grad.numpy())):
+        want = want.reshape(-1).astype(np.float64)
+        diff = np.abs(dscale.astype(np.float64) - want)
+        ok = bool(np.all(diff <= np.maximum(TOL * np.abs(want), bound) + 1e-30))
+        tally.check(f"{oracle} lsq/group/dscale", ok,
+                    f"{desc}: dscale diff {diff.max(initial=0):.3g}: ours {dscale[:4]} "
+                    f"{oracle} {want[:4]}")
+    tzp = zt.grad.numpy().reshape(-1).astype(np.float64)
+    zdiff = np.abs(dzp.astype(np.float64) - tzp)
+    zbound = (np.abs(dy) * scale_b).sum(axis=1) * 2.0 ** -22 * (4 + np.log2(g))
+    tally.check("torch lsq/group/dzero_point",
+                bool(np.all(zdiff <= np.maximum(TOL * np.abs(tzp), zbound) + 1e-30)),
+                f"{desc}: dzero_point diff {zdiff.max(initial=0):.3g}")
+
+
 def main():
     args = parse_args()
     rng = fresh_rng(args.seed)
@@ -210,6 +290,8 @@ def main():
         for _ in range(30):
             lsq_case(args.qat, rng, tally, scope, default_gf=True, frac_zp=True)
             lsq_case(args.qat, rng, tally, scope, default_gf=True, forward_ties=True)
+    for _ in range(60):
+        lsq_group_case(args.qat, rng, tally)
     tally.finish()
 
 

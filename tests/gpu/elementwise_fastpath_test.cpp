@@ -95,10 +95,15 @@ TEST(GpuFastPaths, FakeQuantizeAndSteMatchCpu) {
 
 TEST(GpuFastPaths, LsqMatchesCpuAndIsDeterministic) {
   QG_REQUIRE_GPU();
-  // LSQ offers the tensor and channel scopes.
+  // LSQ offers the tensor, channel and group scopes.
   std::vector<ScopeCase> cases;
   for (const ScopeCase& c : scope_cases())
-    if (!c.attrs.has("scope") || c.attrs.get_string("scope") == "channel") cases.push_back(c);
+    if (!c.attrs.has("scope") || c.attrs.get_string("scope") != "token") cases.push_back(c);
+  // Learned weight ranges: groups of 32 along the rows of an [out, in] weight.
+  cases.push_back({"group 32 weight rows",
+                   {256, 512},
+                   {256, 16},
+                   {{"scope", "group"}, {"axis", 1}, {"group_size", 32}}});
   cases.push_back({"tensor many stretches", {1024, 1031}, {1}, {}});
   cases.push_back({"channel axis 0 odd rows", {7, 13}, {7}, {{"scope", "channel"}, {"axis", 0}}});
   // Many stretches per qparam folded by the last block: 256 (contiguous kernel), and the

@@ -87,6 +87,67 @@ TEST(Lsq, PerChannelMiddleAxisSumsOverOtherAxes) {
   EXPECT_EQ(g[2].to_doubles(), (std::vector<double>{-14, -22}));
 }
 
+TEST(Lsq, PerGroupByHand) {
+  // [2, 4], groups of 2 along axis 1, 4-bit signed [-8, 7], zero point 0, grad_factor 1
+  // (torchao's range learning). Scales [[0.5, 1], [0.25, 2]]:
+  //   row 0, group 0 (0.5): 0.3 -> 0.6 -> 1 (y 0.5); -1.2 -> -2.4 -> -2 (y -1)
+  //   row 0, group 1 (1):   7.6 -> 8 above (y 7);    -2.5 -> tie -> -2 (y -2)
+  //   row 1, group 0 (0.25): 0.1 -> 0.4 -> 0 (y 0);  -3 -> -12 below (y -2)
+  //   row 1, group 1 (2):   3 -> 1.5 -> 2 (y 4);     -1 -> -0.5 -> -0 (y -0)
+  Attrs a = {{"scope", "group"}, {"axis", 1},      {"group_size", 2},
+             {"bits", 4},        {"signed", true}, {"grad_factor", 1.0}};
+  Tensor x = f64({2, 4}, {0.3, -1.2, 7.6, -2.5, 0.1, -3, 3, -1});
+  Tensor s = f64({2, 2}, {0.5, 1, 0.25, 2}), z = f64({2, 2}, {0, 0, 0, 0});
+  auto y = run_op("lsq_fake_quantize", {x, s, z}, a);
+  EXPECT_EQ(y[0].to_doubles(), (std::vector<double>{0.5, -1, 7, -2, 0, -2, 4, 0}));
+  auto g = run_op("lsq_backward", {f64({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}), x, s, z}, a);
+  EXPECT_EQ(g[0].to_doubles(), (std::vector<double>{1, 2, 0, 4, 5, 0, 7, 8}));
+  // dscale: (0, 0) 1 * 0.2 / 0.5 + 2 * 0.2 / 0.5 = 1.2; (0, 1) 3 * 7 + 4 * 0.5 = 23;
+  // (1, 0) 5 * -0.1 / 0.25 + 6 * -8 = -50; (1, 1) 7 * 1 / 2 + 8 * 1 / 2 = 7.5.
+  const std::vector<double> ds = g[1].to_doubles(), want = {1.2, 23, -50, 7.5};
+  ASSERT_EQ(g[1].shape(), (Shape{2, 2}));
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(ds[i], want[i], 1e-12) << i;
+  // dzero_point: -dy * scale for the out-of-range elements only.
+  EXPECT_EQ(g[2].to_doubles(), (std::vector<double>{0, -3, -1.5, 0}));
+}
+
+TEST(Lsq, PerGroupEqualsPerChannelOverTheGroups) {
+  // Groups of g along the last axis of [rows, in] are the channels (axis 0) of the same data
+  // viewed as [rows * in / g, g]: forward and gradients bit for bit.
+  const int64_t rows = 3, in = 8, gs = 4;
+  std::vector<double> xv, dyv, sv;
+  for (int64_t i = 0; i < rows * in; ++i) {
+    xv.push_back(std::sin(0.7 * static_cast<double>(i)) * 2.5);
+    dyv.push_back(std::cos(1.3 * static_cast<double>(i)));
+  }
+  for (int64_t i = 0; i < rows * in / gs; ++i) sv.push_back(0.15 + 0.05 * static_cast<double>(i));
+  const Attrs range = {{"bits", 4}, {"signed", true}, {"grad_factor", 1.0}};
+  Attrs group = range, channel = range;
+  group.set("scope", "group");
+  group.set("axis", 1);
+  group.set("group_size", gs);
+  channel.set("scope", "channel");
+  channel.set("axis", 0);
+  const std::vector<double> zeros(sv.size(), 0.0);
+  auto yg =
+      run_op("lsq_fake_quantize",
+             {f32({rows, in}, xv), f32({rows, in / gs}, sv), f32({rows, in / gs}, zeros)}, group);
+  auto yc = run_op(
+      "lsq_fake_quantize",
+      {f32({rows * in / gs, gs}, xv), f32({rows * in / gs}, sv), f32({rows * in / gs}, zeros)},
+      channel);
+  EXPECT_EQ(yg[0].to_doubles(), yc[0].to_doubles());
+  auto gg = run_op("lsq_backward",
+                   {f32({rows, in}, dyv), f32({rows, in}, xv), f32({rows, in / gs}, sv),
+                    f32({rows, in / gs}, zeros)},
+                   group);
+  auto gc = run_op("lsq_backward",
+                   {f32({rows * in / gs, gs}, dyv), f32({rows * in / gs, gs}, xv),
+                    f32({rows * in / gs}, sv), f32({rows * in / gs}, zeros)},
+                   channel);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(gg[k].to_doubles(), gc[k].to_doubles()) << k;
+}
+
 TEST(Lsq, ZeroPointIsRoundedHalfEvenAndClamped) {
   // zp 2.5 -> 2 (ties to even); zp 300 -> 255 and zp -7 -> 0 for the default u8 range.
   Tensor x = f32({1}, {0.0});
@@ -176,9 +237,25 @@ TEST(Lsq, BadInput) {
       {"'axis' = -3"});
   expect_error(
       [&] {
-        build_op("lsq_fake_quantize", {x, s1, s1}, {{"scope", "group"}});
+        build_op("lsq_fake_quantize", {x, s1, s1}, {{"scope", "token"}});
       },
-      {"'scope' = \"group\"", "tensor, channel"});
+      {"'scope' = \"token\"", "tensor, channel, group"});
+  // Per group: the qparams are [rows, groups] (a shorter last group counts), group_size > 0.
+  TensorType s2x2{DType::f32, {2, 2}};
+  build_op("lsq_fake_quantize", {x, s2x2, s2x2},
+           {{"scope", "group"}, {"axis", 1}, {"group_size", 2}});
+  expect_error(
+      [&] {
+        build_op("lsq_fake_quantize", {x, s3, s3},
+                 {{"scope", "group"}, {"axis", 1}, {"group_size", 2}});
+      },
+      {"scale has shape [3]", "[2, 2]"});
+  expect_error(
+      [&] {
+        build_op("lsq_fake_quantize", {x, s2x2, s2x2},
+                 {{"scope", "group"}, {"axis", 1}, {"group_size", 0}});
+      },
+      {"'group_size' = 0", "positive"});
   expect_error(
       [&] {
         build_op("lsq_fake_quantize", {x, s1, s1}, {{"bits", 17}});
