@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "autograd/recompute.h"
 #include "core/graph.h"
 #include "core/tensor.h"
 #include "nn/builder.h"
@@ -31,6 +32,9 @@ struct LlamaModel {
   std::vector<LinearLayer> layers;  // every Linear: the projections and an untied lm_head
   std::vector<WeightQuantizer> weights;
   std::vector<ValueId> parameters;  // trainable, in creation order
+  // Each decoder layer's nodes ("model.layers.<i>"), in order: the regions whose activations
+  // a training step may recompute (TrainingSpec::recompute).
+  std::vector<RecomputeRegion> blocks;
 };
 
 // Throws qg::Error (op "nn.llama") for seq < 2, seq > max_position_embeddings or batch < 1.

@@ -37,6 +37,7 @@
 #include "nn/rng.h"
 #include "runtime/backend.h"
 #include "runtime/compile.h"
+#include "runtime/memory_plan.h"
 #include "train/optimizer.h"
 
 #ifdef QG_WITH_CUDA
@@ -53,6 +54,7 @@ struct StepsOptions {
   std::string device = "auto", model = "all", json;
   int reps = 20;
   bool small = false, profile = false, tf32 = false, wall = false;
+  bool recompute = false;         // llama: activation recomputation per decoder block
   std::string profile_nodes;      // comma-separated ops whose nodes are listed one by one
   std::string variant = "both";   // float, qat or both
   bool no_trainer = false;        // digits: skip the in-process nn::Trainer column
@@ -80,6 +82,7 @@ void run_steps_rank(const StepsOptions& o, dist::ProcessGroup& group) {
   d.reps = o.reps;
   d.small = o.small;
   d.wall = o.wall;
+  d.recompute = o.recompute;
   d.grad_sync = !o.no_grad_sync;
   d.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   QG_CHECK(d.bucket_bytes > 0, "steps", "--bucket-mb ", o.bucket_mb, " must be > 0");
@@ -135,7 +138,7 @@ void build_transformer(StepGraph& s, const nn::QConfig& qc, bool small) {
 }  // namespace
 
 void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
-                      const nn::PrecisionPolicy& precision) {
+                      const nn::PrecisionPolicy& precision, bool recompute) {
   nn::LlamaConfig c;
   c.vocab_size = small ? 64 : 32000;
   c.hidden_size = small ? 32 : 1024;
@@ -148,6 +151,7 @@ void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
   nn::LlamaModel m = nn::build_llama(s.graph, c, batch, seq, qc, 1, precision);
   s.loss = m.loss;
   s.parameters = m.parameters;
+  if (recompute) s.recompute = m.blocks;
   s.optimizer = {"adam", 1e-4, 0.0};
   nn::Rng rng(5);
   Tensor ids = Tensor::empty({batch, seq}, DType::i64);
@@ -232,11 +236,13 @@ double time_step(StepGraph& s, Device device, const ContextOptions& context, int
   options.device = device;
   options.context = context;
   options.outputs = {s.loss};
-  CompiledStep step(
-      s.graph, {s.loss, s.parameters, nn::optimizer_nodes(s.optimizer), gradient_sync}, options);
+  TrainingSpec training{s.loss, s.parameters, nn::optimizer_nodes(s.optimizer), gradient_sync};
+  training.recompute = s.recompute;
+  CompiledStep step(s.graph, training, options);
   step.train(s.feeds, {});  // the executor's validated run
   step.train({}, {});       // the first launch (records the temporaries)
   *kernels = step.kernels_per_launch({}, true, true);
+  s.planned_arena = step.arena_bytes({}, true, true);
   s.updates = step.updates();
   reset_device_peak(device);
   struct ReadPeak {  // on every return below, after the timed steps
@@ -396,6 +402,9 @@ void add_steps_command(CLI::App& app) {
                   "The llama QAT row's recipe: 8da4w (default), 8da3w, 8da2w, int4_weight_only, "
                   "w8a8_dynamic")
       ->check(CLI::IsMember({"8da4w", "8da3w", "8da2w", "int4_weight_only", "w8a8_dynamic"}));
+  cmd->add_flag("--recompute", o->recompute,
+                "--model llama: recompute each decoder block's activations in the backward "
+                "(the planned arena of each llama row shows the saving)");
   cmd->add_option("--group-size", o->group_size,
                   "Weights per qparam of the llama recipe's groups: 32, 64, 128 or 256")
       ->check(CLI::IsMember({32, 64, 128, 256}));
@@ -416,6 +425,8 @@ void add_steps_command(CLI::App& app) {
                   "Data parallel: seconds a collective waits before every rank fails")
       ->capture_default_str();
   cmd->callback([o] {
+    QG_CHECK(!o->recompute || o->model == "llama", "steps",
+             "--recompute recomputes the decoder blocks of --model llama, not --model ", o->model);
     if (o->nproc > 1 || std::getenv("WORLD_SIZE") != nullptr) {
       QG_CHECK(o->model == "llama", "steps",
                "--nproc and the torchrun variables time --model "
@@ -457,7 +468,7 @@ void add_steps_command(CLI::App& app) {
             build_digits(s, kind.substr(7), qat);
           else if (kind == "llama")
             build_llama_step(s, qat ? nn::parse_recipe(o->recipe, o->group_size) : qc, o->small,
-                             nn::parse_precision(o->precision));
+                             nn::parse_precision(o->precision), o->recompute);
           else if (kind == "cnn")
             build_cnn(s, qc, o->small);
           else
@@ -474,7 +485,8 @@ void add_steps_command(CLI::App& app) {
                               (kind == "llama" && qat && named_recipe ? " " + recipe_label : "") +
                               (kind == "llama" && o->precision != "f32" ? " " + o->precision
                                : tf32                                   ? " tf32"
-                                                                        : " fp32");
+                                                                        : " fp32") +
+                              (kind == "llama" && o->recompute ? " recompute" : "");
           std::printf("%-32s %8d %12.3f", label.c_str(), kernels, us / 1000.0);
           if (digits && !tf32 &&
               !o->no_trainer)  // the trainer's own step, for `qat train --time-steps`
@@ -482,6 +494,8 @@ void add_steps_command(CLI::App& app) {
                         trainer_step_us(kind.substr(7), qat, device, o->reps) / 1000.0);
           // Last on the row, so the columns scripts read stay where they were.
           if (resident > 0) std::printf("   resident %.2f GiB", resident / 1073741824.0);
+          if (kind == "llama")
+            std::printf("   planned arena %s", format_bytes(s.planned_arena).c_str());
           std::printf("\n");
           std::fflush(stdout);
           if (o->profile) profile_step(s, device, context, 5, o->profile_nodes);

@@ -223,11 +223,16 @@ void add_train_command(CLI::App& app) {
                   "llama: f32 or bf16-mixed (f32 parameters and optimizer states, bf16 GEMMs "
                   "and attention, f32 accumulation)")
       ->capture_default_str();
+  cmd->add_flag("--recompute", o->recompute,
+                "llama: recompute each decoder block's activations in the backward instead of "
+                "keeping them (the same values, a lower peak memory)");
   cmd->callback([o, cmd] {
     QG_CHECK(o->model == "llama" ||
                  (cmd->count("--weight-decay") == 0 && cmd->count("--clip-grad-norm") == 0 &&
-                  cmd->count("--precision") == 0),
-             "train", "--weight-decay, --clip-grad-norm and --precision are for --model llama");
+                  cmd->count("--precision") == 0 && cmd->count("--recompute") == 0),
+             "train",
+             "--weight-decay, --clip-grad-norm, --precision and --recompute are for --model "
+             "llama");
     if (o->model == "llama") {
       // The digits defaults do not fit a language model: a smaller batch, a smaller rate.
       if (cmd->count("--batch") == 0) o->batch = 8;

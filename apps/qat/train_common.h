@@ -80,6 +80,7 @@ struct TrainOptions {
   int64_t qat_steps = 100;
   double weight_decay = 0.0, clip_grad_norm = 0.0;  // llama's optimizer (0: off)
   std::string precision = "f32";                    // llama: nn::parse_precision
+  bool recompute = false;  // llama: activation recomputation per decoder block
 };
 
 // The result of one trained (or calibrated) model.
