@@ -21,10 +21,8 @@ ValueId sum_contributions(Graph& g, const std::vector<ValueId>& parts) {
   return acc;
 }
 
-}  // namespace
-
-std::vector<ValueId> grad_with_seed(Graph& g, ValueId output, ValueId seed,
-                                    const std::vector<ValueId>& wrt) {
+std::vector<ValueId> reverse_mode(Graph& g, ValueId output, ValueId seed,
+                                  const std::vector<ValueId>& wrt, GradientMap* value_grads) {
   const std::vector<NodeId> order = g.topological_order();
   QG_CHECK(gradient_type_ok(g.value(output).type, g.value(seed).type), "grad", "seed ",
            g.value(seed).type.str(), " does not match the output ", g.value(output).type.str());
@@ -59,6 +57,7 @@ std::vector<ValueId> grad_with_seed(Graph& g, ValueId output, ValueId seed,
       if (c == contributions.end()) continue;
       out_grads[i] = sum_contributions(g, c->second);
       c->second = {out_grads[i]};
+      if (value_grads) (*value_grads)[node.outputs[i]] = out_grads[i];
       any_out = true;
     }
     std::vector<bool> needs(node.inputs.size(), false);
@@ -92,11 +91,26 @@ std::vector<ValueId> grad_with_seed(Graph& g, ValueId output, ValueId seed,
   return result;
 }
 
-std::vector<ValueId> grad(Graph& g, ValueId loss, const std::vector<ValueId>& wrt) {
+ValueId loss_seed(Graph& g, ValueId loss) {
   QG_CHECK(is_floating(g.value(loss).type.dtype), "grad", "the loss must be floating point, got ",
            g.value(loss).type.str());
-  ValueId seed = g.apply1("full_like", {loss}, {{"value", 1.0}}, "grad_seed");
-  return grad_with_seed(g, loss, seed, wrt);
+  return g.apply1("full_like", {loss}, {{"value", 1.0}}, "grad_seed");
+}
+
+}  // namespace
+
+std::vector<ValueId> grad_with_seed(Graph& g, ValueId output, ValueId seed,
+                                    const std::vector<ValueId>& wrt) {
+  return reverse_mode(g, output, seed, wrt, nullptr);
+}
+
+std::vector<ValueId> grad(Graph& g, ValueId loss, const std::vector<ValueId>& wrt) {
+  return reverse_mode(g, loss, loss_seed(g, loss), wrt, nullptr);
+}
+
+std::vector<ValueId> grad_with_value_grads(Graph& g, ValueId loss, const std::vector<ValueId>& wrt,
+                                           GradientMap& value_grads) {
+  return reverse_mode(g, loss, loss_seed(g, loss), wrt, &value_grads);
 }
 
 }  // namespace qg

@@ -2,6 +2,7 @@
 // each op's registered backward rule and returns the gradient values.
 #pragma once
 
+#include <map>
 #include <vector>
 
 #include "core/graph.h"
@@ -16,5 +17,14 @@ std::vector<ValueId> grad(Graph& graph, ValueId loss, const std::vector<ValueId>
 // As above with an explicit seed (the gradient of `output`), for vector-Jacobian products.
 std::vector<ValueId> grad_with_seed(Graph& graph, ValueId output, ValueId seed,
                                     const std::vector<ValueId>& wrt);
+
+// Forward value -> the value holding its whole (summed) gradient.
+using GradientMap = std::map<ValueId, ValueId>;
+
+// grad(), also filling `value_grads` with the gradient of every output of a differentiable
+// node that got one (activation recomputation orders its work after them).
+std::vector<ValueId> grad_with_value_grads(Graph& graph, ValueId loss,
+                                           const std::vector<ValueId>& wrt,
+                                           GradientMap& value_grads);
 
 }  // namespace qg

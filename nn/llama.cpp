@@ -53,6 +53,7 @@ LlamaModel build_llama(Graph& graph, const LlamaConfig& config, int64_t batch, i
   ValueId h = graph.apply1("embedding", {table_q, m.input_ids}, {}, "model.embed_tokens");
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
     const std::string layer = "model.layers." + std::to_string(i);
+    const NodeId block_begin = graph.num_nodes();
     ValueId a = b.rms_norm(h, layer + ".input_layernorm", config.rms_norm_eps);
     a = b.causal_self_attention(a, config.num_attention_heads, config.num_key_value_heads,
                                 config.rope_theta, layer + ".self_attn");
@@ -62,6 +63,7 @@ LlamaModel build_llama(Graph& graph, const LlamaConfig& config, int64_t batch, i
     f = b.swiglu_mlp(f, config.intermediate_size, layer + ".mlp");
     f = b.to_parameter(f, layer + ".mlp");
     h = b.act(graph.apply1("add", {h, f}, {}, layer + ".residual2"), layer + ".residual2");
+    m.blocks.push_back({layer, block_begin, graph.num_nodes()});
   }
   h = b.rms_norm(h, "model.norm", config.rms_norm_eps);
   // [rows, vocab]: the GEMM's own layout, which the loss reads before the logits' reshape.

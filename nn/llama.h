@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "autograd/recompute.h"
 #include "core/graph.h"
 #include "core/tensor.h"
 #include "nn/builder.h"
@@ -33,6 +34,9 @@ struct LlamaModel {
   // The token embedding's quantizer (nn/llama_embedding.h): empty for a float table.
   std::vector<WeightQuantizer> embedding_weights;
   std::vector<ValueId> parameters;  // trainable, in creation order
+  // Each decoder layer's nodes ("model.layers.<i>"), in order: the regions whose activations
+  // a training step may recompute (TrainingSpec::recompute).
+  std::vector<RecomputeRegion> blocks;
 };
 
 // Throws qg::Error (op "nn.llama") for seq < 2, seq > max_position_embeddings or batch < 1.

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/graph_rewrite.h"
 #include "device/communicator.h"
+#include "runtime/memory_plan.h"
 
 namespace qg {
 namespace {
@@ -56,8 +57,16 @@ CompiledStep::CompiledStep(Graph& graph, const TrainingSpec& training,
     QG_CHECK(static_cast<bool>(training.optimizer), "compile",
              "a loss is given but no optimizer to apply its gradients");
     QG_CHECK(!training.parameters.empty(), "compile", "a loss is given but no parameters");
-    // 1. autograd, 2. gradient sync, 3. optimizer nodes.
-    std::vector<ValueId> grads = grad(graph_, training.loss, training.parameters);
+    // 1. autograd (and recomputation), 2. gradient sync, 3. optimizer nodes.
+    const NodeId backward_begin = graph_.num_nodes();
+    GradientMap value_grads;
+    std::vector<ValueId> grads =
+        training.recompute.empty()
+            ? grad(graph_, training.loss, training.parameters)
+            : grad_with_value_grads(graph_, training.loss, training.parameters, value_grads);
+    if (!training.recompute.empty())
+      recompute_ = recompute_regions(graph_, training.recompute, backward_begin, graph_.num_nodes(),
+                                     value_grads);
     if (training.gradient_sync) {
       grads = training.gradient_sync(graph_, grads);
       QG_CHECK(grads.size() == training.parameters.size(), "compile", "gradient sync returned ",
@@ -212,6 +221,12 @@ int64_t CompiledStep::arena_bytes(const std::vector<ValueId>& fetches, bool upda
                                   bool training) const {
   const Mode* m = find_mode(fetches, update, training);
   return m && m->run ? m->run->plan().arena_bytes : 0;
+}
+
+int64_t CompiledStep::planned_arena_bytes(const std::vector<ValueId>& fetches, bool update,
+                                          bool training) {
+  const Mode& m = mode(fetches, update, training);
+  return plan_memory(graph_, needed_order(graph_, m.fetches, m.targets), m.fetches).arena_bytes;
 }
 
 namespace {

@@ -3,7 +3,8 @@
 // steps`, the benchmarks, evaluation) goes through it, so what the benchmarks time is what
 // training runs:
 //
-//   graph --1. autograd (loss -> parameter gradients)
+//   graph --1. autograd (loss -> parameter gradients), then activation recomputation of
+//              the regions the training spec names (autograd/recompute.h)
 //         --2. gradient sync (rewrites the gradients; data-parallel all-reduce; empty for
 //              one process)
 //         --3. optimizer nodes (one update per parameter)
@@ -25,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "autograd/recompute.h"
 #include "runtime/executor.h"
 #include "runtime/passes/pass.h"
 #include "runtime/static_run.h"
@@ -44,6 +46,9 @@ struct TrainingSpec {
   std::vector<ValueId> parameters;
   OptimizerNodes optimizer;  // required with a loss
   GradientSync gradient_sync;
+  // Forward regions whose activations the backward recomputes instead of keeping (a model's
+  // decoder blocks, in forward order); empty: every activation the backward reads is kept.
+  std::vector<RecomputeRegion> recompute = {};
 };
 
 struct CompileOptions {
@@ -95,6 +100,10 @@ class CompiledStep {
   RunPath last_path(const std::vector<ValueId>& fetches, bool update, bool training) const;
   int kernels_per_launch(const std::vector<ValueId>& fetches, bool update, bool training) const;
   int64_t arena_bytes(const std::vector<ValueId>& fetches, bool update, bool training) const;
+  // The arena the memory plan of that mode lays out (the StaticRun's, computed now without
+  // running anything): the planned peak of one step's values.
+  int64_t planned_arena_bytes(const std::vector<ValueId>& fetches, bool update, bool training);
+  const RecomputeStats& recompute_stats() const { return recompute_; }
 
  private:
   struct Mode;
@@ -108,6 +117,7 @@ class CompiledStep {
   CompileOptions options_;
   std::vector<NodeId> updates_;
   std::vector<PassRecord> passes_;
+  RecomputeStats recompute_;
   std::unique_ptr<Executor> exec_;
   std::map<std::string, Tensor> inputs_;  // the step's own input buffers, by input name
   std::set<std::string> fed_;             // inputs written at least once

@@ -134,6 +134,7 @@ LmTrainer::Program& LmTrainer::program_for(double lr) {
   CompileOptions options;
   options.device = config_.device;
   TrainingSpec training{p->model.loss, p->model.parameters, optimizer_nodes(opt), {}};
+  if (config_.recompute) training.recompute = p->model.blocks;
   if (config_.world_size() > 1) {
     training.gradient_sync =
         dist::bucketed_all_reduce(config_.bucket_bytes, config_.grad_reduce_dtype);
@@ -165,15 +166,30 @@ double LmTrainer::train_step() {
                 shard * sizeof(int64_t));
   }
   labels_ = next_token_labels(ids_);
-  const ValueId norm = grad_norm_value(*p.graph);
-  std::vector<ValueId> fetches = {p.model.loss};
-  if (norm != kNoValue) fetches.push_back(norm);
+  const std::vector<ValueId> fetches = train_fetches(p);
+  const ValueId norm = fetches.size() > 1 ? fetches[1] : kNoValue;
   const std::vector<Tensor>& out =
       p.step->train({{"input_ids", ids_}, {"labels", labels_}}, fetches);
   p.step->synchronize();
   ++step_;
   if (norm != kNoValue) last_grad_norm_ = on_host(out[1], host_norm_).at(0);
   return mean_over_ranks(on_host(out[0], host_loss_).at(0));
+}
+
+std::vector<ValueId> LmTrainer::train_fetches(Program& p) const {
+  std::vector<ValueId> fetches = {p.model.loss};
+  const ValueId norm = grad_norm_value(*p.graph);
+  if (norm != kNoValue) fetches.push_back(norm);
+  return fetches;
+}
+
+int64_t LmTrainer::planned_step_bytes() {
+  Program& p = *program_;
+  return p.step->planned_arena_bytes(train_fetches(p), /*update=*/true, /*training=*/true);
+}
+
+const RecomputeStats& LmTrainer::recompute_stats() const {
+  return program_->step->recompute_stats();
 }
 
 double LmTrainer::mean_over_ranks(double value) const {

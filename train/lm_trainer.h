@@ -45,6 +45,11 @@ struct LmTrainConfig {
   // Learned weight ranges (QConfig::learned_weight_ranges): the scales' rate is the rate
   // times this factor (1: the same rate, as torchao's scales under one optimizer).
   double learned_range_lr_factor = 1.0;
+  // Activation recomputation per decoder block (autograd/recompute.h): the backward reruns
+  // each block's forward instead of keeping its activations. Same values bit for bit, and a
+  // lower planned peak wherever activations set it (not where the weight gradients, alive at
+  // the end of the backward either way, do); checkpoints do not depend on it.
+  bool recompute = false;
 
   // Data parallelism (runtime/distributed/): the communicator this trainer is one rank of
   // (Gloo for a CPU device, NCCL for CUDA; owned by the caller); null or a group of one: one
@@ -127,6 +132,10 @@ class LmTrainer {
   double last_grad_norm() const { return last_grad_norm_; }
   int64_t windows_per_evaluation() const { return eval_batches_ * global_batch(); }
   int compiles() const { return compiles_; }
+  // The memory plan's peak of one training step's values (runtime/memory_plan.h).
+  int64_t planned_step_bytes();
+  // What activation recomputation copied (zeros without LmTrainConfig::recompute).
+  const RecomputeStats& recompute_stats() const;
   int64_t parameter_count() const;
   const std::vector<LmEvalRecord>& history() const { return history_; }
   const LmTrainConfig& config() const { return config_; }
@@ -138,6 +147,8 @@ class LmTrainer {
   // rate the one program, whatever `lr`.
   Program& program_for(double lr);
   std::string config_key() const;
+  // What a training step fetches: the loss, and the gradient norm when clipping.
+  std::vector<ValueId> train_fetches(Program& p) const;
   int64_t global_batch() const { return config_.batch * config_.world_size(); }
   // The mean of `value` over the ranks (the value itself in one process).
   double mean_over_ranks(double value) const;

@@ -38,6 +38,7 @@
 #include "nn/rng.h"
 #include "runtime/backend.h"
 #include "runtime/compile.h"
+#include "runtime/memory_plan.h"
 #include "train/optimizer.h"
 
 #ifdef QG_WITH_CUDA
@@ -54,6 +55,7 @@ struct StepsOptions {
   std::string device = "auto", model = "all", json;
   int reps = 20;
   bool small = false, profile = false, tf32 = false, wall = false, floors = false;
+  bool recompute = false;          // llama: activation recomputation per decoder block
   DevicePeaks peaks;               // --floors
   std::string profile_nodes;       // comma-separated ops whose nodes are listed one by one
   std::string variant = "both";    // float, qat or both
@@ -84,6 +86,7 @@ void run_steps_rank(const StepsOptions& o, dist::ProcessGroup& group) {
   d.reps = o.reps;
   d.small = o.small;
   d.wall = o.wall;
+  d.recompute = o.recompute;
   d.grad_sync = !o.no_grad_sync;
   d.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   QG_CHECK(d.bucket_bytes > 0, "steps", "--bucket-mb ", o.bucket_mb, " must be > 0");
@@ -140,7 +143,8 @@ void build_transformer(StepGraph& s, const nn::QConfig& qc, bool small) {
 }  // namespace
 
 void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
-                      const nn::PrecisionPolicy& precision, const std::string& optimizer) {
+                      const nn::PrecisionPolicy& precision, const std::string& optimizer,
+                      bool recompute) {
   nn::LlamaConfig c;
   c.vocab_size = small ? 64 : 32000;
   c.hidden_size = small ? 32 : 1024;
@@ -153,6 +157,7 @@ void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
   nn::LlamaModel m = nn::build_llama(s.graph, c, batch, seq, qc, 1, precision);
   s.loss = m.loss;
   s.parameters = m.parameters;
+  if (recompute) s.recompute = m.blocks;
   s.optimizer = {"adam", 1e-4, 0.0};
   if (optimizer == "adamw") {
     s.optimizer.kind = "adamw";
@@ -243,11 +248,13 @@ double time_step(StepGraph& s, Device device, const ContextOptions& context, int
   options.device = device;
   options.context = context;
   options.outputs = {s.loss};
-  CompiledStep step(
-      s.graph, {s.loss, s.parameters, nn::optimizer_nodes(s.optimizer), gradient_sync}, options);
+  TrainingSpec training{s.loss, s.parameters, nn::optimizer_nodes(s.optimizer), gradient_sync};
+  training.recompute = s.recompute;
+  CompiledStep step(s.graph, training, options);
   step.train(s.feeds, {});  // the executor's validated run
   step.train({}, {});       // the first launch (records the temporaries)
   *kernels = step.kernels_per_launch({}, true, true);
+  s.planned_arena = step.arena_bytes({}, true, true);
   s.updates = step.updates();
   reset_device_peak(device);
   struct ReadPeak {  // on every return below, after the timed steps
@@ -445,6 +452,9 @@ void add_steps_command(CLI::App& app) {
                   "The llama step's optimizer: adam (default) or adamw (weight decay 0.01, the "
                   "runtime rate; its steps run as one multi-tensor node)")
       ->check(CLI::IsMember({"adam", "adamw"}));
+  cmd->add_flag("--recompute", o->recompute,
+                "--model llama: recompute each decoder block's activations in the backward "
+                "(the planned arena of each llama row shows the saving)");
   cmd->add_option("--group-size", o->group_size,
                   "Weights per qparam of the llama recipe's groups: 32, 64, 128 or 256")
       ->check(CLI::IsMember({32, 64, 128, 256}));
@@ -470,6 +480,8 @@ void add_steps_command(CLI::App& app) {
                   "Data parallel: seconds a collective waits before every rank fails")
       ->capture_default_str();
   cmd->callback([o] {
+    QG_CHECK(!o->recompute || o->model == "llama", "steps",
+             "--recompute recomputes the decoder blocks of --model llama, not --model ", o->model);
     if (o->nproc > 1 || std::getenv("WORLD_SIZE") != nullptr) {
       QG_CHECK(o->model == "llama", "steps",
                "--nproc and the torchrun variables time --model "
@@ -511,7 +523,7 @@ void add_steps_command(CLI::App& app) {
             build_digits(s, kind.substr(7), qat);
           else if (kind == "llama")
             build_llama_step(s, qat ? nn::parse_recipe(o->recipe, o->group_size) : qc, o->small,
-                             nn::parse_precision(o->precision), o->optimizer);
+                             nn::parse_precision(o->precision), o->optimizer, o->recompute);
           else if (kind == "cnn")
             build_cnn(s, qc, o->small);
           else
@@ -528,7 +540,8 @@ void add_steps_command(CLI::App& app) {
                               (kind == "llama" && qat && named_recipe ? " " + recipe_label : "") +
                               (kind == "llama" && o->precision != "f32" ? " " + o->precision
                                : tf32                                   ? " tf32"
-                                                                        : " fp32");
+                                                                        : " fp32") +
+                              (kind == "llama" && o->recompute ? " recompute" : "");
           std::printf("%-32s %8d %12.3f", label.c_str(), kernels, us / 1000.0);
           if (digits && !tf32 &&
               !o->no_trainer)  // the trainer's own step, for `qat train --time-steps`
@@ -536,6 +549,8 @@ void add_steps_command(CLI::App& app) {
                         trainer_step_us(kind.substr(7), qat, device, o->reps) / 1000.0);
           // Last on the row, so the columns scripts read stay where they were.
           if (resident > 0) std::printf("   resident %.2f GiB", resident / 1073741824.0);
+          if (kind == "llama")
+            std::printf("   planned arena %s", format_bytes(s.planned_arena).c_str());
           std::printf("\n");
           std::fflush(stdout);
           if (o->profile)

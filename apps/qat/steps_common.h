@@ -20,13 +20,17 @@ struct StepGraph {
   nn::OptimizerConfig optimizer{"sgd", 0.01, 0.0};
   std::vector<NodeId> updates;  // the optimizer nodes, once compiled (--profile runs them)
   Executor::Feeds feeds;
+  std::vector<RecomputeRegion> recompute;  // regions whose activations the backward recomputes
+  int64_t planned_arena = 0;               // the compiled step's memory plan, once timed
 };
 
 // The Llama decoder of bench/torch_llama_qat_bench.py (207M parameters, batch 8 x 1024
 // tokens, Adam; `optimizer` "adamw": AdamW with weight decay 0.01 and the runtime rate, whose
-// steps the fuse_multi_tensor_adamw pass merges); `small`: a tiny one for smoke runs.
+// steps the fuse_multi_tensor_adamw pass merges); `small`: a tiny one for smoke runs;
+// `recompute`: each decoder block's activations are recomputed in the backward.
 void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
-                      const nn::PrecisionPolicy& precision, const std::string& optimizer = "adam");
+                      const nn::PrecisionPolicy& precision, const std::string& optimizer = "adam",
+                      bool recompute = false);
 
 // Compiles the step as every caller does (passes, memory plan, CUDA graph; with
 // `gradient_sync`, the data-parallel all-reduce through context.communicator) and returns the
@@ -40,7 +44,8 @@ struct DataParallelSteps {
   std::string device = "auto", variant = "both", precision = "f32", recipe = "8da4w";
   int group_size = 32, reps = 20;
   bool small = false, wall = false;
-  bool grad_sync = true;  // false: the ranks do not communicate (the step alone)
+  bool recompute = false;  // activation recomputation per decoder block
+  bool grad_sync = true;   // false: the ranks do not communicate (the step alone)
   int64_t bucket_bytes = int64_t{25} << 20;
   DType grad_reduce_dtype = DType::f32;  // what the buckets travel in
 };

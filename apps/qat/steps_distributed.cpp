@@ -92,7 +92,7 @@ void time_llama_data_parallel(dist::ProcessGroup& group, const DataParallelSteps
     if (o.variant != "both" && qat != (o.variant == "qat")) continue;
     StepGraph s;
     build_llama_step(s, qat ? nn::parse_recipe(o.recipe, o.group_size) : nn::QConfig::float32(),
-                     o.small, nn::parse_precision(o.precision));
+                     o.small, nn::parse_precision(o.precision), "adam", o.recompute);
     ContextOptions context;
     if (o.grad_sync) context.communicator = &comm;
     int kernels = 0;
@@ -110,7 +110,8 @@ void time_llama_data_parallel(dist::ProcessGroup& group, const DataParallelSteps
         o.recipe + (o.recipe == "w8a8_dynamic" ? "" : "/" + std::to_string(o.group_size));
     const std::string label = std::string("step llama") + (qat ? " qat" : " float") +
                               (qat && named_recipe ? " " + recipe_label : "") +
-                              (o.precision != "f32" ? " " + o.precision : " fp32");
+                              (o.precision != "f32" ? " " + o.precision : " fp32") +
+                              (o.recompute ? " recompute" : "");
     std::printf("%-32s %8d %12.3f", label.c_str(), kernels, times[0] / 1000.0);
     if (resident > 0) std::printf("   resident %.2f GiB", resident / 1073741824.0);
     std::printf(

@@ -236,11 +236,16 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--embedding-group-size", o->embedding_group_size,
                   "llama: embedding weights per scale along the hidden dim (must divide it)")
       ->capture_default_str();
+  cmd->add_flag("--recompute", o->recompute,
+                "llama: recompute each decoder block's activations in the backward instead of "
+                "keeping them (the same values, a lower peak memory)");
   cmd->callback([o, cmd] {
     QG_CHECK(o->model == "llama" ||
                  (cmd->count("--weight-decay") == 0 && cmd->count("--clip-grad-norm") == 0 &&
-                  cmd->count("--precision") == 0),
-             "train", "--weight-decay, --clip-grad-norm and --precision are for --model llama");
+                  cmd->count("--precision") == 0 && cmd->count("--recompute") == 0),
+             "train",
+             "--weight-decay, --clip-grad-norm, --precision and --recompute are for --model "
+             "llama");
     QG_CHECK(o->model == "llama" || (cmd->count("--embedding-quant") == 0 &&
                                      cmd->count("--embedding-group-size") == 0),
              "train", "--embedding-quant and --embedding-group-size are for --model llama");

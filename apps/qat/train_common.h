@@ -87,6 +87,7 @@ struct TrainOptions {
   // their group size along the hidden dim (nn/llama_embedding.h).
   std::string embedding_quant = "none";
   int embedding_group_size = 32;
+  bool recompute = false;  // llama: activation recomputation per decoder block
 };
 
 // The result of one trained (or calibrated) model.

@@ -20,6 +20,7 @@
 #include "nn/llama_config.h"
 #include "nn/llama_embedding.h"
 #include "runtime/backend.h"
+#include "runtime/memory_plan.h"
 #include "train/checkpoint.h"
 #include "train/lm_trainer.h"
 #include "train/png_plot.h"
@@ -74,6 +75,7 @@ nn::LmTrainConfig llama_train_config(const TrainOptions& o, const nn::LlamaConfi
   c.optimizer.clip_grad_norm = o.clip_grad_norm;
   c.learned_range_lr_factor = o.learned_range_lr_factor;
   c.precision = nn::parse_precision(o.precision);
+  c.recompute = o.recompute;
   c.seed = o.seed;
   c.device = lm_device(o.device, o.local_rank);
   c.validation_windows = o.eval_windows;
@@ -180,6 +182,9 @@ void train_llama(const TrainOptions& o) {
       "perplexity %.2f\n",
       static_cast<long long>(t.windows_per_evaluation()), static_cast<long long>(o.seq), unigram,
       std::exp(unigram));
+  std::printf("step memory: %s planned for the activations and gradients (memory plan's arena)%s\n",
+              format_bytes(t.planned_step_bytes()).c_str(),
+              c.recompute ? ", recomputing each decoder block's activations in the backward" : "");
   if (world > 1)
     std::printf("data parallel: rank %d of %d (%s), global batch %lld x %lld tokens\n", rank, world,
                 o.comm->backend().c_str(), static_cast<long long>(o.batch) * world,
