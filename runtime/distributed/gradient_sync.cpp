@@ -65,7 +65,7 @@ GradientSync bucketed_all_reduce(int64_t bucket_bytes, DType reduce_dtype) {
       ValueId reduced = g.apply1("all_reduce", {bucket}, {{"op", std::string("avg")}});
       g.set_name(reduced, "gradient_sync.bucket" + std::to_string(index++));
       for (size_t i = 0; i < b.size(); ++i) {
-        const TensorType& t = g.value(grads[b[i]]).type;
+        const TensorType t = g.value(grads[b[i]]).type;  // a copy: apply1 grows the values
         ValueId avg =
             g.apply1("bucket_get", {reduced}, {{"offset", offsets[i]}, {"shape", t.shape}});
         if (g.value(avg).type.dtype != t.dtype)
