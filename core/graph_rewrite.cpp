@@ -12,6 +12,16 @@ void replace_all_uses(Graph& g, ValueId old, ValueId now) {
   }
 }
 
+ControlEdges control_edges(const Graph& g, NodeId id) {
+  ControlEdges c;
+  const BoostGraph& bg = g.boost_graph();
+  for (auto [e, end] = boost::in_edges(id, bg); e != end; ++e)
+    if (bg[*e].value == kNoValue) c.before.push_back(static_cast<NodeId>(boost::source(*e, bg)));
+  for (auto [e, end] = boost::out_edges(id, bg); e != end; ++e)
+    if (bg[*e].value == kNoValue) c.after.push_back(static_cast<NodeId>(boost::target(*e, bg)));
+  return c;
+}
+
 NodeId live_node(const Graph& g, NodeId node) {
   if (!g.node(node).dead) return node;
   for (NodeId id = 0; id < g.num_nodes(); ++id) {

@@ -20,6 +20,14 @@ NodeId replace_with_fused_node(Graph& graph, Node fused, const std::vector<Value
                                const std::vector<NodeId>& originals,
                                std::vector<TensorType> types = {});
 
+// The control dependencies of `id`: the nodes it must follow and those that must follow it (a
+// fusion that replaces a node moves them to the fused node, so the orderings they carry stay).
+struct ControlEdges {
+  std::vector<NodeId> before, after;
+  bool empty() const { return before.empty() && after.empty(); }
+};
+ControlEdges control_edges(const Graph& graph, NodeId id);
+
 // `node` itself while it is live; once a fusion removed it, the live fused node that took it
 // in (whose fused_from holds it), so code that kept a NodeId from graph building (nn's
 // ConvBnLayer::bn_node) still reaches the node holding its states. Throws when none.

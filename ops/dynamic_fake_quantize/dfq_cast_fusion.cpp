@@ -23,22 +23,6 @@
 namespace qg {
 namespace {
 
-// The control dependencies of `id`: the nodes it must follow and those that must follow it.
-struct ControlEdges {
-  std::vector<NodeId> before, after;
-  bool empty() const { return before.empty() && after.empty(); }
-};
-
-ControlEdges control_edges(const Graph& g, NodeId id) {
-  ControlEdges c;
-  const BoostGraph& bg = g.boost_graph();
-  for (auto [e, end] = boost::in_edges(id, bg); e != end; ++e)
-    if (bg[*e].value == kNoValue) c.before.push_back(static_cast<NodeId>(boost::source(*e, bg)));
-  for (auto [e, end] = boost::out_edges(id, bg); e != end; ++e)
-    if (bg[*e].value == kNoValue) c.after.push_back(static_cast<NodeId>(boost::target(*e, bg)));
-  return c;
-}
-
 // 1. Match: a cast whose input is a dynamic_fake_quantize's y: {dfq, cast}.
 std::vector<FusionCandidate> match(const Graph& g, NodeId id) {
   const Node& cast = g.node(id);

@@ -24,11 +24,7 @@ namespace qg {
 namespace {
 
 nn::LlamaConfig tiny_config() {
-  return nn::parse_llama_config(
-      R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 50,
-          "max_position_embeddings": 16, "tie_word_embeddings": false})",
-      "tiny");
+  return testing::tiny_llama_config(2);
 }
 
 // A model trained a few Adam steps (so its weights are not the initial ones), copied into a

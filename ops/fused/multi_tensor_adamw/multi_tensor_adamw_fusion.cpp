@@ -12,7 +12,6 @@
 // reads the updated one (ZeRO's gather), move to the fused node. Legal only when no step of
 // the group is an ancestor of another's inputs, which the merged node would turn into a cycle.
 #include <algorithm>
-#include <boost/graph/adjacency_list.hpp>
 #include <map>
 #include <tuple>
 
@@ -71,20 +70,6 @@ std::string blocker(const Graph& g, const FusionCandidate& c) {
     if (ancestors[k])
       return "step '" + g.node(k).name + "' comes before an input of another step of its group";
   return "";
-}
-
-struct ControlEdges {
-  std::vector<NodeId> before, after;
-};
-
-ControlEdges control_edges(const Graph& g, NodeId id) {
-  ControlEdges c;
-  const BoostGraph& bg = g.boost_graph();
-  for (auto [e, end] = boost::in_edges(id, bg); e != end; ++e)
-    if (bg[*e].value == kNoValue) c.before.push_back(static_cast<NodeId>(boost::source(*e, bg)));
-  for (auto [e, end] = boost::out_edges(id, bg); e != end; ++e)
-    if (bg[*e].value == kNoValue) c.after.push_back(static_cast<NodeId>(boost::target(*e, bg)));
-  return c;
 }
 
 // 3. Build: the first step rewritten into the fused node; the others' orderings moved to it.
