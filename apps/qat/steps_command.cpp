@@ -397,7 +397,7 @@ void profile_step(StepGraph& s, Device device, const ContextOptions& context, in
   for (const auto& [label, t] : per_node)
     std::printf("    node %-60s %8.4f ms\n", label.c_str(), t.first);
 #else
-  (void)s, (void)device, (void)runs, (void)node_ops, (void)peaks;
+  (void)s, (void)device, (void)context, (void)runs, (void)node_ops, (void)peaks;
 #endif
 }
 
