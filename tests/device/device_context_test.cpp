@@ -13,6 +13,7 @@
 #include "device/device_context.h"
 #include "runtime/executor.h"
 #include "runtime/static_run.h"
+#include "tests/common/scoped_env.h"
 #include "tests/core/test_util.h"
 
 namespace qg {
@@ -57,29 +58,7 @@ ContextOptions with_tf32(bool on) {
   return o;
 }
 
-// Sets an environment variable for the scope and restores it after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value != nullptr)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using testing::ScopedEnv;
 
 TEST(DeviceContext, CpuContextHasNoStreamNorErrorBuffer) {
   auto ctx = make_device_context(Device::cpu(), with_tf32(true));

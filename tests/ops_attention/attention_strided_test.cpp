@@ -11,7 +11,7 @@
 
 #include "runtime/op_call.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "tests/ops_attention/scoped_env.h"
+#include "tests/common/scoped_env.h"
 
 namespace qg {
 namespace {

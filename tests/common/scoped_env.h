@@ -1,5 +1,5 @@
-// Sets an environment variable for one scope and restores what was there before (the
-// attention tests choose QG_ATTENTION_BACKEND per call, as attention_backend.h reads it).
+// Sets an environment variable for one scope and restores what was there before (tests of
+// switches read from the environment on every call: QG_ATTENTION_BACKEND, QG_TF32, ...).
 #pragma once
 
 #include <cstdlib>
