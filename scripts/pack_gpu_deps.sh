@@ -20,9 +20,14 @@ copy /usr/include/gtest /usr/include/gmock "$lib"/cmake/GTest "$lib"/libgtest.a 
   "$lib"/libgtest_main.a "$lib"/libgmock.a "$lib"/libgmock_main.a
 copy /usr/include/zlib.h /usr/include/zconf.h "$lib"/libz.a
 copy "$lib"/cmake/Boost-1.74.0 "$lib"/cmake/boost_headers-1.74.0 "$lib"/cmake/BoostDetectToolset-1.74.0.cmake
-# Boost headers: exactly those some translation unit included (from every build's .d files).
-find build* -name '*.d' -print0 2>/dev/null | xargs -0 cat | tr ' \\' '\n\n' |
-  grep -E '^/usr/include/boost/' | sort -u >.gpudeps/boost_headers.txt
+# Boost headers: exactly those the sources that include Boost pull in, from the
+# preprocessor's dependency list (no build needed), plus any a build's .d files name.
+{
+  grep -rl --include='*.cpp' --include='*.h' --include='*.cu' --include='*.cuh' '#include <boost' \
+    core ops autograd runtime nn train data export apps device 2>/dev/null |
+    while read -r src; do g++ -std=c++17 -x c++ -I. -I/usr/include/eigen3 -M -MG "$src" 2>/dev/null || true; done
+  find build* -name '*.d' -print0 2>/dev/null | xargs -0 cat 2>/dev/null || true
+} | tr ' \\' '\n\n' | grep -E '^/usr/include/boost/' | sort -u >.gpudeps/boost_headers.txt
 copy /usr/include/boost/version.hpp /usr/include/boost/config.hpp
 while read -r h; do copy "$h"; done <.gpudeps/boost_headers.txt
 # `qat train --model llama`: SentencePiece (headers, libraries, pkg-config file) and the
@@ -36,6 +41,7 @@ copy /usr/share/doc/python3.11/html/_sources
 frontend=.gpudeps/cudnn/frontend
 if [ ! -f "$frontend/include/cudnn_frontend.h" ]; then
   wheel_dir=$(mktemp -d)
+  mkdir -p "$frontend"
   python3 -m pip download --quiet --no-deps --dest "$wheel_dir" "nvidia-cudnn-frontend==${CUDNN_FRONTEND_VERSION:-1.32.0}"
   unzip -q -o "$wheel_dir"/nvidia_cudnn_frontend-*.whl 'include/*' -d "$frontend"
   rm -rf "$wheel_dir"
