@@ -43,6 +43,10 @@ std::string unsupported(const AttentionLayout& a, const std::vector<Tensor>& inp
     return std::string("dtype ") + dtype_name(d) + " (cuDNN's path takes bf16 and f16)";
   if (a.head_dim != 64 && a.head_dim != 128)
     return "head_dim = " + std::to_string(a.head_dim) + " (cuDNN's path takes 64 and 128)";
+  // Measured on the H200 with cuDNN 9 (frontend 1.32): the backward graph is refused at build
+  // ("s_q = s_kv = 1 is not supported"); a decode-length sequence stays on the project's kernels.
+  const bool backward = inputs.size() == 6;
+  if (backward && a.seq == 1) return "T = 1 (cuDNN's backward takes no single-token sequence)";
   const int64_t es = static_cast<int64_t>(dtype_size(d));
   for (size_t i = 0; i < inputs.size() + outputs.size(); ++i) {
     const bool is_input = i < inputs.size();
@@ -238,18 +242,14 @@ std::string shape_of(const AttentionLayout& a) {
          std::to_string(a.head_dim) + "]";
 }
 
-// The op's definition: row 0 sees one key, so ds_00 = 0 and dq's row 0 is zero; at T = 1 that
-// term is all of dk as well. cuDNN leaves rounding noise there, which this overwrites.
+// The op's definition: row 0 sees one key, so ds_00 = 0 and dq's row 0 is zero. cuDNN leaves
+// rounding noise there, which this overwrites. (T = 1, where that term is all of dk, never
+// reaches cuDNN's backward: see unsupported.)
 void zero_single_key_terms(const KernelContext& ctx, const AttentionLayout& a, cudaStream_t s) {
   const Tensor& dq = ctx.outputs[0];
   const size_t row = static_cast<size_t>(a.head_dim) * dtype_size(dq.dtype());
   QG_CUDA_CHECK(ctx.op, cudaMemset2DAsync(dq.raw_data(), row * static_cast<size_t>(a.seq), 0, row,
                                           static_cast<size_t>(a.batch * a.heads), s));
-  if (a.seq == 1) {
-    const Tensor& dk = ctx.outputs[1];
-    QG_CUDA_CHECK(ctx.op, cudaMemsetAsync(dk.raw_data(), 0,
-                                          row * static_cast<size_t>(a.batch * a.kv_heads), s));
-  }
 }
 
 bool run(KernelContext& ctx, const AttentionLayout& a, bool backward, bool required) {

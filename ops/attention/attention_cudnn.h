@@ -34,7 +34,8 @@ namespace qg::cudnn_attention {
 bool built();
 
 // Why the cuDNN path cannot take a call on these tensors ("" when it can), whether or not
-// this build has it: the dtype, the head dim, a row off a 16-byte boundary, a strided lse.
+// this build has it: the dtype, the head dim, a row off a 16-byte boundary, a strided lse, a
+// backward at T = 1.
 // `inputs` and `outputs` are the op's, forward {q, k, v} -> {o, lse} or backward
 // {q, k, v, o, lse, do} -> {dq, dk, dv}.
 std::string unsupported(const AttentionLayout& a, const std::vector<Tensor>& inputs,

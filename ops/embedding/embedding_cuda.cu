@@ -1,12 +1,17 @@
 // CUDA kernels for embedding and embedding_backward.
-// Forward: one thread per output element copies weight[indices[p], d] (bit-exact with the
-// CPU's row copy). An index outside [0, V) is recorded in the device error buffer (the first
-// failure wins) and raised as a qg::Error at the end of the run; its output row is zeros.
+// Forward: one block per output row p reads indices[p] once and copies weight[indices[p], :]
+// (bit-exact with the CPU's row copy). An index outside [0, V) is recorded in the device error
+// buffer (the first failure wins) and raised as a qg::Error at the end of the run; its output
+// row is zeros.
 // Backward, deterministic without atomics on floats: (1) the positions 0..N-1 are radix-sorted
-// by index (cub's LSD sort is stable, so equal indices keep ascending positions); (2) one
-// thread per dweight element (v, d) finds row v's run of positions by binary search and sums
-// dy[p, d] over it in ascending p, in the math type, as the CPU does: bit-identical results.
+// by index (cub's LSD sort is stable, so equal indices keep ascending positions); (2) one block
+// per dweight row v finds v's run of sorted positions by binary search, once, and its threads
+// sum dy[p, d] over the run in ascending p, in the math type, as the CPU does: bit-identical
+// results. (A search per element, 2 x log2(N) dependent loads for each of V x D elements, took
+// 4.3 ms per call at V 32000, D 1024, N 8192 on an H200: 34 times the bytes' floor.)
 #include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
 
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
@@ -16,21 +21,26 @@ namespace {
 
 using namespace cuda;
 
+// Rows are handed out grid-stride; a row's threads step through its columns.
+constexpr int kRowThreads = 128;
+
+int row_blocks(int64_t rows) {
+  return static_cast<int>(std::min<int64_t>(rows, 65535 * 8));
+}
+
 template <typename T, typename I>
-__global__ void embedding_gather_kernel(const T* weight, const I* indices, T* y, int64_t n,
-                                        int64_t width, int64_t rows, DeviceErrorRecord* err,
-                                        int32_t node) {
-  for (int64_t k = global_thread(); k < n * width; k += global_stride()) {
-    const int64_t p = k / width, d = k % width;
+__global__ void __launch_bounds__(kRowThreads)
+    embedding_gather_kernel(const T* weight, const I* indices, T* y, int64_t n, int64_t width,
+                            int64_t rows, DeviceErrorRecord* err, int32_t node) {
+  for (int64_t p = blockIdx.x; p < n; p += gridDim.x) {
     const int64_t v = static_cast<int64_t>(indices[p]);
-    if (v < 0 || v >= rows) {
-      if (d == 0)
-        report_device_error(err, kIndexOutOfRange, node, p, static_cast<double>(v), 0,
-                            static_cast<double>(rows));
-      y[k] = T{};
-      continue;
-    }
-    y[k] = weight[v * width + d];
+    const bool ok = v >= 0 && v < rows;
+    if (!ok && threadIdx.x == 0)
+      report_device_error(err, kIndexOutOfRange, node, p, static_cast<double>(v), 0,
+                          static_cast<double>(rows));
+    T* out = y + p * width;
+    const T* in = weight + (ok ? v : 0) * width;
+    for (int64_t d = threadIdx.x; d < width; d += blockDim.x) out[d] = ok ? in[d] : T{};
   }
 }
 
@@ -63,17 +73,22 @@ __device__ __forceinline__ int64_t lower_bound(const uint32_t* keys, int64_t n, 
 }
 
 template <typename T>
-__global__ void embedding_row_sums_kernel(const T* dy, const uint32_t* keys,
-                                          const int32_t* positions, int64_t n, int64_t rows,
-                                          int64_t width, T* dw) {
+__global__ void __launch_bounds__(kRowThreads)
+    embedding_row_sums_kernel(const T* dy, const uint32_t* keys, const int32_t* positions,
+                              int64_t n, int64_t rows, int64_t width, T* dw) {
   using M = math_of<T>;
-  for (int64_t k = global_thread(); k < rows * width; k += global_stride()) {
-    const int64_t v = k / width, d = k % width;
-    const int64_t begin = lower_bound(keys, n, static_cast<uint32_t>(v));
-    const int64_t end = lower_bound(keys, n, static_cast<uint32_t>(v + 1));
-    M acc = 0;
-    for (int64_t j = begin; j < end; ++j) acc += to_math(dy[positions[j] * width + d]);
-    dw[k] = from_math<T>(acc);
+  __shared__ int64_t run[2];
+  for (int64_t v = blockIdx.x; v < rows; v += gridDim.x) {
+    if (threadIdx.x < 2)
+      run[threadIdx.x] = lower_bound(keys, n, static_cast<uint32_t>(v + threadIdx.x));
+    __syncthreads();
+    const int64_t begin = run[0], end = run[1];
+    __syncthreads();  // run[] is rewritten for the next row
+    for (int64_t d = threadIdx.x; d < width; d += blockDim.x) {
+      M acc = 0;
+      for (int64_t j = begin; j < end; ++j) acc += to_math(dy[positions[j] * width + d]);
+      dw[v * width + d] = from_math<T>(acc);
+    }
   }
 }
 
@@ -94,8 +109,7 @@ void embedding_cuda(KernelContext& ctx) {
     using T = decltype(tag);
     dispatch_index(indices.dtype(), ctx.op, [&](auto itag) {
       using I = decltype(itag);
-      auto shape = elementwise_launch(y.numel());
-      embedding_gather_kernel<T, I><<<shape.blocks, shape.threads, 0, s>>>(
+      embedding_gather_kernel<T, I><<<row_blocks(indices.numel()), kRowThreads, 0, s>>>(
           in_ptr<T>(weight), in_ptr<I>(indices), out_ptr<T>(y), indices.numel(), weight.size(1),
           weight.size(0), error_record(ctx.device), ctx.site);
       QG_CUDA_CHECK_LAUNCH(ctx.op);
@@ -143,8 +157,7 @@ void embedding_backward_cuda(KernelContext& ctx) {
   if (dw.numel() == 0) return;
   dispatch_float(dw.dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
-    auto shape = elementwise_launch(dw.numel());
-    embedding_row_sums_kernel<T><<<shape.blocks, shape.threads, 0, s>>>(
+    embedding_row_sums_kernel<T><<<row_blocks(rows), kRowThreads, 0, s>>>(
         in_ptr<T>(dy), keys_sorted, pos_sorted, n, rows, width, out_ptr<T>(dw));
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });

@@ -179,6 +179,19 @@ def test_observed_outputs_and_qconfig_none_match_torch_ao():
     train_in_lockstep(ours, theirs, (5, 3, 4, 4), steps=3)
 
 
+def test_observed_leaves_get_their_quantizer_on_their_device():
+    # A model moved to its device before prepare_qat (a CUDA ResNet) must get its observed
+    # leaves' quantizers there too; they were built on the CPU, and the first forward raised
+    # "the observer's statistics are on cpu, the input on cuda:0". The meta device stands in
+    # for CUDA here: any device other than the CPU shows the placement.
+    m = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.Flatten(), nn.LayerNorm(64),
+                      nn.Linear(64, 8)).to("meta")
+    qat = qgt.prepare_qat(m)
+    for leaf in (qat[1], qat[3]):
+        tensors = list(leaf.activation_post_process.buffers())
+        assert tensors and all(t.device.type == "meta" for t in tensors), type(leaf).__name__
+
+
 def test_default_recipe_is_torch_aos_default_qat_qconfig():
     recipe = qgt.RECIPES["default"]
     for ours, theirs in ((recipe.weight(), TORCH_QCONFIG.weight()),

@@ -1,6 +1,7 @@
 """prepare_qat and convert: passes over a torch model that swap float modules for QAT modules
 and QAT modules for frozen inference modules."""
 import copy
+import itertools
 
 from torch import nn
 from torch.ao import quantization as tq
@@ -184,12 +185,25 @@ def _prepare(module, recipe, path, swapped):
     if (type(module) in recipe.observed_outputs and recipe.activation is not None
             and not any(True for _ in module.children())
             and not hasattr(module, "activation_post_process")):
-        module.activation_post_process = _recipes.build(recipe.activation, "activation",
-                                                        recipe)
+        quantizer = _recipes.build(recipe.activation, "activation", recipe)
+        # On the leaf's device, as torch.ao's prepare places its observers: a model moved to
+        # CUDA before prepare_qat must not get CPU statistics.
+        device = _leaf_device(module)
+        module.activation_post_process = quantizer if device is None else quantizer.to(device)
         handle = module.register_forward_hook(_quantize_output)
         # First among the forward hooks, as torch.ao: later hooks see the quantized output.
         module._forward_hooks.move_to_end(handle.id, last=False)
     return module
+
+
+def _leaf_device(module):
+    """The one device of a leaf's parameters and buffers; None when it has none (a
+    QuantStub, a ReLU): its quantizer then stays on the CPU until the model is moved."""
+    devices = {t.device for t in itertools.chain(module.parameters(), module.buffers())}
+    if len(devices) > 1:
+        raise _core.Error(f"{_PREFIX} prepare_qat: the {type(module).__name__} to observe "
+                          f"holds tensors on several devices {sorted(map(str, devices))}")
+    return next(iter(devices), None)
 
 
 def _quantize_output(module, inputs, output):
