@@ -22,6 +22,10 @@ struct StepGraph {
   Executor::Feeds feeds;
   std::vector<RecomputeRegion> recompute;  // regions whose activations the backward recomputes
   int64_t planned_arena = 0;               // the compiled step's memory plan, once timed
+  // Where the data-parallel all-reduces are issued: their positions in the step's node order
+  // (the executor's validated run) out of `nodes_run`; how much backward each can overlap.
+  std::vector<int> all_reduce_positions;
+  int nodes_run = 0;
 };
 
 // The Llama decoder of bench/torch_llama_qat_bench.py (207M parameters, batch 8 x 1024

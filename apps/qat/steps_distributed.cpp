@@ -115,9 +115,16 @@ void time_llama_data_parallel(dist::ProcessGroup& group, const DataParallelSteps
     std::printf("%-32s %8d %12.3f", label.c_str(), kernels, times[0] / 1000.0);
     if (resident > 0) std::printf("   resident %.2f GiB", resident / 1073741824.0);
     std::printf(
-        "   world %d   grad-sync %s   tokens/s %.0f   all-reduce alone %.3f ms (%zu buckets)\n",
+        "   world %d   grad-sync %s   tokens/s %.0f   all-reduce alone %.3f ms (%zu buckets)",
         world, o.grad_sync ? "on" : "off", tokens / (times[0] * 1e-6), times[1] / 1000.0,
         buckets.size());
+    // Where in the step's node order the all-reduces start: the earlier, the more of the
+    // backward pass they can overlap.
+    const auto& at = s.all_reduce_positions;
+    if (!at.empty() && s.nodes_run > 0)
+      std::printf("   issued at nodes %.0f%%-%.0f%% of %d", 100.0 * at.front() / s.nodes_run,
+                  100.0 * at.back() / s.nodes_run, s.nodes_run);
+    std::printf("\n");
     std::fflush(stdout);
   }
 }

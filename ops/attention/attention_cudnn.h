@@ -41,6 +41,9 @@ bool built();
 std::string unsupported(const AttentionLayout& a, const std::vector<Tensor>& inputs,
                         const std::vector<Tensor>& outputs);
 
+// The backward's o must be the forward's output for the same q, k, v (as the graph always
+// passes it): cuDNN's dk is wrong for any other o, where the project's kernels and the CPU
+// read o only through rowsum(do * o).
 // Runs the op through cuDNN and returns true, or returns false for the caller to run its own
 // kernels: QG_ATTENTION_BACKEND=kernel; or `auto` with a call cuDNN cannot take (unsupported(),
 // a build without cuDNN, a graph cuDNN refuses). Under QG_ATTENTION_BACKEND=cudnn those are a

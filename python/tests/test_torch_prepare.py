@@ -183,11 +183,12 @@ def test_observed_leaves_get_their_quantizer_on_their_device():
     # A model moved to its device before prepare_qat (a CUDA ResNet) must get its observed
     # leaves' quantizers there too; they were built on the CPU, and the first forward raised
     # "the observer's statistics are on cpu, the input on cuda:0". The meta device stands in
-    # for CUDA here: any device other than the CPU shows the placement.
-    m = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.Flatten(), nn.LayerNorm(64),
-                      nn.Linear(64, 8)).to("meta")
+    # for CUDA here: any device other than the CPU shows the placement. The batch norm follows
+    # a ReLU (so it is not fused into the conv); the ReLU6 has no tensors and takes the model's.
+    m = nn.Sequential(nn.Conv2d(3, 4, 1), nn.ReLU(), nn.BatchNorm2d(4), nn.ReLU6(), nn.Flatten(),
+                      nn.LayerNorm(64), nn.Linear(64, 8)).to("meta")
     qat = qgt.prepare_qat(m)
-    for leaf in (qat[1], qat[3]):
+    for leaf in (qat[2], qat[3], qat[5]):
         tensors = list(leaf.activation_post_process.buffers())
         assert tensors and all(t.device.type == "meta" for t in tensors), type(leaf).__name__
 

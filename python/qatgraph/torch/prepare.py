@@ -70,7 +70,7 @@ def prepare_qat(model, recipe="default", inplace=False, sync_observers=None,
     if not inplace:
         model = copy.deepcopy(model)
     swapped = []
-    model = _prepare(model, recipe, "", swapped)
+    model = _prepare(model, recipe, "", swapped, _unique_device(model))
     if not swapped:
         raise _core.Error(_nothing_to_swap(model, recipe))
     _set_sync(model, sync_observers, process_group)
@@ -168,7 +168,7 @@ def _excluded(module):
     return hasattr(module, "qconfig") and module.qconfig is None
 
 
-def _prepare(module, recipe, path, swapped):
+def _prepare(module, recipe, path, swapped, model_device):
     if _excluded(module) or isinstance(module, _OPAQUE):
         return module
     qat = _swap(module, recipe, path)
@@ -178,7 +178,7 @@ def _prepare(module, recipe, path, swapped):
     if isinstance(module, nn.Sequential) and nn.Conv2d in recipe.modules:
         _fuse_conv_bn(module, recipe, path, swapped)
     for name, child in list(module.named_children()):
-        new = _prepare(child, recipe, _join(path, name), swapped)
+        new = _prepare(child, recipe, _join(path, name), swapped, model_device)
         if new is not child:
             setattr(module, name, new)
     # A leaf with an activation_post_process has its quantizer already (torch.ao prepared it).
@@ -186,9 +186,10 @@ def _prepare(module, recipe, path, swapped):
             and not any(True for _ in module.children())
             and not hasattr(module, "activation_post_process")):
         quantizer = _recipes.build(recipe.activation, "activation", recipe)
-        # On the leaf's device, as torch.ao's prepare places its observers: a model moved to
-        # CUDA before prepare_qat must not get CPU statistics.
-        device = _leaf_device(module)
+        # On the leaf's device (a parameterless leaf: the model's one device), as torch.ao's
+        # prepare places its observers: a model moved to CUDA before prepare_qat must not get
+        # CPU statistics.
+        device = _unique_device(module, path) or model_device
         module.activation_post_process = quantizer if device is None else quantizer.to(device)
         handle = module.register_forward_hook(_quantize_output)
         # First among the forward hooks, as torch.ao: later hooks see the quantized output.
@@ -196,14 +197,15 @@ def _prepare(module, recipe, path, swapped):
     return module
 
 
-def _leaf_device(module):
-    """The one device of a leaf's parameters and buffers; None when it has none (a
-    QuantStub, a ReLU): its quantizer then stays on the CPU until the model is moved."""
+def _unique_device(module, path=None):
+    """The one device of a module's parameters and buffers; None when it has none, or, for the
+    whole model (path None), when they are on several devices. A leaf to observe (path given)
+    whose tensors are on several devices is an error: its quantizer could not follow them."""
     devices = {t.device for t in itertools.chain(module.parameters(), module.buffers())}
-    if len(devices) > 1:
-        raise _core.Error(f"{_PREFIX} prepare_qat: the {type(module).__name__} to observe "
-                          f"holds tensors on several devices {sorted(map(str, devices))}")
-    return next(iter(devices), None)
+    if len(devices) > 1 and path is not None:
+        raise _core.Error(f"{_PREFIX} prepare_qat: {type(module).__name__} {path!r} holds "
+                          f"tensors on several devices {sorted(map(str, devices))}")
+    return next(iter(devices)) if len(devices) == 1 else None
 
 
 def _quantize_output(module, inputs, output):
