@@ -254,12 +254,12 @@ double time_step(StepGraph& s, Device device, const ContextOptions& context, int
   s.all_reduce_positions.clear();
   s.nodes_run = 0;
   step.executor().on_node = [&s](const Node& n, const std::vector<Tensor>&) {
-    if (n.op->name == "all_reduce") s.all_reduce_positions.push_back(s.nodes_run);
+    if (n.op->overlaps_async) s.all_reduce_positions.push_back(s.nodes_run);
     ++s.nodes_run;
   };
   step.train(s.feeds, {});  // the executor's validated run
   step.executor().on_node = nullptr;
-  step.train({}, {});       // the first launch (records the temporaries)
+  step.train({}, {});  // the first launch (records the temporaries)
   *kernels = step.kernels_per_launch({}, true, true);
   s.planned_arena = step.arena_bytes({}, true, true);
   s.updates = step.updates();

@@ -36,7 +36,7 @@ std::vector<Bucket> gradient_buckets(const StepGraph& s, const GradientSync& syn
   std::vector<Bucket> buckets;
   for (NodeId id = 0; id < g.num_nodes(); ++id) {
     const Node& n = g.node(id);
-    if (n.op->name != "all_reduce") continue;
+    if (n.op->name != "bucket_all_reduce") continue;
     const TensorType& t = g.value(n.inputs[0]).type;
     Bucket b;
     b.dtype = t.dtype;

@@ -5,7 +5,7 @@
 //   g0 -> bucket_begin(size, offset 0) -> b
 //   g1 -> bucket_put(b, offset n0) -> b'          (b' is b itself: an in-place view)
 //   ...
-//   all_reduce(b'', op avg) -> r                 (every rank's buckets combined)
+//   bucket_all_reduce(b'', op avg) -> r          (every rank's buckets combined, in place)
 //   bucket_get(r, offset n0, shape of g1) -> g1'  (one per gradient; what the optimizer reads)
 //
 // ZeRO stage 1 (runtime/distributed/optimizer_sharding.cpp) adds a second chain after the
@@ -13,9 +13,9 @@
 // bucket_put), all_gather concatenates the shards of all ranks in rank order, and
 // bucket_assign copies each parameter another rank updated out of it, in place.
 //
-// all_reduce calls the communicator of the kernel's DeviceContext (device/communicator.h);
-// with none (one process) it is the identity, so the same graph runs in one process.
-// None of these ops is differentiable: they run after autograd.
+// all_reduce (a copy) and bucket_all_reduce (in place) call the communicator of the kernel's
+// DeviceContext (device/communicator.h); with none (one process) it is the identity, so the same
+// graph runs in one process. None of these ops is differentiable: they run after autograd.
 #include <cstring>
 
 #include "core/error.h"
@@ -144,33 +144,47 @@ void define_bucket_get(OpRegistry& r) {
   op.kernels.push_back({DeviceType::cuda, kBucketTypes, fn});
 }
 
-void define_all_reduce(OpRegistry& r) {
-  OpDef& op = r.define("all_reduce");
-  // Issued as soon as its bucket is packed; its readers wait (bucket_get) as late as the
-  // order allows, so the all-reduce overlaps the rest of the backward pass.
-  op.overlaps_async = true;
-  op.parse_args = parse_collective;
-  op.doc =
-      "x combined over the data-parallel ranks (sum, min, max, or avg = sum / ranks, as DDP "
-      "averages gradients); the identity in one process.";
-  op.inputs = {"x"};
-  op.outputs = {"y"};
-  op.attrs = {string_attr("op", std::string("avg"), {"sum", "min", "max", "avg"}, "the reduction")};
-  op.infer = [](const InferContext& ctx) { return std::vector<TensorType>{ctx.inputs[0]}; };
-  KernelFn fn = [](KernelContext& ctx) {
+// all_reduce's and bucket_all_reduce's kernel: y = x combined over the ranks, with y a copy of
+// x (all_reduce) or x itself (bucket_all_reduce).
+KernelFn all_reduce_kernel(bool in_place) {
+  return [in_place](KernelContext& ctx) {
     const Tensor& x = ctx.inputs[0];
+    if (in_place)
+      ctx.outputs[0] = x;
+    else
+      device_copy(ctx, ctx.outputs[0].raw_data(), x.raw_data(), x.nbytes());
     Tensor& y = ctx.outputs[0];
-    device_copy(ctx, y.raw_data(), x.raw_data(), x.nbytes());
     Communicator* comm = ctx.device.communicator();
     if (comm == nullptr || y.numel() == 0) return;
     QG_CHECK(comm->memory() == y.device().type, ctx.op, "the ", comm->backend(),
-             " communicator takes ", device_type_name(comm->memory()),
-             " buffers, this all_reduce runs on ", y.device().str());
+             " communicator takes ", device_type_name(comm->memory()), " buffers, this op runs on ",
+             y.device().str());
     comm->all_reduce(y.raw_data(), y.numel(), y.dtype(), ctx.args<CollectiveArgs>().reduce,
                      ctx.device.stream());
   };
-  op.kernels.push_back({DeviceType::cpu, {}, fn});
-  op.kernels.push_back({DeviceType::cuda, {}, fn});
+}
+
+void define_reduce_op(OpRegistry& r, const char* name, bool in_place) {
+  OpDef& op = r.define(name);
+  // Issued as soon as its input is complete; its readers wait (bucket_get) as late as the
+  // order allows, so the all-reduce overlaps the rest of the backward pass.
+  op.overlaps_async = true;
+  op.aliases_input = in_place;
+  op.parse_args = parse_collective;
+  op.doc = in_place
+               ? "The bucket combined over the data-parallel ranks in place (its own buffer, no "
+                 "copy): the gradient all-reduce. Sum, min, max, or avg = sum / ranks."
+               : "x combined over the data-parallel ranks (sum, min, max, or avg = sum / ranks, "
+                 "as DDP averages gradients); the identity in one process.";
+  op.inputs = {in_place ? "bucket" : "x"};
+  op.outputs = {in_place ? "bucket" : "y"};
+  op.attrs = {string_attr("op", std::string("avg"), {"sum", "min", "max", "avg"}, "the reduction")};
+  op.infer = [in_place](const InferContext& ctx) {
+    if (in_place) expect_rank(ctx, 0, 1);
+    return std::vector<TensorType>{ctx.inputs[0]};
+  };
+  op.kernels.push_back({DeviceType::cpu, {}, all_reduce_kernel(in_place)});
+  op.kernels.push_back({DeviceType::cuda, {}, all_reduce_kernel(in_place)});
 }
 
 // The communicator a collective kernel uses, checked against the ranks the graph was built for.
@@ -247,7 +261,9 @@ void define_collective_ops(OpRegistry& r) {
   define_bucket_begin(r);
   define_bucket_put(r);
   define_bucket_get(r);
-  define_all_reduce(r);
+  define_reduce_op(r, "all_reduce", /*in_place=*/false);
+  // The gradient sync's: the bucket is read by nothing else, so it is reduced where it lies.
+  define_reduce_op(r, "bucket_all_reduce", /*in_place=*/true);
   define_all_gather(r);
   define_bucket_assign(r);
 }

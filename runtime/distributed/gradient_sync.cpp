@@ -62,7 +62,7 @@ GradientSync bucketed_all_reduce(int64_t bucket_bytes, DType reduce_dtype) {
           g.apply1("bucket_begin", {to_wire(grads[b[0]])}, {{"size", size}, {"offset", 0}});
       for (size_t i = 1; i < b.size(); ++i)
         bucket = g.apply1("bucket_put", {bucket, to_wire(grads[b[i]])}, {{"offset", offsets[i]}});
-      ValueId reduced = g.apply1("all_reduce", {bucket}, {{"op", std::string("avg")}});
+      ValueId reduced = g.apply1("bucket_all_reduce", {bucket}, {{"op", std::string("avg")}});
       g.set_name(reduced, "gradient_sync.bucket" + std::to_string(index++));
       for (size_t i = 0; i < b.size(); ++i) {
         const TensorType t = g.value(grads[b[i]]).type;  // a copy: apply1 grows the values

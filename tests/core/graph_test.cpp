@@ -166,6 +166,40 @@ TEST(Graph, AsynchronousNodesOverlapTheWorkThatDoesNotNeedThem) {
   }
 }
 
+// Readers of reduced buckets run in the order their collectives were issued: the reader of the
+// bucket reduced last (the embedding's, at the end of the backward) must not hold the stream
+// while the readers of earlier buckets could run; whichever reader was built first.
+TEST(Graph, ReadersOfEarlierCollectivesRunFirst) {
+  for (bool late_reader_first : {true, false}) {
+    Graph g;
+    ValueId x = g.input("x", {DType::f32, {4}});
+    ValueId a1 = g.apply1("relu", {x});
+    ValueId r1 = g.apply1("all_reduce", {a1}, {{"op", std::string("avg")}});
+    ValueId a2 = g.apply1("relu", {a1});
+    ValueId a3 = g.apply1("relu", {a2});
+    ValueId r2 = g.apply1("all_reduce", {a3}, {{"op", std::string("avg")}});
+    ValueId w1 = kNoValue, w2 = kNoValue;
+    if (late_reader_first) {
+      w2 = g.apply1("neg", {r2});
+      w1 = g.apply1("neg", {r1});
+    } else {
+      w1 = g.apply1("neg", {r1});
+      w2 = g.apply1("neg", {r2});
+    }
+    ValueId w1b = g.apply1("relu", {w1});  // a second reader of the early bucket's chain
+    g.mark_output(g.apply1("add", {w1b, w2}));
+    const auto order = g.topological_order();
+    auto pos = [&](ValueId v) {
+      return std::find(order.begin(), order.end(), g.value(v).producer) - order.begin();
+    };
+    SCOPED_TRACE(late_reader_first ? "late reader built first" : "early reader built first");
+    EXPECT_LT(pos(r1), pos(a2));  // the first collective right after its input
+    EXPECT_LT(pos(r2), pos(w1));  // both issued before any reader
+    EXPECT_LT(pos(w1), pos(w2));  // the early bucket's readers first
+    EXPECT_LT(pos(w1b), pos(w2));
+  }
+}
+
 TEST(Graph, NamesAreUnique) {
   Graph g;
   g.input("x", {DType::f32, {2}});

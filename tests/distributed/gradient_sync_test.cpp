@@ -63,7 +63,7 @@ TEST(GradientSync, OneProcessIsTheIdentityAndBucketsFollowTheCap) {
     CompiledStep sa(plain.g, a, options), sb(synced.g, b, options);
     // 96 bytes of gradients: one bucket under 1 MiB; 48-byte buckets hold w2 + b1 (reverse
     // order) then w1; 16 bytes: each gradient alone.
-    EXPECT_EQ(count_ops(synced.g, "all_reduce"), cap > 96 ? 1 : cap == 48 ? 2 : 3) << cap;
+    EXPECT_EQ(count_ops(synced.g, "bucket_all_reduce"), cap > 96 ? 1 : cap == 48 ? 2 : 3) << cap;
     EXPECT_EQ(count_ops(synced.g, "bucket_get"), 3);
     for (int step = 0; step < 3; ++step) {
       sa.train(feeds(), {});
@@ -86,7 +86,7 @@ TEST(GradientSync, Bf16ReduceRoundsEachGradientAndHalvesTheBuckets) {
   const std::vector<double> a = {1.0 + 1.0 / 512, -3.0, 0.1}, b = {1.0 + 3.0 / 512, 2.5e-3};
   std::vector<ValueId> grads = {g.input("a", {DType::f32, {3}}), g.input("b", {DType::f32, {2}})};
   std::vector<ValueId> out = dist::bucketed_all_reduce(10, DType::bf16)(g, grads);
-  EXPECT_EQ(count_ops(g, "all_reduce"), 1);  // 5 bf16 values: 10 bytes (20 in f32: two)
+  EXPECT_EQ(count_ops(g, "bucket_all_reduce"), 1);  // 5 bf16 values: 10 bytes (20 in f32: two)
   EXPECT_EQ(count_ops(g, "cast"), 4);
   Executor ex(g, Device::cpu());
   std::vector<Tensor> got = ex.run({{"a", Tensor::from_doubles({3}, a, DType::f32)},
@@ -104,7 +104,7 @@ TEST(GradientSync, Bf16ReduceRoundsEachGradientAndHalvesTheBuckets) {
   std::vector<ValueId> same = {f32.input("a", {DType::f32, {3}}),
                                f32.input("b", {DType::f32, {2}})};
   dist::bucketed_all_reduce(10)(f32, same);
-  EXPECT_EQ(count_ops(f32, "all_reduce"), 2);
+  EXPECT_EQ(count_ops(f32, "bucket_all_reduce"), 2);
   EXPECT_EQ(count_ops(f32, "cast"), 0);
   expect_error([] { dist::bucketed_all_reduce(10, DType::i32); },
                {"gradient_sync", "reduce dtype i32", "f32, f64, bf16 or f16"});
