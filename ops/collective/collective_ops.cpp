@@ -6,7 +6,8 @@
 //   g1 -> bucket_put(b, offset n0) -> b'          (b' is b itself: an in-place view)
 //   ...
 //   bucket_all_reduce(b'', op avg) -> r          (every rank's buckets combined, in place)
-//   bucket_get(r, offset n0, shape of g1) -> g1'  (one per gradient; what the optimizer reads)
+//   bucket_get(r, offset n0, shape of g1) -> g1'  (one per gradient, a view into the bucket:
+//                                                 what the optimizer reads)
 //
 // ZeRO stage 1 (runtime/distributed/optimizer_sharding.cpp) adds a second chain after the
 // optimizer steps: each rank packs the parameters it updated into its shard (bucket_begin,
@@ -35,6 +36,7 @@ struct CollectiveArgs : KernelArgs {
   int64_t offset = 0;               // bucket_begin, bucket_put, bucket_get, bucket_assign
   ReduceOp reduce = ReduceOp::avg;  // all_reduce
   int64_t ranks = 1;                // all_gather
+  Shape shape;                      // bucket_get
 };
 
 ReduceOp reduce_op(const std::string& name) {
@@ -49,6 +51,7 @@ std::shared_ptr<const KernelArgs> parse_collective(const ArgsSource& s) {
   if (s.attrs.has("offset")) a->offset = s.attrs.get_int("offset");
   if (s.attrs.has("op")) a->reduce = reduce_op(s.attrs.get_string("op"));
   if (s.attrs.has("ranks")) a->ranks = s.attrs.get_int("ranks");
+  if (s.attrs.has("shape")) a->shape = s.attrs.get_ints("shape");
   return a;
 }
 
@@ -122,9 +125,15 @@ void define_bucket_put(OpRegistry& r) {
 void define_bucket_get(OpRegistry& r) {
   OpDef& op = r.define("bucket_get");
   op.parse_args = parse_collective;
-  op.doc = "The elements [offset, offset + numel(shape)) of a bucket, shaped `shape`.";
+  op.doc =
+      "The elements [offset, offset + numel(shape)) of a bucket, shaped `shape`: a view into the "
+      "bucket (no copy), read once its all-reduce is done.";
   op.inputs = {"bucket"};
   op.outputs = {"y"};
+  // A view: the optimizer reads the averaged gradient where the all-reduce left it (the
+  // gradient sync places every gradient on a 512-byte boundary of its bucket, so the view is
+  // as aligned as a planned buffer).
+  op.aliases_input = true;
   op.attrs = {int_attr("offset", std::nullopt, "first element", 0),
               ints_attr("shape", std::nullopt, "shape of the result")};
   op.infer = [](const InferContext& ctx) {
@@ -134,11 +143,11 @@ void define_bucket_get(OpRegistry& r) {
     return std::vector<TensorType>{{ctx.inputs[0].dtype, shape}};
   };
   KernelFn fn = [](KernelContext& ctx) {
-    Tensor& y = ctx.outputs[0];
+    const Tensor& bucket = ctx.inputs[0];
     if (Communicator* comm = ctx.device.communicator())
-      comm->wait_for(ctx.inputs[0].raw_data(), ctx.device.stream());
-    const auto* src = static_cast<const char*>(ctx.inputs[0].raw_data());
-    device_copy(ctx, y.raw_data(), src + offset_of(ctx) * dtype_size(y.dtype()), y.nbytes());
+      comm->wait_for(bucket.raw_data(), ctx.device.stream());
+    const int64_t bytes_in = offset_of(ctx) * static_cast<int64_t>(dtype_size(bucket.dtype()));
+    ctx.outputs[0] = bucket.view(bytes_in, ctx.args<CollectiveArgs>().shape, bucket.dtype());
   };
   op.kernels.push_back({DeviceType::cpu, kBucketTypes, fn});
   op.kernels.push_back({DeviceType::cuda, kBucketTypes, fn});

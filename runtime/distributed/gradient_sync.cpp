@@ -51,9 +51,14 @@ GradientSync bucketed_all_reduce(int64_t bucket_bytes, DType reduce_dtype) {
     // 2. Each bucket: pack, all-reduce (avg), unpack.
     int index = 0;
     for (const std::vector<size_t>& b : buckets) {
+      // Each gradient on a 512-byte boundary (the planner's alignment): the optimizer reads it
+      // through a view (bucket_get), and vectorised kernels expect aligned tensors. The gaps
+      // are reduced with the rest and never read.
+      const int64_t align = 512 / static_cast<int64_t>(dtype_size(wire(grads[b[0]])));
       int64_t size = 0;
       std::vector<int64_t> offsets;
       for (size_t k : b) {
+        size = (size + align - 1) / align * align;
         offsets.push_back(size);
         size += g.value(grads[k]).type.numel();
       }
