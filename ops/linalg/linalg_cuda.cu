@@ -4,8 +4,6 @@
 // (no TF32, which would miss the 1e-5 agreement with the CPU) unless TF32 is allowed
 // (the DeviceContext's precision flags); f16/bf16 accumulate in f32 and round once, as the CPU
 // kernel does.
-#include <cstdlib>
-
 #include "core/graph.h"
 #include "device/cuda/cublas_handle.h"
 #include "ops/common/cuda_common.cuh"
@@ -18,29 +16,10 @@ using namespace cuda;
 
 // The context's handle with the math mode its TF32 switch asks for (pedantic otherwise, so
 // no reduced-precision shortcut reaches f32).
-// In a data-parallel run the gradient all-reduce's NCCL kernels share the GPU with the
-// backward's GEMMs. cuBLAS's Hopper GEMMs launch a wave of tiles per SM, so NCCL's blocks on a
-// few SMs hold back a whole wave; QG_GEMM_SM_MARGIN leaves that many SMs out of the GEMMs'
-// count while a communicator is bound (cublasSetSmCountTarget). Unset or 0: all SMs.
-int gemm_sm_margin(const std::string& op) {
-  static const int margin = [&] {
-    const char* v = std::getenv("QG_GEMM_SM_MARGIN");
-    if (v == nullptr || *v == '\0') return 0;
-    char* end = nullptr;
-    const long m = std::strtol(v, &end, 10);
-    QG_CHECK(*end == '\0' && m >= 0 && m < multiprocessor_count(), op, "QG_GEMM_SM_MARGIN = '", v,
-             "': expected an integer in [0, ", multiprocessor_count(), ")");
-    return static_cast<int>(m);
-  }();
-  return margin;
-}
-
 cublasHandle_t handle_on(const std::string& op, DeviceContext& context) {
   cublasHandle_t h = cublas_handle(context);
   QG_CUBLAS_CHECK(op, cublasSetMathMode(h, context.allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                 : CUBLAS_PEDANTIC_MATH));
-  const int margin = context.communicator() != nullptr ? gemm_sm_margin(op) : 0;
-  QG_CUBLAS_CHECK(op, cublasSetSmCountTarget(h, margin > 0 ? multiprocessor_count() - margin : 0));
   return h;
 }
 
