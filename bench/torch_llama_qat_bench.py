@@ -96,8 +96,15 @@ def profile(args):
     averages = prof.key_averages()
     print(averages.table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60))
     print(averages.table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=60))
-    device_us = sum(getattr(e, "self_device_time_total", 0) for e in averages) / 3
-    print(f"GPU kernel time per step: {device_us / 1000:.1f} ms")
+    # Only the device's own events (the kernels and copies): an operator's row repeats the
+    # time of the kernels it launched, so summing every row counts each kernel twice.
+    from torch.autograd import DeviceType
+    events = prof.events()
+    device_us = sum(getattr(e, "self_device_time_total", 0) for e in events
+                    if e.device_type == DeviceType.CUDA) / 3
+    host_us = sum(e.self_cpu_time_total for e in events if e.device_type == DeviceType.CPU) / 3
+    print(f"GPU kernel time per step: {device_us / 1000:.1f} ms; host (CPU) time per step: "
+          f"{host_us / 1000:.1f} ms")
 
 
 def add_step_args(parser):
