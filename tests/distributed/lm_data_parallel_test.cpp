@@ -11,6 +11,7 @@
 #include "data/text_corpus.h"
 #include "data/tokenizer.h"
 #include "nn/llama_config.h"
+#include "tests/common/lm_cli_test.h"
 #include "tests/core/test_util.h"
 #include "tests/distributed/dist_test_util.h"
 #include "train/lm_trainer.h"
@@ -178,14 +179,7 @@ TEST(LmDataParallel, BadCommunicatorsAreNamedErrors) {
 // they are one process's on the global batch; the checkpoint resumes in one process.
 TEST(LmDataParallel, QatTrainLlamaNproc2MatchesOneProcessAndResumes) {
   SKIP_WITHOUT_GLOO();
-  if (!nn::tokenizer_available()) GTEST_SKIP() << "built without SentencePiece";
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "qat's tokenizer needs RTLD_DEEPBIND, which AddressSanitizer refuses";
-#endif
-  const std::string corpus = nn::default_text_corpus_dir() + "/tutorial";
-  if (!fs::is_directory(corpus)) GTEST_SKIP() << corpus << " is missing (python3.11-doc)";
-  const char* qat = std::getenv("QG_QAT");
-  ASSERT_NE(qat, nullptr) << "ctest sets QG_QAT to the qat program";
+  QG_REQUIRE_LM_CLI(corpus, qat);
   const std::string dir = scratch("lm_cli");
   auto run = [&](const std::string& out, const std::string& args) {
     const std::string cmd =

@@ -16,6 +16,7 @@
 #include "data/text_corpus.h"
 #include "data/tokenizer.h"
 #include "nn/llama_config.h"
+#include "tests/common/lm_cli_test.h"
 #include "tests/core/test_util.h"
 #include "train/lm_compare.h"
 
@@ -260,14 +261,7 @@ TEST(LmCompare, BadInputsAreNamedErrors) {
 
 // `qat train --model llama --compare` on the Python tutorial: two recipes, a few steps.
 TEST(LmCompare, CommandLineRunWritesTheTable) {
-  if (!nn::tokenizer_available()) GTEST_SKIP() << "built without SentencePiece";
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "qat's tokenizer needs RTLD_DEEPBIND, which AddressSanitizer refuses";
-#endif
-  const std::string corpus = nn::default_text_corpus_dir() + "/tutorial";
-  if (!fs::is_directory(corpus)) GTEST_SKIP() << corpus << " is missing (python3.11-doc)";
-  const char* qat = std::getenv("QG_QAT");
-  ASSERT_NE(qat, nullptr) << "ctest sets QG_QAT to the qat program";
+  QG_REQUIRE_LM_CLI(corpus, qat);
   const fs::path dir = fs::temp_directory_path() / "qg_lm_compare_cli";
   fs::remove_all(dir);
   fs::create_directories(dir);

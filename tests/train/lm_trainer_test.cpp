@@ -12,6 +12,7 @@
 #include "data/text_corpus.h"
 #include "data/tokenizer.h"
 #include "nn/llama_config.h"
+#include "tests/common/lm_cli_test.h"
 #include "tests/core/test_util.h"
 #include "train/lm_trainer.h"
 
@@ -119,16 +120,7 @@ TEST(LmTrainer, UnigramBaselineIsTheTrainingFrequenciesCrossEntropy) {
 // heads, vocab 512) on the tutorial's 16 training files, 400 steps of 8 x 64 tokens on the
 // CPU. The validation perplexity must fall well below the unigram model's.
 TEST(LmTrainer, TinyLlamaOnThePythonTutorialBeatsTheUnigramBaseline) {
-  if (!nn::tokenizer_available()) GTEST_SKIP() << "built without SentencePiece";
-#if defined(__SANITIZE_ADDRESS__)
-  // qat links the ONNX exporter's libprotobuf, and the SentencePiece module can only be
-  // kept apart from it with RTLD_DEEPBIND, which AddressSanitizer refuses.
-  GTEST_SKIP() << "qat's tokenizer needs RTLD_DEEPBIND, which AddressSanitizer refuses";
-#endif
-  const std::string corpus = nn::default_text_corpus_dir() + "/tutorial";
-  if (!fs::is_directory(corpus)) GTEST_SKIP() << corpus << " is missing (python3.11-doc)";
-  const char* qat = std::getenv("QG_QAT");
-  ASSERT_NE(qat, nullptr) << "ctest sets QG_QAT to the qat program";
+  QG_REQUIRE_LM_CLI(corpus, qat);
   const fs::path dir = fs::temp_directory_path() / "qg_lm_tutorial";
   fs::remove_all(dir);
   const std::string cmd = std::string(qat) + " train --model llama --config " + kFixture +

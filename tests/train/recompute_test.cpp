@@ -15,6 +15,7 @@
 #include "data/text_corpus.h"
 #include "data/tokenizer.h"
 #include "runtime/memory_plan.h"
+#include "tests/common/lm_cli_test.h"
 #include "tests/core/test_util.h"
 #include "train/checkpoint.h"
 #include "train/lm_trainer.h"
@@ -175,14 +176,7 @@ std::string history_without_times(const std::string& payload) {
 // the backward, where every weight gradient is alive whether or not blocks are recomputed.
 TEST(Recompute, QatTrainLlamaRecomputeWritesTheSameCheckpoint) {
   namespace fs = std::filesystem;
-  if (!nn::tokenizer_available()) GTEST_SKIP() << "built without SentencePiece";
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "qat's tokenizer needs RTLD_DEEPBIND, which AddressSanitizer refuses";
-#endif
-  const std::string corpus = nn::default_text_corpus_dir() + "/tutorial";
-  if (!fs::is_directory(corpus)) GTEST_SKIP() << corpus << " is missing (python3.11-doc)";
-  const char* qat = std::getenv("QG_QAT");
-  ASSERT_NE(qat, nullptr) << "ctest sets QG_QAT to the qat program";
+  QG_REQUIRE_LM_CLI(corpus, qat);
   const fs::path dir = fs::temp_directory_path() / "qg_lm_recompute";
   fs::remove_all(dir);
   fs::create_directories(dir);
