@@ -91,6 +91,8 @@ std::vector<QConfig> validate_lm_compare(const LmCompareConfig& c) {
                  c.recipes.begin() + static_cast<long>(i),
              "train.compare", "recipe '", r, "' is given twice");
     QConfig qc = parse_recipe(r, c.group_size);
+    qc.embedding_weight = c.embedding_weight;
+    qc.embedding_group_size = c.embedding_group_size;
     Graph g;
     build_llama(g, probe, 1, 2, qc, c.base.seed);
     qconfigs.push_back(qc);

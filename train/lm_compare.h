@@ -35,6 +35,11 @@ struct LmCompareConfig {
   int64_t eval_every = 100;      // steps between evaluations of each run (its last step too)
   std::string init;              // a float LmTrainer checkpoint; empty: train the float model
   std::string float_checkpoint;  // where the first seed's float model goes (empty: nowhere)
+  // The token embedding's quantizer in every recipe's PTQ and QAT run (QConfig's fields of
+  // the same names; `qat train --embedding-quant`): float by default, as torchao's linear
+  // recipes leave it. The float rows never quantize it.
+  WeightQuant embedding_weight = WeightQuant::none;
+  int embedding_group_size = 32;
 };
 
 // One recipe under one seed; losses are mean validation cross-entropies (nats per token).

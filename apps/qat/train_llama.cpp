@@ -93,9 +93,6 @@ void run_llama_training(const TrainOptions& o) {
   QG_CHECK(o.init.empty() || o.resume.empty(), "train", "--init '", o.init, "' and --resume '",
            o.resume, "' both set the starting weights; give one");
   if (o.compare) {
-    QG_CHECK(o.embedding_quant == "none", "train",
-             "--model llama --compare runs its recipes with a float embedding: --embedding-quant ",
-             o.embedding_quant, " is for single runs");
     QG_CHECK(o.nproc == 1, "train",
              "--model llama --compare trains several models one after the other in one "
              "process: --nproc is for a single run");

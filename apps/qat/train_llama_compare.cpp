@@ -15,6 +15,7 @@
 #include "data/text_corpus.h"
 #include "data/token_data.h"
 #include "nn/llama_config.h"
+#include "nn/llama_embedding.h"
 #include "train/checkpoint.h"
 #include "train/lm_compare.h"
 #include "train/png_plot.h"
@@ -77,8 +78,10 @@ void write_outputs(const TrainOptions& o, const nn::LmCompareConfig& c,
      << ",\n  \"steps\": " << (o.init.empty() ? o.steps : 0) << ",\n  \"init\": \""
      << json_escape(o.init) << "\",\n  \"qat_steps\": " << c.qat_steps
      << ",\n  \"qat_lr\": " << num(c.qat_lr) << ",\n  \"qat_warmup\": " << c.qat_warmup
-     << ",\n  \"group_size\": " << c.group_size << ",\n  \"parameters\": " << r.parameters
-     << ",\n  \"validation_windows\": " << r.windows
+     << ",\n  \"group_size\": " << c.group_size << ",\n  \"embedding_quant\": \""
+     << json_escape(o.embedding_quant)
+     << "\",\n  \"embedding_group_size\": " << c.embedding_group_size
+     << ",\n  \"parameters\": " << r.parameters << ",\n  \"validation_windows\": " << r.windows
      << ",\n  \"unigram_perplexity\": " << num(std::exp(r.unigram_loss))
      << ",\n  \"min_recoverable_gap\": " << num(nn::kMinRecoverableGap) << ",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -146,6 +149,8 @@ void run_llama_compare(const TrainOptions& o) {
   c.base = llama_train_config(o, nn::load_llama_config(o.llama_config));
   c.recipes = o.recipes.empty() ? kDefaultRecipes : o.recipes;
   c.group_size = o.group_size;
+  c.embedding_weight = nn::parse_embedding_quant(o.embedding_quant);
+  c.embedding_group_size = o.embedding_group_size;
   c.qat_steps = o.qat_steps;
   c.qat_lr = o.qat_lr;
   c.qat_warmup = std::min<int64_t>(o.warmup, o.qat_steps / 10);
@@ -169,6 +174,9 @@ void run_llama_compare(const TrainOptions& o) {
   std::string recipes;
   for (const std::string& r : c.recipes)
     recipes += (recipes.empty() ? "" : ", ") + nn::lm_recipe_label(r, c.group_size);
+  if (c.embedding_weight != nn::WeightQuant::none)
+    recipes += " (each with its token embedding quantized: " + o.embedding_quant + ", group " +
+               std::to_string(c.embedding_group_size) + ")";
   std::printf(
       "qat train --model llama --compare: %s; float %s; fine-tunes of %lld steps at peak lr %g "
       "(warm-up %lld, cosine to %g x); batch %lld x %lld tokens; %d seed(s) from %llu; %s; "

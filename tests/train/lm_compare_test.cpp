@@ -131,6 +131,38 @@ TEST(LmCompare, EveryRowIsTheProtocolRebuiltFromTheFloatCheckpoint) {
   fs::remove(ckpt);
 }
 
+// --embedding-quant with --compare: every recipe's PTQ and QAT runs quantize the token
+// embedding (the PTQ row is the float checkpoint evaluated under the recipe plus the int8
+// embedding), and the float rows stay float.
+TEST(LmCompare, EmbeddingQuantReachesEveryQuantizedRow) {
+  const std::vector<int32_t> train = stream(600), valid = stream(80);
+  const std::string ckpt = (fs::temp_directory_path() / "qg_lm_compare_embedding.qgck").string();
+  nn::LmCompareConfig plain = compare_config("");
+  plain.recipes = {"8da4w"};
+  const nn::LmCompareResult a = nn::run_lm_compare(plain, train, valid);
+  nn::LmCompareConfig c = plain;  // the same seed: the same float model and crops
+  c.float_checkpoint = ckpt;
+  c.embedding_weight = nn::WeightQuant::int8;
+  c.embedding_group_size = 8;
+  const nn::LmCompareResult b = nn::run_lm_compare(c, train, valid);
+  ASSERT_EQ(b.runs.size(), 1u);
+  nn::QConfig qc = nn::parse_recipe("8da4w", c.group_size);
+  qc.embedding_weight = nn::WeightQuant::int8;
+  qc.embedding_group_size = 8;
+  nn::LmTrainConfig pc = c.base;
+  pc.qconfig = qc;
+  nn::LmTrainer p(pc, train, valid);
+  EXPECT_EQ(p.load_parameters(ckpt), "float32");
+  EXPECT_EQ(p.evaluate(), b.runs[0].ptq_loss);
+  EXPECT_NE(b.runs[0].ptq_loss, a.runs[0].ptq_loss);  // the embedding is quantized too
+  EXPECT_EQ(fine_tune_by_hand(c, qc, ckpt, train, valid), b.runs[0].qat_loss);
+  EXPECT_EQ(b.runs[0].float_loss, a.runs[0].float_loss);  // the float reference is not
+  // A group size that does not divide the hidden size (16) fails before anything trains.
+  c.embedding_group_size = 6;
+  expect_error([&] { nn::validate_lm_compare(c); }, {"6"});
+  fs::remove(ckpt);
+}
+
 TEST(LmCompare, SeedsChangeTheInitialisationAndTheCrops) {
   const std::vector<int32_t> train = stream(600), valid = stream(80);
   nn::LmCompareConfig c = compare_config("");
