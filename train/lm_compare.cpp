@@ -93,6 +93,8 @@ std::vector<QConfig> validate_lm_compare(const LmCompareConfig& c) {
     QConfig qc = parse_recipe(r, c.group_size);
     qc.embedding_weight = c.embedding_weight;
     qc.embedding_group_size = c.embedding_group_size;
+    qc.learned_weight_ranges = c.learned_weight_ranges;
+    qc.validate();
     Graph g;
     build_llama(g, probe, 1, 2, qc, c.base.seed);
     qconfigs.push_back(qc);

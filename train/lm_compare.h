@@ -40,6 +40,11 @@ struct LmCompareConfig {
   // recipes leave it. The float rows never quantize it.
   WeightQuant embedding_weight = WeightQuant::none;
   int embedding_group_size = 32;
+  // Learned weight ranges (QConfig::learned_weight_ranges, `qat train --learned-ranges`) in
+  // every recipe's run: its PTQ row is the dynamic recipe's (the learned scales start from
+  // the float weights' dynamic qparams), its QAT fine-tune learns the scales at
+  // base.learned_range_lr_factor times the fine-tune's rate.
+  bool learned_weight_ranges = false;
 };
 
 // One recipe under one seed; losses are mean validation cross-entropies (nats per token).

@@ -81,6 +81,7 @@ void write_outputs(const TrainOptions& o, const nn::LmCompareConfig& c,
      << ",\n  \"group_size\": " << c.group_size << ",\n  \"embedding_quant\": \""
      << json_escape(o.embedding_quant)
      << "\",\n  \"embedding_group_size\": " << c.embedding_group_size
+     << ",\n  \"learned_weight_ranges\": " << (c.learned_weight_ranges ? "true" : "false")
      << ",\n  \"parameters\": " << r.parameters << ",\n  \"validation_windows\": " << r.windows
      << ",\n  \"unigram_perplexity\": " << num(std::exp(r.unigram_loss))
      << ",\n  \"min_recoverable_gap\": " << num(nn::kMinRecoverableGap) << ",\n  \"rows\": [\n";
@@ -142,15 +143,13 @@ void write_outputs(const TrainOptions& o, const nn::LmCompareConfig& c,
 void run_llama_compare(const TrainOptions& o) {
   QG_CHECK(!o.llama_config.empty() && !o.data.empty(), "train",
            "--model llama --compare needs --config (a Hugging Face config.json) and --data DIR");
-  QG_CHECK(!o.learned_ranges, "train",
-           "--learned-ranges is not offered with --compare yet: its QAT runs use each recipe's "
-           "dynamic weight qparams");
   nn::LmCompareConfig c;
   c.base = llama_train_config(o, nn::load_llama_config(o.llama_config));
   c.recipes = o.recipes.empty() ? kDefaultRecipes : o.recipes;
   c.group_size = o.group_size;
   c.embedding_weight = nn::parse_embedding_quant(o.embedding_quant);
   c.embedding_group_size = o.embedding_group_size;
+  c.learned_weight_ranges = o.learned_ranges;
   c.qat_steps = o.qat_steps;
   c.qat_lr = o.qat_lr;
   c.qat_warmup = std::min<int64_t>(o.warmup, o.qat_steps / 10);
@@ -174,6 +173,7 @@ void run_llama_compare(const TrainOptions& o) {
   std::string recipes;
   for (const std::string& r : c.recipes)
     recipes += (recipes.empty() ? "" : ", ") + nn::lm_recipe_label(r, c.group_size);
+  if (c.learned_weight_ranges) recipes += " (learned weight ranges)";
   if (c.embedding_weight != nn::WeightQuant::none)
     recipes += " (each with its token embedding quantized: " + o.embedding_quant + ", group " +
                std::to_string(c.embedding_group_size) + ")";

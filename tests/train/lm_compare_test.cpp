@@ -163,6 +163,32 @@ TEST(LmCompare, EmbeddingQuantReachesEveryQuantizedRow) {
   fs::remove(ckpt);
 }
 
+// --learned-ranges with --compare: each recipe's run learns its weight scales. The PTQ row is
+// the dynamic recipe's (the scales start from the float weights' dynamic qparams); the QAT
+// fine-tune is the learned-range fine-tune rebuilt by hand, and differs from the dynamic one.
+TEST(LmCompare, LearnedRangesReachEveryRecipe) {
+  const std::vector<int32_t> train = stream(600), valid = stream(80);
+  const std::string ckpt = (fs::temp_directory_path() / "qg_lm_compare_learned.qgck").string();
+  nn::LmCompareConfig plain = compare_config("");
+  plain.recipes = {"8da4w"};
+  const nn::LmCompareResult a = nn::run_lm_compare(plain, train, valid);
+  nn::LmCompareConfig c = plain;
+  c.float_checkpoint = ckpt;
+  c.learned_weight_ranges = true;
+  c.base.learned_range_lr_factor = 0.1;
+  const nn::LmCompareResult b = nn::run_lm_compare(c, train, valid);
+  ASSERT_EQ(b.runs.size(), 1u);
+  EXPECT_EQ(b.runs[0].ptq_loss, a.runs[0].ptq_loss);
+  nn::QConfig qc = nn::parse_recipe("8da4w", c.group_size);
+  qc.learned_weight_ranges = true;
+  EXPECT_EQ(fine_tune_by_hand(c, qc, ckpt, train, valid), b.runs[0].qat_loss);
+  EXPECT_NE(b.runs[0].qat_loss, a.runs[0].qat_loss);
+  // int4 weight-only has a float zero point, which is not learnable: named before training.
+  c.recipes = {"8da4w", "int4_weight_only"};
+  expect_error([&] { nn::validate_lm_compare(c); }, {"int4 weight-only", "not learnable"});
+  fs::remove(ckpt);
+}
+
 TEST(LmCompare, SeedsChangeTheInitialisationAndTheCrops) {
   const std::vector<int32_t> train = stream(600), valid = stream(80);
   nn::LmCompareConfig c = compare_config("");
