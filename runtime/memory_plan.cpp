@@ -59,6 +59,49 @@ int64_t place(const std::vector<PlannedBuffer>& placed, int first, int64_t size)
   return best >= 0 ? best : cursor;
 }
 
+// A value to place inside a gradient bucket (plan_memory's exception, memory_plan.h).
+struct BucketMember {
+  ValueId value;        // the member's root: the value its producer writes
+  ValueId bucket;       // the bucket's root (bucket_begin's output)
+  int64_t byte_offset;  // where the member starts in the bucket
+};
+
+// The members: the input that bucket_begin (input 0) or bucket_put (input 1) copies into the
+// bucket, when that input views all the bytes of a planned root that nothing else reads and
+// nobody fetches, at an offset on the plan's alignment.
+std::vector<BucketMember> bucket_members(const Graph& graph, const std::vector<NodeId>& order,
+                                         const std::vector<ValueId>& alias_root,
+                                         const std::vector<ValueId>& fetches) {
+  const int nv = graph.num_values();
+  // Per root: the nodes that read it other than as the viewed input of a view op.
+  std::vector<int> readers(nv, 0);
+  std::vector<bool> planned_root(nv, false);
+  for (NodeId id : order) {
+    const Node& n = graph.node(id);
+    for (size_t s = n.op->aliases_input ? 1 : 0; s < n.inputs.size(); ++s)
+      ++readers[alias_root[n.inputs[s]]];
+    if (!n.op->is_source && !n.op->aliases_input)
+      for (ValueId out : n.outputs) planned_root[out] = true;
+  }
+  for (ValueId f : fetches) readers[alias_root[f]] += 2;  // a fetch is a reader too
+  std::vector<BucketMember> members;
+  for (NodeId id : order) {
+    const Node& n = graph.node(id);
+    const bool begin = n.op->name == "bucket_begin", put = n.op->name == "bucket_put";
+    if (!begin && !put) continue;
+    const ValueId x = n.inputs[begin ? 0 : 1];
+    const ValueId root = alias_root[x], bucket = alias_root[n.outputs[0]];
+    const TensorType& t = graph.value(x).type;
+    const int64_t offset = n.attrs.get_int("offset") * static_cast<int64_t>(dtype_size(t.dtype));
+    const TensorType& rt = graph.value(root).type;
+    const bool whole = rt.dtype == t.dtype && rt.numel() == t.numel();
+    if (planned_root[root] && planned_root[bucket] && root != bucket && whole &&
+        readers[root] == 1 && offset % kPlanAlignment == 0)
+      members.push_back({root, bucket, offset});
+  }
+  return members;
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const Graph& graph, const std::vector<NodeId>& order,
@@ -93,22 +136,49 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<NodeId>& order,
   }
   for (ValueId f : fetches) last[plan.alias_root[f]] = end;
 
+  const std::vector<BucketMember> members = bucket_members(graph, order, plan.alias_root, fetches);
+  std::vector<const BucketMember*> member_of(nv, nullptr);
+  for (const BucketMember& m : members) member_of[m.value] = &m;
+
+  auto bytes_of = [&](ValueId v) {
+    return graph.value(v).type.numel() *
+           static_cast<int64_t>(dtype_size(graph.value(v).type.dtype));
+  };
+  // Places `v`, defined at position p (a bucket: from its first member's definition on).
+  auto plan_value = [&](ValueId v, int p) {
+    PlannedBuffer b;
+    b.value = v;
+    b.bytes = bytes_of(v);
+    b.first = p;
+    // An output nobody reads is still written by its kernel: live at its own position.
+    b.last = std::max(last[v], p);
+    b.offset = b.bytes == 0 ? 0 : place(plan.buffers, p, aligned(b.bytes));
+    plan.buffer_of[v] = static_cast<int>(plan.buffers.size());
+    plan.buffers.push_back(b);
+    plan.naive_bytes += aligned(b.bytes);
+    plan.arena_bytes = std::max(plan.arena_bytes, b.offset + aligned(b.bytes));
+  };
   for (int p = 0; p < end; ++p) {
     const Node& n = graph.node(order[p]);
     if (n.op->is_source || n.op->aliases_input) continue;
     for (ValueId out : n.outputs) {
+      if (plan.buffer_of[out] >= 0) continue;  // a bucket placed with its first member
+      const BucketMember* m = member_of[out];
+      if (m == nullptr) {
+        plan_value(out, p);
+        continue;
+      }
+      if (plan.buffer_of[m->bucket] < 0) plan_value(m->bucket, p);
+      const int holder = plan.buffer_of[m->bucket];
       PlannedBuffer b;
       b.value = out;
-      b.bytes = graph.value(out).type.numel() *
-                static_cast<int64_t>(dtype_size(graph.value(out).type.dtype));
+      b.bytes = bytes_of(out);
       b.first = p;
-      // An output nobody reads is still written by its kernel: live at its own position.
       b.last = std::max(last[out], p);
-      b.offset = b.bytes == 0 ? 0 : place(plan.buffers, p, aligned(b.bytes));
+      b.offset = plan.buffers[holder].offset + m->byte_offset;
+      b.inside = holder;
       plan.buffer_of[out] = static_cast<int>(plan.buffers.size());
       plan.buffers.push_back(b);
-      plan.naive_bytes += aligned(b.bytes);
-      plan.arena_bytes = std::max(plan.arena_bytes, b.offset + aligned(b.bytes));
     }
   }
   return plan;

@@ -27,6 +27,7 @@ struct PlannedBuffer {
   int64_t bytes = 0;   // the value's size, before alignment
   int first = 0;       // launch position of the producer
   int last = 0;        // last launch position that reads it (or a view of it); end = fetched
+  int inside = -1;     // index of the buffer it is placed in (a gradient in its bucket), or -1
 };
 
 struct MemoryPlan {
@@ -48,6 +49,13 @@ std::vector<NodeId> needed_order(const Graph& graph, const std::vector<ValueId>&
 // definition, takes the smallest gap between buffers still live at its definition that fits
 // it, or goes on top of the highest live buffer. A node's outputs never share bytes with its
 // inputs or with each other (both are live at the node's position).
+//
+// One exception, DDP's gradient_as_bucket_view: a value whose only reader is the bucket_begin
+// or bucket_put that copies it into a gradient bucket (runtime/distributed/gradient_sync.h), at
+// a 512-byte-aligned offset, is placed in the bucket itself at that offset (its buffer's
+// `inside`), so its producer writes it where the all-reduce reads it and the copy finds source
+// and destination equal (a no-op). The bucket's buffer is then live from its first such
+// member's definition on; a member shares bytes only with the bucket that holds it.
 MemoryPlan plan_memory(const Graph& graph, const std::vector<NodeId>& order,
                        const std::vector<ValueId>& fetches);
 

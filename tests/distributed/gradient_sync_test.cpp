@@ -8,6 +8,7 @@
 #include "runtime/compile.h"
 #include "runtime/distributed/gradient_sync.h"
 #include "runtime/distributed/optimizer_sharding.h"
+#include "runtime/memory_plan.h"
 #include "tests/core/test_util.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -65,6 +66,13 @@ TEST(GradientSync, OneProcessIsTheIdentityAndBucketsFollowTheCap) {
     // order) then w1; 16 bytes: each gradient alone.
     EXPECT_EQ(count_ops(synced.g, "bucket_all_reduce"), cap > 96 ? 1 : cap == 48 ? 2 : 3) << cap;
     EXPECT_EQ(count_ops(synced.g, "bucket_get"), 3);
+    // Each gradient is read by its bucket only, so the step's memory plan writes it in its
+    // bucket (gradient_as_bucket_view): three buffers inside buckets, none copied.
+    const MemoryPlan plan =
+        plan_memory(synced.g, needed_order(synced.g, {synced.loss}, sb.updates()), {synced.loss});
+    int inside = 0;
+    for (const PlannedBuffer& pb : plan.buffers) inside += pb.inside >= 0 ? 1 : 0;
+    EXPECT_EQ(inside, 3) << cap;
     for (int step = 0; step < 3; ++step) {
       sa.train(feeds(), {});
       sb.train(feeds(), {});

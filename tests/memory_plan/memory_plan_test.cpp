@@ -127,6 +127,56 @@ TEST(MemoryPlan, PerfCasesAndQatStepKeepTheInvariants) {
   }
 }
 
+// A gradient whose only reader is the copy into its bucket is placed in the bucket
+// (gradient_as_bucket_view): its producer writes where the all-reduce reads, and the copy is
+// a no-op. Here g1 and g2 (1 KiB each, at byte offsets 0 and 1024) go into the bucket; g3,
+// which another node reads as well, keeps a buffer of its own and is copied. StaticRun on the
+// plan gives the executor's values.
+TEST(MemoryPlan, GradientsArePlacedInTheirBucket) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {kN}});
+  ValueId g1 = g.apply1("relu", {x});
+  ValueId g2 = g.apply1("neg", {x});
+  ValueId g3 = g.apply1("sqrt", {g.apply1("relu", {x})});
+  ValueId b = g.apply1("bucket_begin", {g1}, {{"size", 3 * kN}, {"offset", 0}});
+  b = g.apply1("bucket_put", {b, g2}, {{"offset", kN}});
+  b = g.apply1("bucket_put", {b, g3}, {{"offset", 2 * kN}});
+  ValueId r = g.apply1("bucket_all_reduce", {b}, {{"op", std::string("avg")}});
+  std::vector<ValueId> outs;
+  for (int64_t k = 0; k < 3; ++k)
+    outs.push_back(
+        g.apply1("neg", {g.apply1("bucket_get", {r}, {{"offset", k * kN}, {"shape", Shape{kN}}})}));
+  outs.push_back(g.apply1("add", {g3, outs[0]}));  // g3's second reader
+  MemoryPlan plan = plan_memory(g, needed_order(g, outs), outs);
+  expect_plan_invariants(plan);
+  const PlannedBuffer* bucket = plan.find(plan.alias_root[b]);  // bucket_begin's output
+  ASSERT_NE(bucket, nullptr);
+  const PlannedBuffer* p1 = plan.find(g1);
+  const PlannedBuffer* p2 = plan.find(g2);
+  const PlannedBuffer* p3 = plan.find(g3);
+  ASSERT_TRUE(p1 && p2 && p3);
+  EXPECT_EQ(p1->inside, plan.buffer_of[plan.alias_root[b]]);
+  EXPECT_EQ(p1->offset, bucket->offset);
+  EXPECT_EQ(p2->offset, bucket->offset + kBytes);
+  EXPECT_EQ(p2->inside, p1->inside);
+  EXPECT_EQ(p3->inside, -1);                                 // read by the add too
+  EXPECT_EQ(bucket->first, std::min(p1->first, p2->first));  // live from its first member on
+
+  std::vector<double> xs(kN);
+  for (int64_t i = 0; i < kN; ++i) xs[static_cast<size_t>(i)] = 0.25 * static_cast<double>(i - 100);
+  const Executor::Feeds feeds = {{"x", Tensor::from_doubles({kN}, xs, DType::f32)}};
+  Executor ref(g), planned(g);
+  const std::vector<Tensor> want = ref.run(feeds, outs);
+  StaticRun run(planned, feeds, outs, {}, true);
+  ASSERT_TRUE(run.memory_planned());
+  for (int k = 0; k < 2; ++k) {
+    run.launch();
+    std::vector<Tensor> got;
+    for (ValueId v : outs) got.push_back(run.value(v));
+    testing::expect_same_tensors(want, got, "bucket members, launch " + std::to_string(k));
+  }
+}
+
 TEST(TensorView, SharesStorageAndChecksBounds) {
   Tensor base = Tensor::zeros({1024}, DType::u8);
   Tensor v = base.view(512, {4, 8}, DType::f32);
