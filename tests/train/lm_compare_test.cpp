@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "data/text_corpus.h"
@@ -131,20 +132,43 @@ TEST(LmCompare, EveryRowIsTheProtocolRebuiltFromTheFloatCheckpoint) {
   fs::remove(ckpt);
 }
 
+// The one-recipe (8da4w) comparison run twice from the same seed, so with the same float
+// model and crops: as configured, and with an option of the comparison set by `change` (that
+// run's float model saved to `ckpt`), for the tests of those options.
+struct OptionRuns {
+  nn::LmCompareConfig config;  // with the option
+  nn::LmCompareResult plain, with_option;
+};
+
+OptionRuns run_with_option(const std::string& ckpt,
+                           const std::function<void(nn::LmCompareConfig&)>& change,
+                           const std::vector<int32_t>& train, const std::vector<int32_t>& valid) {
+  OptionRuns r;
+  nn::LmCompareConfig plain = compare_config("");
+  plain.recipes = {"8da4w"};
+  r.plain = nn::run_lm_compare(plain, train, valid);
+  r.config = plain;
+  r.config.float_checkpoint = ckpt;
+  change(r.config);
+  r.with_option = nn::run_lm_compare(r.config, train, valid);
+  return r;
+}
+
 // --embedding-quant with --compare: every recipe's PTQ and QAT runs quantize the token
 // embedding (the PTQ row is the float checkpoint evaluated under the recipe plus the int8
 // embedding), and the float rows stay float.
 TEST(LmCompare, EmbeddingQuantReachesEveryQuantizedRow) {
   const std::vector<int32_t> train = stream(600), valid = stream(80);
   const std::string ckpt = (fs::temp_directory_path() / "qg_lm_compare_embedding.qgck").string();
-  nn::LmCompareConfig plain = compare_config("");
-  plain.recipes = {"8da4w"};
-  const nn::LmCompareResult a = nn::run_lm_compare(plain, train, valid);
-  nn::LmCompareConfig c = plain;  // the same seed: the same float model and crops
-  c.float_checkpoint = ckpt;
-  c.embedding_weight = nn::WeightQuant::int8;
-  c.embedding_group_size = 8;
-  const nn::LmCompareResult b = nn::run_lm_compare(c, train, valid);
+  OptionRuns runs = run_with_option(
+      ckpt,
+      [](nn::LmCompareConfig& c) {
+        c.embedding_weight = nn::WeightQuant::int8;
+        c.embedding_group_size = 8;
+      },
+      train, valid);
+  nn::LmCompareConfig& c = runs.config;
+  const nn::LmCompareResult &a = runs.plain, &b = runs.with_option;
   ASSERT_EQ(b.runs.size(), 1u);
   nn::QConfig qc = nn::parse_recipe("8da4w", c.group_size);
   qc.embedding_weight = nn::WeightQuant::int8;
@@ -169,14 +193,15 @@ TEST(LmCompare, EmbeddingQuantReachesEveryQuantizedRow) {
 TEST(LmCompare, LearnedRangesReachEveryRecipe) {
   const std::vector<int32_t> train = stream(600), valid = stream(80);
   const std::string ckpt = (fs::temp_directory_path() / "qg_lm_compare_learned.qgck").string();
-  nn::LmCompareConfig plain = compare_config("");
-  plain.recipes = {"8da4w"};
-  const nn::LmCompareResult a = nn::run_lm_compare(plain, train, valid);
-  nn::LmCompareConfig c = plain;
-  c.float_checkpoint = ckpt;
-  c.learned_weight_ranges = true;
-  c.base.learned_range_lr_factor = 0.1;
-  const nn::LmCompareResult b = nn::run_lm_compare(c, train, valid);
+  OptionRuns runs = run_with_option(
+      ckpt,
+      [](nn::LmCompareConfig& c) {
+        c.learned_weight_ranges = true;
+        c.base.learned_range_lr_factor = 0.1;
+      },
+      train, valid);
+  nn::LmCompareConfig& c = runs.config;
+  const nn::LmCompareResult &a = runs.plain, &b = runs.with_option;
   ASSERT_EQ(b.runs.size(), 1u);
   EXPECT_EQ(b.runs[0].ptq_loss, a.runs[0].ptq_loss);
   nn::QConfig qc = nn::parse_recipe("8da4w", c.group_size);
