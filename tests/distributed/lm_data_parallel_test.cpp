@@ -14,6 +14,7 @@
 #include "tests/common/lm_cli_test.h"
 #include "tests/core/test_util.h"
 #include "tests/distributed/dist_test_util.h"
+#include "tests/train/tiny_lm_config.h"
 #include "train/lm_trainer.h"
 
 namespace qg {
@@ -151,15 +152,7 @@ class UnusedCommunicator final : public Communicator {
 };
 
 TEST(LmDataParallel, BadCommunicatorsAreNamedErrors) {
-  nn::LmTrainConfig c;
-  c.model =
-      nn::load_llama_config(std::string(QG_TRAIN_TEST_DIR) + "/fixtures/llama_tiny_config.json");
-  c.model.vocab_size = 32;
-  c.model.hidden_size = 16;
-  c.model.intermediate_size = 32;
-  c.model.num_hidden_layers = 1;
-  c.batch = 2;
-  c.seq = 8;
+  nn::LmTrainConfig c = testing::tiny_lm_config(16, 32, 1);
   std::vector<int32_t> train(400, 1), valid(64, 2);  // 8 validation windows
   // NCCL's device buffers for a model on the CPU.
   UnusedCommunicator nccl(2, DeviceType::cuda);

@@ -19,6 +19,7 @@
 #include "nn/llama_config.h"
 #include "tests/common/lm_cli_test.h"
 #include "tests/core/test_util.h"
+#include "tests/train/tiny_lm_config.h"
 #include "train/lm_compare.h"
 
 namespace qg {
@@ -27,19 +28,10 @@ namespace {
 namespace fs = std::filesystem;
 using testing::expect_error;
 
-const std::string kFixture = std::string(QG_TRAIN_TEST_DIR) + "/fixtures/llama_tiny_config.json";
+const std::string& kFixture = testing::kTinyLlamaFixture;
 
 nn::LmTrainConfig tiny(int64_t intermediate = 32) {
-  nn::LmTrainConfig c;
-  c.model = nn::load_llama_config(kFixture);
-  c.model.vocab_size = 32;
-  c.model.hidden_size = 16;
-  c.model.intermediate_size = intermediate;
-  c.model.num_hidden_layers = 1;
-  c.batch = 2;
-  c.seq = 8;
-  c.lr = {3e-3, 2, 8, 0.1, 4};
-  c.seed = 5;
+  nn::LmTrainConfig c = testing::tiny_lm_config(16, intermediate, 1);
   c.validation_windows = 4;
   return c;
 }

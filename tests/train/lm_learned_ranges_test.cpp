@@ -11,6 +11,7 @@
 #include "nn/learned_ranges.h"
 #include "nn/llama_config.h"
 #include "tests/core/test_util.h"
+#include "tests/train/tiny_lm_config.h"
 #include "train/checkpoint.h"
 #include "train/lm_trainer.h"
 
@@ -20,20 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 using testing::expect_error;
 
-const std::string kFixture = std::string(QG_TRAIN_TEST_DIR) + "/fixtures/llama_tiny_config.json";
-
 nn::LmTrainConfig tiny(bool learned_ranges, const std::string& recipe = "8da4w") {
-  nn::LmTrainConfig c;
-  c.model = nn::load_llama_config(kFixture);
-  c.model.vocab_size = 32;
-  c.model.hidden_size = 32;
-  c.model.intermediate_size = 64;
-  c.model.num_hidden_layers = 1;
-  c.batch = 2;
-  c.seq = 8;
-  c.lr = {3e-3, 2, 8, 0.1, 4};
+  nn::LmTrainConfig c = testing::tiny_lm_config(32, 64, 1);
   c.optimizer.kind = "adamw";
-  c.seed = 5;
   c.qconfig = nn::parse_recipe(recipe, 32);
   c.qconfig.learned_weight_ranges = learned_ranges;
   // The scales (~1e-3 per channel at int8) would cross zero at the weights' rate.

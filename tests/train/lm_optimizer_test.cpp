@@ -9,6 +9,7 @@
 
 #include "nn/llama_config.h"
 #include "tests/core/test_util.h"
+#include "tests/train/tiny_lm_config.h"
 #include "train/checkpoint.h"
 #include "train/lm_trainer.h"
 
@@ -18,22 +19,11 @@ namespace {
 namespace fs = std::filesystem;
 using testing::expect_error;
 
-const std::string kFixture = std::string(QG_TRAIN_TEST_DIR) + "/fixtures/llama_tiny_config.json";
-
 nn::LmTrainConfig tiny_adamw() {
-  nn::LmTrainConfig c;
-  c.model = nn::load_llama_config(kFixture);
-  c.model.vocab_size = 32;
-  c.model.hidden_size = 16;
-  c.model.intermediate_size = 32;
-  c.model.num_hidden_layers = 1;
-  c.batch = 2;
-  c.seq = 8;
-  c.lr = {3e-3, 2, 8, 0.1, 4};
+  nn::LmTrainConfig c = testing::tiny_lm_config(16, 32, 1);
   c.optimizer.kind = "adamw";
   c.optimizer.weight_decay = 0.1;
   c.optimizer.clip_grad_norm = 0.05;  // small enough to clip these steps
-  c.seed = 5;
   return c;
 }
 

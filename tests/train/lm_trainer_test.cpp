@@ -14,6 +14,7 @@
 #include "nn/llama_config.h"
 #include "tests/common/lm_cli_test.h"
 #include "tests/core/test_util.h"
+#include "tests/train/tiny_lm_config.h"
 #include "train/lm_trainer.h"
 
 namespace qg {
@@ -22,20 +23,10 @@ namespace {
 namespace fs = std::filesystem;
 using testing::expect_error;
 
-const std::string kFixture = std::string(QG_TRAIN_TEST_DIR) + "/fixtures/llama_tiny_config.json";
+const std::string& kFixture = testing::kTinyLlamaFixture;
 
 nn::LmTrainConfig tiny(int64_t vocab = 32) {
-  nn::LmTrainConfig c;
-  c.model = nn::load_llama_config(kFixture);
-  c.model.vocab_size = vocab;
-  c.model.hidden_size = 16;
-  c.model.intermediate_size = 32;
-  c.model.num_hidden_layers = 1;
-  c.batch = 2;
-  c.seq = 8;
-  c.lr = {3e-3, 2, 8, 0.1, 4};
-  c.seed = 5;
-  return c;
+  return testing::tiny_lm_config(16, 32, 1, vocab);
 }
 
 // A stream with structure to learn: a repeated pattern of period 5, over `vocab` ids.

@@ -17,25 +17,18 @@
 #include "runtime/memory_plan.h"
 #include "tests/common/lm_cli_test.h"
 #include "tests/core/test_util.h"
+#include "tests/train/tiny_lm_config.h"
 #include "train/checkpoint.h"
 #include "train/lm_trainer.h"
 
 namespace qg {
 namespace {
 
-const std::string kFixture = std::string(QG_TRAIN_TEST_DIR) + "/fixtures/llama_tiny_config.json";
+const std::string& kFixture = testing::kTinyLlamaFixture;
 
 // The committed tiny config, narrowed to 2 blocks of hidden 32 so a run takes milliseconds.
 nn::LmTrainConfig two_blocks() {
-  nn::LmTrainConfig c;
-  c.model = nn::load_llama_config(kFixture);
-  c.model.vocab_size = 32;
-  c.model.hidden_size = 32;
-  c.model.intermediate_size = 64;
-  c.model.num_hidden_layers = 2;
-  c.batch = 2;
-  c.seq = 8;
-  c.lr = {3e-3, 2, 8, 0.1, 4};
+  nn::LmTrainConfig c = testing::tiny_lm_config(32, 64, 2);
   c.optimizer.kind = "adamw";
   c.optimizer.clip_grad_norm = 1.0;
   c.seed = 7;
