@@ -212,6 +212,17 @@ TEST(CollectiveOps, BadOffsetsAndShapesAreErrorsNamingTheValues) {
         g.apply1("all_reduce", {x}, {{"op", std::string("mean")}});
       },
       {"all_reduce", "mean"});
+  // The in-place bucket reduce: a flat bucket only, and a reduction it knows.
+  expect_error(
+      [&] {
+        g.apply1("bucket_all_reduce", {x}, {{"op", std::string("avg")}});
+      },
+      {"bucket_all_reduce", "rank"});
+  expect_error(
+      [&] {
+        g.apply1("bucket_all_reduce", {b}, {{"op", std::string("mean")}});
+      },
+      {"bucket_all_reduce", "mean"});
   expect_error(
       [&] {
         g.apply1("all_gather", {x}, {{"ranks", int64_t{2}}});
