@@ -7,6 +7,7 @@ namespace qg::cli {
 
 void add_gradcheck_command(CLI::App& app);
 void add_op_command(CLI::App& app);
+void add_op_serve_command(CLI::App& app);
 void add_crosscheck_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_bench_command(CLI::App& app);

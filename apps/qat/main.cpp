@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096));
   qg::cli::add_gradcheck_command(app);
   qg::cli::add_op_command(app);
+  qg::cli::add_op_serve_command(app);
   qg::cli::add_crosscheck_command(app);
   qg::cli::add_train_command(app);
   qg::cli::add_bench_command(app);

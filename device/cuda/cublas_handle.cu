@@ -9,13 +9,13 @@ cublasHandle_t cublas_handle(DeviceContext& context) {
       LibraryHandle::cublas,
       [](DeviceContext& c) -> void* {
         cublasHandle_t created;
-        QG_CUBLAS_CHECK("cublas", cublasCreate(&created));
+        QG_CUBLAS_CHECK("cublas", cublas_api().Create(&created));
         // Pedantic until a caller asks for more: no reduced-precision shortcut reaches f32.
-        QG_CUBLAS_CHECK("cublas", cublasSetMathMode(created, CUBLAS_PEDANTIC_MATH));
-        QG_CUBLAS_CHECK("cublas", cublasSetStream(created, cuda_stream(c)));
+        QG_CUBLAS_CHECK("cublas", cublas_api().SetMathMode(created, CUBLAS_PEDANTIC_MATH));
+        QG_CUBLAS_CHECK("cublas", cublas_api().SetStream(created, cuda_stream(c)));
         return created;
       },
-      [](void* handle) { (void)cublasDestroy(static_cast<cublasHandle_t>(handle)); });
+      [](void* handle) { (void)cublas_api().Destroy(static_cast<cublasHandle_t>(handle)); });
   return static_cast<cublasHandle_t>(h);
 }
 

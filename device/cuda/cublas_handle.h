@@ -1,16 +1,16 @@
 // The cuBLAS handle of a DeviceContext, and the check every cuBLAS call goes through.
 #pragma once
 
-#include <cublas_v2.h>
-
 #include "core/error.h"
+#include "device/cuda/cublas_api.h"
 #include "device/device_context.h"
 
-#define QG_CUBLAS_CHECK(op, call)                                                              \
-  do {                                                                                         \
-    cublasStatus_t qg_st_ = (call);                                                            \
-    QG_CHECK(qg_st_ == CUBLAS_STATUS_SUCCESS, (op), #call,                                     \
-             " failed: ", cublasGetStatusString(qg_st_), " (", static_cast<int>(qg_st_), ")"); \
+#define QG_CUBLAS_CHECK(op, call)                                                 \
+  do {                                                                            \
+    cublasStatus_t qg_st_ = (call);                                               \
+    QG_CHECK(qg_st_ == CUBLAS_STATUS_SUCCESS, (op), #call,                        \
+             " failed: ", ::qg::cuda::cublas_api().GetStatusString(qg_st_), " (", \
+             static_cast<int>(qg_st_), ")");                                      \
   } while (0)
 
 namespace qg::cuda {

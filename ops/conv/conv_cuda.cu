@@ -49,20 +49,21 @@ void run_gemm(const std::string& op, DeviceContext& context, const Gemm& g, cons
            op, "cuBLAS takes 32-bit sizes; GEMM m=", g.m, " n=", g.n, " k=", g.k,
            " batch=", g.batch, " is too large");
   cublasHandle_t h = cublas_handle(context);
-  QG_CUBLAS_CHECK(op, cublasSetMathMode(h, context.allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                : CUBLAS_DEFAULT_MATH));
+  QG_CUBLAS_CHECK(op,
+                  cuda::cublas_api().SetMathMode(
+                      h, context.allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   const T one = 1;
   const int m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
   const int lda = static_cast<int>(g.lda), ldb = static_cast<int>(g.ldb),
             ldc = static_cast<int>(g.ldc), batch = static_cast<int>(g.batch);
   if constexpr (std::is_same_v<T, double>) {
-    QG_CUBLAS_CHECK(
-        op, cublasDgemmStridedBatched(h, g.ta, g.tb, m, n, k, &one, a, lda, g.stride_a, b, ldb,
-                                      g.stride_b, &beta, c, ldc, g.stride_c, batch));
+    QG_CUBLAS_CHECK(op, cuda::cublas_api().DgemmStridedBatched(h, g.ta, g.tb, m, n, k, &one, a, lda,
+                                                               g.stride_a, b, ldb, g.stride_b,
+                                                               &beta, c, ldc, g.stride_c, batch));
   } else {
-    QG_CUBLAS_CHECK(
-        op, cublasSgemmStridedBatched(h, g.ta, g.tb, m, n, k, &one, a, lda, g.stride_a, b, ldb,
-                                      g.stride_b, &beta, c, ldc, g.stride_c, batch));
+    QG_CUBLAS_CHECK(op, cuda::cublas_api().SgemmStridedBatched(h, g.ta, g.tb, m, n, k, &one, a, lda,
+                                                               g.stride_a, b, ldb, g.stride_b,
+                                                               &beta, c, ldc, g.stride_c, batch));
   }
 }
 

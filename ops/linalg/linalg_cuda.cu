@@ -18,8 +18,9 @@ using namespace cuda;
 // no reduced-precision shortcut reaches f32).
 cublasHandle_t handle_on(const std::string& op, DeviceContext& context) {
   cublasHandle_t h = cublas_handle(context);
-  QG_CUBLAS_CHECK(op, cublasSetMathMode(h, context.allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                : CUBLAS_PEDANTIC_MATH));
+  QG_CUBLAS_CHECK(op,
+                  cuda::cublas_api().SetMathMode(
+                      h, context.allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
   return h;
 }
 
@@ -57,8 +58,9 @@ void matmul_cuda(KernelContext& ctx) {
   switch (y.dtype()) {
     case DType::f64: {
       const double one = 1.0, zero = 0.0;
-      QG_CUBLAS_CHECK(ctx.op, cublasDgemm(h, op_b, op_a, in, im, ik, &one, in_ptr<double>(b), ldb,
-                                          in_ptr<double>(a), lda, &zero, out_ptr<double>(y), ldc));
+      QG_CUBLAS_CHECK(
+          ctx.op, cuda::cublas_api().Dgemm(h, op_b, op_a, in, im, ik, &one, in_ptr<double>(b), ldb,
+                                           in_ptr<double>(a), lda, &zero, out_ptr<double>(y), ldc));
       break;
     }
     case DType::f32:
@@ -72,8 +74,9 @@ void matmul_cuda(KernelContext& ctx) {
                                                               : CUBLAS_COMPUTE_32F_PEDANTIC;
       const float one = 1.0f, zero = 0.0f;
       QG_CUBLAS_CHECK(
-          ctx.op, cublasGemmEx(h, op_b, op_a, in, im, ik, &one, b.raw_data(), t, ldb, a.raw_data(),
-                               t, lda, &zero, y.raw_data(), t, ldc, compute, CUBLAS_GEMM_DEFAULT));
+          ctx.op, cuda::cublas_api().GemmEx(h, op_b, op_a, in, im, ik, &one, b.raw_data(), t, ldb,
+                                            a.raw_data(), t, lda, &zero, y.raw_data(), t, ldc,
+                                            compute, CUBLAS_GEMM_DEFAULT));
       break;
     }
     default:
@@ -119,25 +122,25 @@ void batched_matmul_cuda(KernelContext& ctx) {
   switch (y.dtype()) {
     case DType::f64: {
       const double one = 1.0, zero = 0.0;
-      QG_CUBLAS_CHECK(
-          ctx.op, cublasDgemmStridedBatched(h, op_b, op_a, in, im, ik, &one, in_ptr<double>(b), ldb,
-                                            sb, in_ptr<double>(a), lda, sa, &zero,
-                                            out_ptr<double>(y), ldc, sy, count));
+      QG_CUBLAS_CHECK(ctx.op,
+                      cuda::cublas_api().DgemmStridedBatched(
+                          h, op_b, op_a, in, im, ik, &one, in_ptr<double>(b), ldb, sb,
+                          in_ptr<double>(a), lda, sa, &zero, out_ptr<double>(y), ldc, sy, count));
       break;
     }
     case DType::f32: {
       const float one = 1.0f, zero = 0.0f;
       QG_CUBLAS_CHECK(
-          ctx.op, cublasSgemmStridedBatched(h, op_b, op_a, in, im, ik, &one, in_ptr<float>(b), ldb,
-                                            sb, in_ptr<float>(a), lda, sa, &zero, out_ptr<float>(y),
-                                            ldc, sy, count));
+          ctx.op, cuda::cublas_api().SgemmStridedBatched(
+                      h, op_b, op_a, in, im, ik, &one, in_ptr<float>(b), ldb, sb, in_ptr<float>(a),
+                      lda, sa, &zero, out_ptr<float>(y), ldc, sy, count));
       break;
     }
     case DType::f16:
     case DType::bf16: {
       cudaDataType_t t = y.dtype() == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
       const float one = 1.0f, zero = 0.0f;
-      QG_CUBLAS_CHECK(ctx.op, cublasGemmStridedBatchedEx(
+      QG_CUBLAS_CHECK(ctx.op, cuda::cublas_api().GemmStridedBatchedEx(
                                   h, op_b, op_a, in, im, ik, &one, b.raw_data(), t, ldb, sb,
                                   a.raw_data(), t, lda, sa, &zero, y.raw_data(), t, ldc, sy, count,
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

@@ -38,7 +38,9 @@ inline void expect_crosscheck_pins(const std::string& op, size_t cases, std::vec
     for (const auto& [dtype, tol] : tolerance) {
       const CompareRule rule = compare_rule(op, output, dtype);
       EXPECT_EQ(rule.exact, !is_rounded) << "output " << output;
-      if (is_rounded) EXPECT_EQ(rule.tolerance, tol) << dtype_name(dtype);
+      if (is_rounded) {
+        EXPECT_EQ(rule.tolerance, tol) << dtype_name(dtype);
+      }
     }
   }
 }

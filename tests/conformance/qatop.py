@@ -1,4 +1,5 @@
-"""Runs one op through `qat op` on .npy files: the harness every conformance script uses.
+"""Runs one op through `qat op` on .npy files (all calls of a script in one `qat op-serve`
+process): the harness every conformance script uses.
 
     run_op(qat, "fake_quantize", inputs={"x": x, "scale": s, "zero_point": z},
            outputs=["y", "mask"], attrs={"bits": 8, "scope": "tensor"},
@@ -7,6 +8,7 @@
 returns a dict of output name -> numpy array (and "state:NAME" for requested states).
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -39,34 +41,69 @@ def _attr_text(v):
     return str(v)
 
 
+class OpResult:
+    """What one `qat op` call returned: its exit status and what it printed."""
+
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+class _OpServer:
+    """One `qat op-serve` process per qat binary: each call is one line in, one line out, so
+    a suite of thousands of cases starts one process instead of thousands (a start costs about
+    0.1 s; the op itself microseconds). Its stderr is left as this script's, so a sanitizer
+    report or a crash message reaches the test log."""
+
+    _servers = {}
+
+    @classmethod
+    def call(cls, qat, args):
+        server = cls._servers.get(qat)
+        if server is None or server.poll() is not None:
+            server = subprocess.Popen([qat, "op-serve"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)
+            cls._servers[qat] = server
+        server.stdin.write(json.dumps(args) + "\n")
+        server.stdin.flush()
+        line = server.stdout.readline()
+        if not line:
+            rc = server.wait()
+            del cls._servers[qat]
+            raise RuntimeError(f"qat op-serve ended (status {rc}) during: qat op {' '.join(args)}")
+        answer = json.loads(line)
+        return OpResult(answer["rc"], answer["stdout"], answer["stderr"])
+
+
 def run_op(qat, op, inputs, outputs, attrs=None, states=None, state_out=None, eval_mode=False,
            device="cpu", expect_failure=False):
     attrs = attrs or {}
     states = states or {}
     state_out = state_out or []
     with tempfile.TemporaryDirectory() as d:
-        cmd = [qat, "op", op, "--device", device]
+        args = [op, "--device", device]
         for name, arr in inputs.items():
             path = os.path.join(d, f"in_{name}.npy")
             np.save(path, arr)
-            cmd += ["--in", f"{name}={path}"]
+            args += ["--in", f"{name}={path}"]
         for name, arr in states.items():
             path = os.path.join(d, f"state_{name}.npy")
             np.save(path, arr)
-            cmd += ["--state", f"{name}={path}"]
+            args += ["--state", f"{name}={path}"]
         for name in outputs:
-            cmd += ["--out", f"{name}={os.path.join(d, f'out_{name}.npy')}"]
+            args += ["--out", f"{name}={os.path.join(d, f'out_{name}.npy')}"]
         for name in state_out:
-            cmd += ["--state-out", f"{name}={os.path.join(d, f'stateout_{name}.npy')}"]
+            args += ["--state-out", f"{name}={os.path.join(d, f'stateout_{name}.npy')}"]
         for k, v in attrs.items():
-            cmd += ["--attr", f"{k}={_attr_text(v)}"]
+            args += ["--attr", f"{k}={_attr_text(v)}"]
         if eval_mode:
-            cmd += ["--eval"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+            args += ["--eval"]
+        proc = _OpServer.call(qat, args)
         if expect_failure:
             return proc
         if proc.returncode != 0:
-            raise RuntimeError(f"qat op {op} failed ({proc.returncode}):\n{' '.join(cmd)}\n"
+            raise RuntimeError(f"qat op {op} failed ({proc.returncode}):\nqat op {' '.join(args)}\n"
                                f"{proc.stdout}{proc.stderr}")
         result = {n: np.load(os.path.join(d, f"out_{n}.npy")) for n in outputs}
         for n in state_out:
