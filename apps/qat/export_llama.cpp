@@ -252,7 +252,8 @@ void run_llama_export(const LlamaExportOptions& o, const std::map<std::string, s
   opt.metadata = {{"qatgraph.model", "llama"},
                   {"qatgraph.qconfig", qc.str()},
                   {"qatgraph.recipe", recipe},
-                  {"qatgraph.step", meta.count("step") ? meta.at("step") : ""}};
+                  {"qatgraph.step", meta.count("step") ? meta.at("step") : ""},
+                  {"qatgraph.precision", m.precision.name()}};
   const onnx_export::Result r = onnx_export::export_graph(
       *inst.graph, *inst.exec, inst.model.input_ids, inst.model.logits, opt);
   for (const std::string& w : r.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
@@ -267,6 +268,10 @@ void run_llama_export(const LlamaExportOptions& o, const std::map<std::string, s
   // 5. Summary.
   std::printf("qat export: llama %s, %s (step %s) -> %s\n", recipe.c_str(), qc.str().c_str(),
               meta.count("step") ? meta.at("step").c_str() : "?", o.onnx.c_str());
+  // bf16-mixed: every bf16 value is an f32 tensor of the file holding it exactly, rounded by
+  // a Cast to BFLOAT16 and back wherever qatgraph rounds (export/onnx/onnx_context.h).
+  std::printf("precision: %s%s\n", m.precision.str().c_str(),
+              m.precision.mixed() ? "; each rounding to bf16 is a Cast pair in the file" : "");
   std::string ops;
   for (const auto& [op, n] : r.op_counts)
     ops += (ops.empty() ? "" : ", ") + op + " " + std::to_string(n);

@@ -22,6 +22,8 @@ int onnx_type(DType t) {
       return onnx::TensorProto_DataType_FLOAT;
     case DType::f64:
       return onnx::TensorProto_DataType_DOUBLE;
+    case DType::bf16:  // raw data: the 16 bits of each value, little-endian, as qatgraph's
+      return onnx::TensorProto_DataType_BFLOAT16;
     case DType::i8:
       return onnx::TensorProto_DataType_INT8;
     case DType::u8:
@@ -164,7 +166,29 @@ void Context::emit_producer(ValueId v) {
   QG_CHECK(m != nullptr, kOp, "op '", n.op->name, "' (node '", n.name,
            "') has no ONNX mapping; the exporter maps the ops of the nn/ models");
   (*m)(*this, n);
+  round_outputs(n);
   in_progress_.erase(n.id);
+}
+
+// bf16 outputs (a bf16-mixed model). The ops below compute in f32 from their widened inputs
+// and round their result to bf16 once (their CPU kernels, math_t<bf16> = f32), so their
+// mappers' f32 result is rounded here, once. Data movement is exact in any dtype. cast,
+// rope and dynamic_fake_quantize round inside their mappers, at qatgraph's own steps. Any
+// other op with a bf16 output has no checked bf16 form: a named error.
+void Context::round_outputs(const Node& n) {
+  static const std::set<std::string> rounds_once = {
+      "matmul", "batched_matmul", "add", "sub", "mul", "div", "relu", "silu", "causal_attention"};
+  static const std::set<std::string> exact_or_own = {
+      "reshape",   "permute", "transpose", "stop_gradient",
+      "embedding", "cast",    "rope",      "dynamic_fake_quantize"};
+  for (ValueId o : n.outputs) {
+    const DType t = g_.value(o).type.dtype;
+    if ((t != DType::bf16 && t != DType::f16) || !bound_.count(o)) continue;
+    if (exact_or_own.count(n.op->name)) continue;
+    QG_CHECK(rounds_once.count(n.op->name), kOp, n.op->name, " '", n.name, "' has a ",
+             dtype_name(t), " output; that op is exported in f32 only");
+    bound_[o] = round_to(bound_[o], t, base_name(o), n.op->name + " '" + n.name + "'");
+  }
 }
 
 std::string Context::node(const std::string& op, const std::vector<std::string>& inputs,
@@ -273,6 +297,15 @@ std::string Context::shared(const std::string& key, const std::function<std::str
 
 std::string Context::cast(const std::string& x, int to, const std::string& base) {
   return node1("Cast", {x}, base, {attr_int("to", to)});
+}
+
+std::string Context::round_to(const std::string& x, DType storage, const std::string& base,
+                              const std::string& what) {
+  if (storage == DType::f32) return x;
+  QG_CHECK(storage == DType::bf16, kOp, what, " is ", dtype_name(storage),
+           "; the export writes f32 models and bf16 mixed precision (f16 is not supported)");
+  return cast(cast(x, onnx::TensorProto_DataType_BFLOAT16, base + ".bf16"),
+              onnx::TensorProto_DataType_FLOAT, base + ".rounded");
 }
 
 const Mapper* find_mapper(const std::string& op) {

@@ -77,6 +77,13 @@ class Context {
   std::string shared(const std::string& key, const std::function<std::string()>& make);
   // Cast to ONNX element type `to` (onnx::TensorProto_DataType).
   std::string cast(const std::string& x, int to, const std::string& base);
+  // x (an f32 tensor) rounded to `storage` and widened back: Cast to BFLOAT16 and back to
+  // FLOAT, which rounds to nearest even as qatgraph's f32 -> bf16 does. x itself for f32.
+  // A bf16 value of qatgraph is an f32 tensor of the export holding exactly its values
+  // (every bf16 is an f32), so each rounding qatgraph does is one such pair here. Other
+  // storage dtypes are a named error naming `what`.
+  std::string round_to(const std::string& x, DType storage, const std::string& base,
+                       const std::string& what);
   int64_t opset() const { return opset_; }
 
   const Graph& graph() const { return g_; }
@@ -102,6 +109,7 @@ class Context {
 
  private:
   void emit_producer(ValueId v);
+  void round_outputs(const Node& n);
 
   const Graph& g_;
   onnx::GraphProto& out_;

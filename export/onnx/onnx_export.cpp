@@ -66,10 +66,12 @@ Result export_graph(const Graph& graph, Executor& exec, ValueId input, ValueId o
   const Value& out = graph.value(output);
   QG_CHECK(graph.node(in.producer).op->name == "input", kOp, "value '", in.name,
            "' is not a graph input");
-  QG_CHECK(
-      (in.type.dtype == DType::f32 || in.type.dtype == DType::i64) && out.type.dtype == DType::f32,
-      kOp, "the input must be f32 or i64 (token ids) and the output f32, got ", in.type.str(),
-      " and ", out.type.str());
+  // A bf16 output (a bf16-mixed model's logits) is written as the f32 tensor holding its
+  // values exactly, as every bf16 value of the export is (Context::round_to).
+  QG_CHECK((in.type.dtype == DType::f32 || in.type.dtype == DType::i64) &&
+               (out.type.dtype == DType::f32 || out.type.dtype == DType::bf16),
+           kOp, "the input must be f32 or i64 (token ids) and the output f32 or bf16, got ",
+           in.type.str(), " and ", out.type.str());
   QG_CHECK(options.opset == kOpset || options.opset == kInt4Opset, kOp, "opset ", options.opset,
            " is not one of ", kOpset, ", ", kInt4Opset);
   EvalMode eval(exec);

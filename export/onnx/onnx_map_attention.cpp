@@ -27,8 +27,11 @@ void map_causal_attention(Context& ctx, const Node& n) {
   QG_CHECK(qs.size() == 4 && ks.size() == 4 && ks[1] > 0 && qs[1] % ks[1] == 0, kOp,
            "causal_attention '", n.name, "' needs q [N, H, T, hd] and k [N, KV, T, hd], got ",
            shape_str(qs), " and ", shape_str(ks));
-  QG_CHECK(ctx.graph().value(n.inputs[0]).type.dtype == DType::f32, kOp, "causal_attention '",
-           n.name, "' is exported for f32 models only");
+  // bf16 (mixed precision): the kernel computes in f32 from the widened inputs and rounds
+  // the output once, which Context does after this mapper.
+  const DType dt = ctx.graph().value(n.inputs[0]).type.dtype;
+  QG_CHECK(dt == DType::f32 || dt == DType::bf16, kOp, "causal_attention '", n.name,
+           "' is exported for f32 and bf16, got ", dtype_name(dt));
   const int64_t heads = qs[1], t = qs[2], hd = qs[3], kv = ks[1], group = heads / kv;
   const std::string base = n.name;
   auto repeat = [&](ValueId v, const std::string& what) {

@@ -16,10 +16,15 @@
 // (T(-x_{j+half} * s) = T(-(x_{j+half} * s)): the same products and sums as the kernel).
 //
 // silu (ops/activation/activation_math.h): x / (1 + exp(-x)), as written there.
+//
+// bf16 (a bf16-mixed model's q/k and MLP activations): rope rounds as its kernel does, the
+// tables and each product and the sum to bf16 (Context::round_to); silu computes in f32 and
+// is rounded once by Context. rms_norm reads the f32 residual stream and stays f32-only.
 #include <cmath>
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/half_bits.h"
 #include "export/onnx/onnx_context.h"
 #include "ops/rope/rope_math.h"
 
@@ -27,6 +32,13 @@ namespace qg::onnx_export {
 namespace {
 
 constexpr const char* kOp = "export.onnx";
+
+DType require_f32_or_bf16(const Context& ctx, const Node& n) {
+  const DType t = ctx.graph().value(n.inputs[0]).type.dtype;
+  QG_CHECK(t == DType::f32 || t == DType::bf16, kOp, n.op->name, " '", n.name, "' reads a ",
+           dtype_name(t), " tensor; it is exported for f32 and bf16");
+  return t;
+}
 
 void require_f32(const Context& ctx, const Node& n) {
   for (ValueId v : n.inputs) {
@@ -60,7 +72,7 @@ void map_rms_norm(Context& ctx, const Node& n) {
 }
 
 void map_rope(Context& ctx, const Node& n) {
-  require_f32(ctx, n);
+  const DType dt = require_f32_or_bf16(ctx, n);
   const Shape& xs = ctx.shape(n.inputs[0]);
   QG_CHECK(xs.size() == 4, kOp, "rope '", n.name, "' needs [batch, heads, seq, head_dim], got ",
            shape_str(xs));
@@ -73,9 +85,11 @@ void map_rope(Context& ctx, const Node& n) {
   const double theta = n.attrs.get_real("rope_theta");
   char theta_text[32];
   std::snprintf(theta_text, sizeof theta_text, "%.17g", theta);
-  std::string key = "rope " + std::string(theta_text) + " " + std::to_string(dim) + ":";
+  std::string key =
+      "rope " + std::string(theta_text) + " " + std::to_string(dim) + " " + dtype_name(dt) + ":";
   for (int64_t t = 0; t < seq; ++t) key += " " + std::to_string(static_cast<int64_t>(pos.at(t)));
   // The tables of one position range are the same for q and k of every layer: written once.
+  const bool bf16 = dt == DType::bf16;  // the kernel's tables are in the input's dtype
   auto table = [&](bool cosine) {
     return ctx.shared(key + (cosine ? " cos" : " sin"), [&] {
       RopeLayout layout;
@@ -86,8 +100,9 @@ void map_rope(Context& ctx, const Node& n) {
         for (int64_t j = 0; j < dim; ++j) {
           const float a =
               rope_math::angle_of(static_cast<int64_t>(pos.at(t)), layout.inv_freq[j % half]);
+          const float c = cosine ? rope_math::cos_f32(a) : rope_math::sin_f32(a);
           v[static_cast<size_t>(t * dim + j)] =
-              cosine ? rope_math::cos_f32(a) : rope_math::sin_f32(a);
+              bf16 ? half_bits::bf16_to_f32(half_bits::f32_to_bf16(c)) : c;
         }
       return ctx.initializer_f32(cosine ? "rope.cos" : "rope.sin", {seq, dim}, v);
     });
@@ -105,13 +120,20 @@ void map_rope(Context& ctx, const Node& n) {
   const std::string x1 = slice(0, half, "x1"), x2 = slice(half, dim, "x2");
   const std::string rotated = ctx.node1("Concat", {ctx.node1("Neg", {x2}, base + ".neg_x2"), x1},
                                         base + ".rotate_half", {attr_int("axis", 3)});
-  const std::string xc = ctx.node1("Mul", {x, c}, base + ".x_cos");
-  const std::string rs = ctx.node1("Mul", {rotated, s}, base + ".rotated_sin");
+  std::string xc = ctx.node1("Mul", {x, c}, base + ".x_cos");
+  std::string rs = ctx.node1("Mul", {rotated, s}, base + ".rotated_sin");
+  if (bf16) {  // y = T(T(x1 * c) + T(-x2 * s)), as rope_op.cpp rounds it
+    const std::string what = "rope '" + n.name + "'";
+    xc = ctx.round_to(xc, dt, base + ".x_cos", what);
+    rs = ctx.round_to(rs, dt, base + ".rotated_sin", what);
+    ctx.bind(n.outputs[0], ctx.round_to(ctx.node1("Add", {xc, rs}, base + ".sum"), dt, base, what));
+    return;
+  }
   ctx.bind(n.outputs[0], ctx.node("Add", {xc, rs}, {ctx.output_name(n)}));
 }
 
 void map_silu(Context& ctx, const Node& n) {
-  require_f32(ctx, n);
+  require_f32_or_bf16(ctx, n);
   const std::string base = ctx.base_name(n.outputs[0]);
   const std::string x = ctx.value(n.inputs[0]);
   const std::string e = ctx.node1("Exp", {ctx.node1("Neg", {x}, base + ".neg")}, base + ".exp");

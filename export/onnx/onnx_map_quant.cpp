@@ -25,6 +25,8 @@
 //   scale = max((max_pos - min_neg) * f32(1 / (qmax - qmin)), eps)
 //   zp    = clamp(qmin - round(min_neg / scale), qmin, qmax)
 //   y     = (clamp(round(x * (1 / scale)) + zp, qmin, qmax) - zp) * scale
+// For a bf16 x (a bf16-mixed model) every qparam step is rounded to bf16 as that header
+// rounds it (T(...) there), the element math stays f32, and y is rounded once.
 #include "core/error.h"
 #include "export/onnx/onnx_context.h"
 #include "ops/common/quant_attrs.h"
@@ -125,31 +127,55 @@ void map_dynamic_fake_quantize(Context& ctx, const Node& n) {
            "converted to integers first (got mode ",
            n.attrs.get_string("mode"), ", group_size ", n.attrs.get_int("group_size"), ")");
   const std::string base = strip(n.name, ".dfq");
+  const std::string what = "dynamic_fake_quantize '" + n.name + "'";
+  const DType in_type = ctx.graph().value(n.inputs[0]).type.dtype;
+  const DType out_type = ctx.graph().value(n.outputs[0]).type.dtype;
   const std::string x = ctx.value(n.inputs[0]);
   const float qmin = static_cast<float>(n.attrs.get_int("quant_min"));
   const float qmax = static_cast<float>(n.attrs.get_int("quant_max"));
+  const float eps = static_cast<float>(n.attrs.get_real("eps"));
   const std::vector<int64_t> axes = {-1};
   auto c = [&](const std::string& what, float v) { return ctx.scalar_f32(base + "." + what, v); };
   auto op = [&](const char* type, const std::vector<std::string>& in, const std::string& what,
                 const AttrList& a = {}) { return ctx.node1(type, in, base + "." + what, a); };
+  // Each qparam step rounded to the input's dtype, as dynamic_fake_quantize_math.h does (a
+  // no-op for f32).
+  auto r = [&](const std::string& v, const std::string& step) {
+    return ctx.round_to(v, in_type, base + "." + step, what);
+  };
   const std::string zero = c("zero", 0.0f), one = c("one", 1.0f);
   const std::string lo = c("qmin", qmin), hi = c("qmax", qmax);
   std::string min_neg =
       op("Min", {ctx.reduce("ReduceMin", x, axes, base + ".min"), zero}, "min_neg");
   std::string max_pos =
       op("Max", {ctx.reduce("ReduceMax", x, axes, base + ".max"), zero}, "max_pos");
-  std::string range = op("Sub", {max_pos, min_neg}, "range");
-  std::string scale0 = op("Mul", {range, c("inv_levels", 1.0f / (qmax - qmin))}, "scale0");
-  std::string scale =
-      op("Max", {scale0, c("eps", static_cast<float>(n.attrs.get_real("eps")))}, "scale");
-  std::string zp_raw = op(
-      "Sub", {lo, op("Round", {op("Div", {min_neg, scale}, "min_steps")}, "min_code")}, "zp_raw");
+  std::string range = r(op("Sub", {max_pos, min_neg}, "range"), "range");
+  std::string scale0 =
+      r(op("Mul", {range, c("inv_levels", 1.0f / (qmax - qmin))}, "scale0"), "scale0");
+  // torch.clamp(min=eps) in the math type; below eps the scale is eps rounded to the input's
+  // dtype. In f32 that is max(scale0, eps); a NaN scale stays NaN either way.
+  std::string scale;
+  if (in_type == DType::f32) {
+    scale = op("Max", {scale0, c("eps", eps)}, "scale");
+  } else {
+    const std::string floor = r(c("eps", eps), "eps");
+    scale =
+        op("Where", {op("Less", {scale0, c("eps_f32", eps)}, "below_eps"), floor, scale0}, "scale");
+  }
+  std::string steps = r(op("Div", {min_neg, scale}, "min_steps"), "min_steps");
+  std::string zp_raw =
+      r(op("Sub", {lo, r(op("Round", {steps}, "min_code"), "min_code")}, "zp_raw"), "zp_raw");
   std::string zp = op("Clip", {zp_raw, lo, hi}, "zero_point");
+  // The element math in f32 (inv = 1 / scale unrounded), then one rounding to the output.
   std::string inv = op("Div", {one, scale}, "inv");
   std::string q = op("Round", {op("Mul", {x, inv}, "x_inv")}, "rounded");
   q = op("Clip", {op("Add", {q, zp}, "shifted"), lo, hi}, "codes");
   std::string d = op("Sub", {q, zp}, "centered");
-  ctx.bind(n.outputs[0], ctx.node("Mul", {d, scale}, {ctx.output_name(n, 0, base + ".fq")}));
+  if (out_type == DType::f32) {
+    ctx.bind(n.outputs[0], ctx.node("Mul", {d, scale}, {ctx.output_name(n, 0, base + ".fq")}));
+  } else {
+    ctx.bind(n.outputs[0], ctx.round_to(op("Mul", {d, scale}, "fq_f32"), out_type, base, what));
+  }
   ctx.bind(n.outputs[2], scale);
   ctx.bind(n.outputs[3], zp);
 }

@@ -75,7 +75,9 @@ void map_add(Context& ctx, const Node& n) {
     const Node& p = ctx.producer(a);
     const Shape& bs = ctx.shape(b);
     // Linear: matmul(x, W^T) + bias is one Gemm (bias [out]).
-    if (p.op->name == "matmul" && bs.size() == 1 && bs[0] == ctx.shape(a).back()) {
+    // (Not for a bf16 product: it is rounded before the add.)
+    if (p.op->name == "matmul" && bs.size() == 1 && bs[0] == ctx.shape(a).back() &&
+        ctx.graph().value(a).type.dtype == DType::f32) {
       emit_gemm(ctx, p, {ctx.value(b)}, n.outputs[0]);
       return;
     }
@@ -256,6 +258,19 @@ void map_global_avg_pool2d(Context& ctx, const Node& n) {
   ctx.bind(n.outputs[0], ctx.node("Flatten", {p}, {ctx.output_name(n)}, {attr_int("axis", 1)}));
 }
 
+// A bf16-mixed model's casts between its f32 stream and its bf16 GEMM operands: to bf16 is
+// a rounding (Context::round_to), back to f32 is exact and emits nothing.
+void map_cast(Context& ctx, const Node& n) {
+  const DType from = ctx.graph().value(n.inputs[0]).type.dtype;
+  const DType to = ctx.graph().value(n.outputs[0]).type.dtype;
+  const std::string x = ctx.value(n.inputs[0]);
+  const bool widen = (from == DType::bf16 && to == DType::f32) || from == to;
+  QG_CHECK(widen || (from == DType::f32 && to == DType::bf16), kOp, "cast '", n.name, "' from ",
+           dtype_name(from), " to ", dtype_name(to),
+           " is not exported (only f32 <-> bf16, the casts of bf16 mixed precision)");
+  ctx.bind(n.outputs[0], widen ? x : ctx.round_to(x, to, n.name, "cast '" + n.name + "'"));
+}
+
 void map_embedding(Context& ctx, const Node& n) {
   simple(ctx, n, "Gather", {attr_int("axis", 0)});
 }
@@ -284,6 +299,7 @@ void add_tensor_mappers(std::map<std::string, Mapper>& t) {
   t["avg_pool2d"] = map_avg_pool2d;
   t["global_avg_pool2d"] = map_global_avg_pool2d;
   t["embedding"] = map_embedding;
+  t["cast"] = map_cast;
 }
 
 }  // namespace qg::onnx_export

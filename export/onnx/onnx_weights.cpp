@@ -231,13 +231,36 @@ std::string emit_float_zero_weight(Context& ctx, const Node& add, const Shape& s
   return reshape(ctx, y, shape, w.base + "_dequantized_float_zero");
 }
 
+// The node a weight comes from: a weight reaches its layer through reshapes only
+// ([out, in] -> [O, C, kh, kw]).
+const Node& weight_source(const Context& ctx, ValueId v) {
+  while (ctx.producer(v).op->name == "reshape") v = ctx.producer(v).inputs[0];
+  return ctx.producer(v);
+}
+
+// Converted integer weights: codes and their DequantizeLinear (and float zeros).
+bool has_integer_form(const Context& ctx, const Node& p) {
+  return ((p.op->name == "dequantize" || p.op->name == "int4_unpack_dequantize") &&
+          constant_inputs(ctx, p)) ||
+         is_float_zero_weight(ctx, p);
+}
+
 }  // namespace
 
 std::string emit_leaf(Context& ctx, ValueId v) {
-  // A weight reaches its layer through reshapes only ([out, in] -> [O, C, kh, kw]).
-  ValueId src = v;
-  while (ctx.producer(src).op->name == "reshape") src = ctx.producer(src).inputs[0];
-  const Node& p = ctx.producer(src);
+  // A bf16-mixed layer's compute copy of its weight (cast to bf16).
+  const Node& c = ctx.producer(v);
+  const DType to = ctx.graph().value(v).type.dtype;
+  if (c.op->name == "cast" && ctx.graph().value(c.inputs[0]).type.dtype == DType::f32 &&
+      to == DType::bf16) {
+    // Integer codes stay codes, then rounded as the cast rounds them.
+    if (has_integer_form(ctx, weight_source(ctx, c.inputs[0])))
+      return ctx.round_to(ctx.value(c.inputs[0]), to, c.name, "cast '" + c.name + "'");
+    // A float weight: the bf16 values the model computes with, stored as bf16 and widened.
+    return ctx.cast(ctx.initializer(ctx.base_name(v), ctx.leaf(v)),
+                    onnx::TensorProto_DataType_FLOAT, ctx.base_name(v) + ".f32");
+  }
+  const Node& p = weight_source(ctx, v);
   if (p.op->name == "dequantize" && constant_inputs(ctx, p))
     return emit_int_weight(ctx, from_dequantize(ctx, p), ctx.shape(v));
   if (p.op->name == "int4_unpack_dequantize" && constant_inputs(ctx, p))

@@ -166,13 +166,65 @@ TEST(OnnxExportLlama, AtOpset17TheDecoderPassesOnnx112sCheckerAndShapeInference)
   }
 }
 
-TEST(OnnxExportLlama, Bf16MixedModelsAreANamedError) {
+// bf16 mixed precision: every bf16 value is an f32 tensor holding it exactly, and each of
+// qatgraph's roundings to bf16 is a Cast to BFLOAT16 and back (onnxruntime's agreement, token
+// for token, is the onnx_llm_roundtrip ctest). Integer weights stay codes; a float weight is
+// stored as the bf16 values the model computes with.
+int casts_to(const onnx::ModelProto& m, int type) {
+  int n = 0;
+  for (const auto& node : m.graph().node())
+    if (node.op_type() == "Cast" && node.attribute(0).i() == type) ++n;
+  return n;
+}
+
+TEST(OnnxExportLlama, Bf16MixedRoundsWhereQatgraphRoundsAndKeepsInt4Codes) {
+  const auto bf16 = onnx::TensorProto_DataType_BFLOAT16;
+  const auto f32 = onnx::TensorProto_DataType_FLOAT;
+  Exported e = export_llama(nn::parse_recipe("8da4w", 32), onnx_export::kInt4Opset,
+                            nn::parse_precision("bf16-mixed"));
+  int int4 = 0;
+  for (const auto& t : e.model.graph().initializer()) {
+    int4 += t.data_type() == 22;
+    EXPECT_NE(t.data_type(), bf16) << t.name();  // integer weights need no bf16 copy
+  }
+  EXPECT_EQ(int4, 2 * 7 + 1);
+  // Per layer: 7 weight copies, 7 GEMM outputs, 2 x 3 rope roundings, attention, silu, the
+  // gate product, 2 bf16 activation quantizers (o_proj, down_proj: 6 qparam steps with the
+  // eps floor, and the output each), 5 f32 -> bf16 activation casts; then the lm_head's
+  // weight, GEMM and input.
+  const int per_layer = 7 + 7 + 6 + 1 + 1 + 1 + 2 * 7 + 5;
+  EXPECT_EQ(casts_to(e.model, bf16), 2 * per_layer + 3);
+  // Each widened right back; the 5 rms_norms' f64 means are the other casts to f32.
+  EXPECT_EQ(casts_to(e.model, f32), casts_to(e.model, bf16) + 5);
+  const auto& out = e.model.graph().output(0);
+  EXPECT_EQ(out.type().tensor_type().elem_type(), f32);  // bf16 logits, held exactly
+}
+
+TEST(OnnxExportLlama, Bf16MixedFloatWeightsAreStoredAsTheirBf16Values) {
+  Exported e = export_llama(nn::QConfig::float32(), onnx_export::kInt4Opset,
+                            nn::parse_precision("bf16-mixed"));
+  int bf16 = 0;
+  for (const auto& t : e.model.graph().initializer())
+    if (t.data_type() == onnx::TensorProto_DataType_BFLOAT16) {
+      ++bf16;
+      EXPECT_EQ(t.raw_data().size(), 2u * static_cast<size_t>(t.dims(0) * t.dims(1))) << t.name();
+    }
+  EXPECT_EQ(bf16, 2 * 7 + 1);  // every GEMM weight; the embedding table stays f32
+}
+
+TEST(OnnxExportLlama, Bf16MixedAtOpset17PassesOnnx112sChecker) {
+  Exported e = export_llama(nn::parse_recipe("8da4w", 32), onnx_export::kOpset,
+                            nn::parse_precision("bf16-mixed"));
+  EXPECT_TRUE(e.result.checked);
+}
+
+TEST(OnnxExportLlama, F16MixedModelsAreANamedError) {
   expect_error(
       [] {
         export_llama(nn::parse_recipe("8da4w", 32), onnx_export::kInt4Opset,
-                     nn::parse_precision("bf16-mixed"));
+                     nn::parse_precision("f16-mixed"));
       },
-      {"export.onnx"});
+      {"export.onnx", "the output f32 or bf16", "f16[2, 6, 40]"});
 }
 
 TEST(OnnxExportLlama, AnotherOpsetIsANamedError) {

@@ -254,6 +254,29 @@ TEST(OnnxExportErrors, AReshapeThatMovesTheBatchIsAnError) {
                {"reshape 'fold'", "does not keep the batch (6)"});
 }
 
+// Casts are exported for bf16 mixed precision only: f32 <-> bf16.
+TEST(OnnxExportErrors, ACastToF16IsAnError) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2, 4}});
+  ValueId h = g.apply1("cast", {x}, {{"dtype", std::string("f16")}}, "to_f16");
+  ValueId y = g.apply1("cast", {h}, {{"dtype", std::string("f32")}}, "back");
+  Executor ex(g);
+  expect_error([&] { onnx_export::export_graph(g, ex, x, y); },
+               {"export.onnx", "cast 'to_f16' from f32 to f16 is not exported"});
+}
+
+// An op outside the checked bf16 list with a bf16 output is refused, not exported in f32.
+TEST(OnnxExportErrors, ABf16OpWithoutACheckedBf16FormIsAnError) {
+  Graph g;
+  ValueId x = g.input("x", {DType::f32, {2, 4}});
+  ValueId h = g.apply1("cast", {x}, {{"dtype", std::string("bf16")}}, "to_bf16");
+  ValueId s = g.apply1("softmax", {h}, {{"axis", int64_t{-1}}}, "probs");
+  ValueId y = g.apply1("cast", {s}, {{"dtype", std::string("f32")}}, "back");
+  Executor ex(g);
+  expect_error([&] { onnx_export::export_graph(g, ex, x, y); },
+               {"export.onnx", "softmax 'probs' has a bf16 output", "exported in f32 only"});
+}
+
 }  // namespace
 }  // namespace qg
 

@@ -36,6 +36,17 @@ for recipe in 8da4w 8da2w w8a8_dynamic int4_weight_only float; do
   grep -h "^size:" "$work/$recipe.export.log" | sed "s/^/$recipe /"
   pairs+=("$work/$recipe.onnx" "$work/$recipe/ref")
 done
+# bf16 mixed precision (f32 master weights, bf16 GEMMs and activations): the export rounds
+# where qatgraph rounds (a Cast to BFLOAT16 and back), so the same checks apply.
+for recipe in 8da4w int4_weight_only float; do
+  name=${recipe}_bf16
+  "$qat" train "${common[@]}" --recipe "$recipe" --precision bf16-mixed --out "$work/$name" \
+    > "$work/$name.train.log"
+  "$qat" export "$work/$name/checkpoint.qgck" --onnx "$work/$name.onnx" --data "$work/data" \
+    --reference "$work/$name/ref" > "$work/$name.export.log"
+  grep -h "^size:" "$work/$name.export.log" | sed "s/^/$name /"
+  pairs+=("$work/$name.onnx" "$work/$name/ref")
+done
 # 8da4w with the token embedding quantized too (--embedding-quant int4: INT4 codes per group of
 # 32 along the hidden dim, DequantizeLinear with block_size feeding the Gather).
 name=8da4w_embedding_int4

@@ -113,13 +113,16 @@ TEST_F(QatExportLlama, Int4WeightOnlyExportsItsFloatZerosAfterTheInt4Dequantize)
   EXPECT_EQ(load_npy(dir_ + "/ref/tokens.npy").shape(), (Shape{2, 4}));
 }
 
-// A model trained in bf16-mixed is built in bf16-mixed (its GEMMs and activations are the
-// arithmetic it trained with), which the decoder export does not write yet: a named error
-// rather than a silent f32 model.
-TEST_F(QatExportLlama, ABf16MixedCheckpointIsNotExportedAsF32) {
+// A model trained in bf16-mixed is built and exported in bf16-mixed (its GEMMs and
+// activations are the arithmetic it trained with), never silently as an f32 model.
+TEST_F(QatExportLlama, ABf16MixedCheckpointIsExportedInBf16) {
   const std::string ck = checkpoint("8da4w", "b", "bf16-mixed");
-  expect_failure("'" + ck + "' --onnx '" + out_ + "' --prompt-len 4 --new-tokens 4",
-                 {"error:", "[export.onnx]", "output f32", "bf16[16, 8, 48]"});
+  CmdResult r = run("'" + ck + "' --onnx '" + out_ + "' --reference '" + dir_ +
+                    "/ref' --prompts 2 --prompt-len 4 --new-tokens 4");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* s : {"precision: bf16-mixed", "Cast pair", "DequantizeLinear 8"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  EXPECT_TRUE(exists(out_));
 }
 
 TEST_F(QatExportLlama, ACorruptCheckpointIsAnError) {
