@@ -29,8 +29,11 @@ struct PassRecord {
   int rewrites = 0;
 };
 
-// The default pipeline's pass names, in the order optimize() runs them (the table in
-// pass_manager.cpp says why).
+// The driver's own pass (merge_duplicates.h), which optimize() runs before the fusion rules.
+inline constexpr const char* kMergeDuplicates = "merge_duplicate_nodes";
+
+// The default pipeline's pass names, in the order optimize() runs them: kMergeDuplicates,
+// then the fusion rules (the table in pass_manager.cpp says why in that order).
 std::vector<std::string> default_pass_names();
 
 // Runs one fusion rule over `graph` (match and legal on the graph as it is, then build the

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/op_registry.h"
+#include "runtime/passes/merge_duplicates.h"
 #include "runtime/passes/pass.h"
 
 namespace qg {
@@ -85,13 +86,17 @@ int run_fusion_rule(const FusionRule& rule, Graph& g) {
 }
 
 std::vector<std::string> default_pass_names() {
-  std::vector<std::string> names;
+  std::vector<std::string> names = {kMergeDuplicates};
   for (const PassStep& step : kPassOrder) names.push_back(step.name);
   return names;
 }
 
 std::vector<PassRecord> optimize(Graph& graph, const PassOptions& options) {
   std::vector<PassRecord> records;
+  // First: the fusion rules then see one node where the model built several equal ones.
+  PassRecord merge{kMergeDuplicates, options.enabled(kMergeDuplicates), 0};
+  if (merge.ran) merge.rewrites = merge_duplicate_nodes(graph);
+  records.push_back(merge);
   for (const PassStep& step : kPassOrder) {
     PassRecord r{step.name, options.enabled(step.name), 0};
     if (r.ran) r.rewrites = run_fusion_rule(registered_rule(step.name), graph);

@@ -32,7 +32,7 @@ TEST_P(SteOptimizerFusionCuda, FusedStepEqualsUnfusedStepOnTheGpu) {
   testing::build_weight_step(plain, c);
   testing::build_weight_step(fused, c);
   optimize(plain.g, kUnfused);
-  ASSERT_EQ(optimize(fused.g, PassOptions{}).at(2).rewrites, 1);
+  ASSERT_EQ(optimize(fused.g, PassOptions{}).at(3).rewrites, 1);
   ASSERT_EQ(fused.g.node(fused.step).op->name, "fused_ste_optimizer");
   Executor ep(plain.g, Device::cuda()), ef(fused.g, Device::cuda());
   const Tensor init = ef.parameter("w").to(Device::cpu()).clone();
@@ -90,7 +90,7 @@ TEST_P(SteChainFusionCuda, TwoMaskKernelEqualsThePairOnTheGpuAndTheCpu) {
   testing::build_double_quantize(fused, c.dtype, c.shape, c.per_channel);
   testing::build_double_quantize(ref, c.dtype, c.shape, c.per_channel);
   optimize(plain, kUnfused);
-  ASSERT_EQ(optimize(fused, PassOptions{}).at(3).rewrites, 1);
+  ASSERT_EQ(optimize(fused, PassOptions{}).at(4).rewrites, 1);
   optimize(ref, PassOptions{{"all"}});
   Executor ep(plain, Device::cuda()), ef(fused, Device::cuda()), cpu(ref);
   for (uint64_t i = 0; i < 2; ++i) {

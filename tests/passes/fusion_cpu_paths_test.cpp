@@ -88,7 +88,7 @@ void build(Built& b, const PathCase& c, bool fuse) {
   b.obs = b.g.value(qp[0]).producer;
   b.quant = b.g.value(out[0]).producer;
   if (fuse) {
-    ASSERT_EQ(optimize(b.g, PassOptions{}).at(0).rewrites, 1);
+    ASSERT_EQ(optimize(b.g, PassOptions{}).at(1).rewrites, 1);
     b.quant = b.obs = b.g.value(b.g.at("y")).producer;
     ASSERT_EQ(b.g.node(b.obs).op->name, "fused_observe_quantize");
     b.scale = b.g.node(b.obs).outputs[2];
