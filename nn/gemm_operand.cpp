@@ -1,7 +1,7 @@
 // The operand chain of a linear's input, shared by the linears that read the same value (Llama's
-// q/k/v projections read one normed input, gate/up another): x -> gemm_input (one
-// dynamic_fake_quantize under dynamic activations) -> flatten to [rows, in] -> cast to the
-// compute dtype.
+// q/k/v projections read one normed input, gate/up another): x -> flatten to [rows, in] ->
+// gemm_input (one per-token dynamic_fake_quantize under dynamic activations) -> cast to the
+// compute dtype (a 4-D input's per-tensor quantizer comes before the flatten).
 //
 // Why sharing the quantizer leaves forward and gradients bit for bit those of one chain per
 // linear (GemmInputSharing::quantizer):
@@ -43,9 +43,17 @@ ValueId Builder::gemm_operand(ValueId x, const std::string& name) {
     auto it = shared_operands_.find(key);
     if (it != shared_operands_.end()) return it->second;
   }
-  ValueId operand = gemm_input(x, name + ".in");
-  // Inputs of rank > 2 ([N, T, D] tokens) run as one [N * T, D] GEMM.
-  if (xs.size() > 2)
+  // Inputs of rank > 2 ([N, T, D] tokens) run as one [N * T, D] GEMM. A per-token quantizer
+  // (dynamic activations below rank 4) sees the same rows either way, so the flatten comes
+  // first there: the quantizer's y is then read by the cast to the compute dtype alone, and
+  // fuse_dfq_cast can write the narrow copy in the same pass. A 4-D input keeps its one
+  // per-tensor range, taken before the flatten.
+  const bool flatten_first = xs.size() > 2 && xs.size() != 4 && qc_.dynamic_activations();
+  ValueId operand = x;
+  if (flatten_first)
+    operand = g_.apply1("reshape", {operand}, {{"shape", Shape{rows, in}}}, name + ".flatten");
+  operand = gemm_input(operand, name + ".in");
+  if (xs.size() > 2 && !flatten_first)
     operand = g_.apply1("reshape", {operand}, {{"shape", Shape{rows, in}}}, name + ".flatten");
   if (share) shared_operands_[key] = operand;
   return operand;

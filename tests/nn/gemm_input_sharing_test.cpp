@@ -170,10 +170,13 @@ TEST(GemmInputSharing, SharedNodesKeepTheFirstLinearsNames) {
     EXPECT_FALSE(by_name.count(later + ".in.dfq")) << later;
     EXPECT_FALSE(by_name.count(later + ".flatten")) << later;
   }
-  const ValueId qkv = by_name.at(attn + "q_proj.flatten")->outputs[0];
+  // The flatten comes first (nn/gemm_operand.cpp), so the matmuls read the quantizer's y.
+  const ValueId qkv = by_name.at(attn + "q_proj.in.dfq")->outputs[0];
+  EXPECT_EQ(by_name.at(attn + "q_proj.in.dfq")->inputs[0],
+            by_name.at(attn + "q_proj.flatten")->outputs[0]);
   for (const char* proj : {"q_proj", "k_proj", "v_proj"})
     EXPECT_EQ(by_name.at(attn + proj + ".matmul")->inputs[0], qkv) << proj;
-  const ValueId gate_up = by_name.at(mlp + "gate_proj.flatten")->outputs[0];
+  const ValueId gate_up = by_name.at(mlp + "gate_proj.in.dfq")->outputs[0];
   for (const char* proj : {"gate_proj", "up_proj"})
     EXPECT_EQ(by_name.at(mlp + proj + ".matmul")->inputs[0], gate_up) << proj;
   // o_proj and down_proj read values of their own.
