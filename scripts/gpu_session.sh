@@ -50,6 +50,13 @@ for recipe in 8da4w int4_weight_only w8a8_dynamic; do
   CUDA_VISIBLE_DEVICES=0 timeout 60 "$qat" steps --device cuda --model llama --precision bf16-mixed \
     --recipe "$recipe" --reps 20 2>&1 | grep "step llama" | tr -s ' '
 done
+# The same steps without merge_duplicate_nodes: the graph before it (three casts of the q/k/v
+# input and two of gate/up, and no dfq+cast fusion of those), so its saving shows in one call.
+for recipe in 8da4w; do
+  CUDA_VISIBLE_DEVICES=0 QG_DISABLE_PASSES=merge_duplicate_nodes timeout 60 "$qat" steps \
+    --device cuda --model llama --precision bf16-mixed --recipe "$recipe" --reps 20 2>&1 |
+    grep "step llama" | tr -s ' ' | sed 's/^/(no merge) /'
+done
 CUDA_VISIBLE_DEVICES=0 timeout 60 "$qat" steps --device cuda --model llama --precision bf16-mixed \
   --recipe 8da4w --variant qat --optimizer adamw --reps 20 --profile --floors \
   --peak-gbps "${PEAK_GBPS:-4800}" >"$out/floors_8da4w.log" 2>&1
