@@ -1,6 +1,8 @@
 #include "runtime/compile.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "autograd/grad.h"
 #include "core/error.h"
@@ -9,6 +11,11 @@
 #include "runtime/memory_plan.h"
 
 namespace qg {
+
+bool cuda_graph_from_environment() {
+  const char* v = std::getenv("QG_CUDA_GRAPH");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
 namespace {
 
 // The fused CUDA kernels that read their input once have no point between the statistics and

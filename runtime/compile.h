@@ -51,12 +51,17 @@ struct TrainingSpec {
   std::vector<RecomputeRegion> recompute = {};
 };
 
+// False when QG_CUDA_GRAPH is 0 (CompileOptions::cuda_graph's default), else true.
+bool cuda_graph_from_environment();
+
 struct CompileOptions {
   Device device = Device::cpu();
   ContextOptions context;  // the executor's device context: stream, precision flags
   PassOptions passes = PassOptions::from_env();
   bool plan_memory = true;  // false: every value gets its own buffer (the planner's reference)
-  bool cuda_graph = true;   // on CUDA: capture each run mode and replay it
+  // On CUDA: capture each run mode and replay it. QG_CUDA_GRAPH=0 in the environment turns
+  // it off (every step launched kernel by kernel), to tell what the graph changes.
+  bool cuda_graph = cuda_graph_from_environment();
   // Values any run may fetch, by the ids they had when the graph was built. They are marked
   // as graph outputs before the passes, so no fusion removes them (one may rebuild their
   // producer; runs still fetch them by these ids).

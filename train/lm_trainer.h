@@ -24,6 +24,7 @@
 #include "device/communicator.h"
 #include "nn/llama.h"
 #include "runtime/compile.h"
+#include "runtime/distributed/gradient_sync.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 
@@ -61,7 +62,7 @@ struct LmTrainConfig {
   // checkpoints, keyed on the global batch, so a run resumes under any rank count that keeps
   // it.
   Communicator* comm = nullptr;
-  int64_t bucket_bytes = int64_t{25} << 20;
+  int64_t bucket_bytes = dist::kDefaultBucketBytes;
   // The dtype the gradient buckets travel and are summed in (gradient_sync.h): f32, or bf16
   // (f16) for half the bytes, as FSDP's reduce_dtype.
   DType grad_reduce_dtype = DType::f32;

@@ -18,6 +18,7 @@
 #include "device/communicator.h"
 #include "nn/model.h"
 #include "runtime/compile.h"
+#include "runtime/distributed/gradient_sync.h"
 #include "runtime/executor.h"
 #include "train/evaluate.h"
 #include "train/optimizer.h"
@@ -48,7 +49,7 @@ struct TrainConfig {
   // observers and batch norms see the global batch, so N ranks train as one process on the
   // global batch would (docs/DISTRIBUTED.md gives the tolerances).
   Communicator* comm = nullptr;
-  int64_t bucket_bytes = int64_t{25} << 20;  // gradient all-reduce buckets
+  int64_t bucket_bytes = dist::kDefaultBucketBytes;  // gradient all-reduce buckets
   // The dtype gradients are all-reduced in (runtime/distributed/gradient_sync.h): f32, or bf16
   // / f16 for half the bytes on the wire.
   DType grad_reduce_dtype = DType::f32;

@@ -68,7 +68,8 @@ struct StepsOptions {
   // torchrun variables of another launcher.
   int nproc = 1;
   bool no_grad_sync = false;
-  double bucket_mb = 25, dist_timeout = 60;
+  double bucket_mb = 400;  // MiB: dist::kDefaultBucketBytes
+  double dist_timeout = 60;
   std::string grad_reduce_dtype = "f32";
 };
 
@@ -476,7 +477,9 @@ void add_steps_command(CLI::App& app) {
   cmd->add_flag("--no-grad-sync", o->no_grad_sync,
                 "Data parallel: time the step without the gradient all-reduce (no "
                 "communication), to estimate how much of the all-reduce the backward pass hides");
-  cmd->add_option("--bucket-mb", o->bucket_mb, "Data parallel: gradient all-reduce bucket size")
+  cmd->add_option(
+         "--bucket-mb", o->bucket_mb,
+         "Data parallel: gradient all-reduce bucket size in MiB (docs/DISTRIBUTED.md: why 400)")
       ->capture_default_str();
   cmd->add_option("--grad-reduce-dtype", o->grad_reduce_dtype,
                   "Data parallel: the dtype gradients are all-reduced in (bf16/f16: half the "

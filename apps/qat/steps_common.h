@@ -8,6 +8,7 @@
 #include "core/graph.h"
 #include "nn/llama.h"
 #include "runtime/compile.h"
+#include "runtime/distributed/gradient_sync.h"
 #include "runtime/distributed/process_group.h"
 #include "train/optimizer.h"
 
@@ -50,7 +51,7 @@ struct DataParallelSteps {
   bool small = false, wall = false;
   bool recompute = false;  // activation recomputation per decoder block
   bool grad_sync = true;   // false: the ranks do not communicate (the step alone)
-  int64_t bucket_bytes = int64_t{25} << 20;
+  int64_t bucket_bytes = dist::kDefaultBucketBytes;
   DType grad_reduce_dtype = DType::f32;  // what the buckets travel in
 };
 

@@ -189,7 +189,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--zero1", o->zero1,
                 "Data parallel: each rank keeps the optimizer state of its share of the "
                 "parameters and the updated parameters are all-gathered (ZeRO stage 1)");
-  cmd->add_option("--bucket-mb", o->bucket_mb, "Data parallel: gradient all-reduce bucket size")
+  cmd->add_option(
+         "--bucket-mb", o->bucket_mb,
+         "Data parallel: gradient all-reduce bucket size in MiB (docs/DISTRIBUTED.md: why 400)")
       ->capture_default_str();
   cmd->add_option("--grad-reduce-dtype", o->grad_reduce_dtype,
                   "Data parallel: the dtype gradients are all-reduced in (bf16/f16: half the "

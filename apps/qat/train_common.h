@@ -64,8 +64,8 @@ struct TrainOptions {
   double dist_timeout = 60;  // seconds a collective may wait before every rank fails
   bool no_sync_observers = false;
   bool no_sync_bn = false;
-  bool zero1 = false;  // shard the optimizer state over the ranks (ZeRO stage 1)
-  double bucket_mb = 25;
+  bool zero1 = false;                     // shard the optimizer state over the ranks (ZeRO stage 1)
+  double bucket_mb = 400;                 // MiB: dist::kDefaultBucketBytes
   std::string grad_reduce_dtype = "f32";  // f32, bf16 or f16
   Communicator* comm = nullptr;           // set once this process has joined its group
   int local_rank = 0;

@@ -13,7 +13,8 @@
 //    the block sums each candidate's error in histmath's canonical lane order, and thread 0
 //    writes the range and the qparams.
 // Every step repeats the CPU's float operations in the CPU's order, so the histogram, the
-// range and the qparams are identical to the CPU's.
+// range and the qparams are identical to the CPU's. Data-parallel ranks observe every rank's
+// input, gathered (observer_common.h: gather_input).
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
 #include "ops/common/quant_attrs.h"
@@ -235,13 +236,14 @@ unsigned channel_blocks(int64_t nq, int64_t bins) {
 
 void histogram_observer_cuda(KernelContext& ctx) {
   const ObserverArgs& args = ctx.args<ObserverArgs>();
-  const Tensor& x = ctx.inputs[0];
-  const ScopeLayout& l = args.layout;
   QG_CHECK(ctx.states.size() == 6, ctx.op, "expected 6 state tensors, got ", ctx.states.size());
-  // Their statistics sync (gathering every rank's values) runs on CPU ranks only so far.
-  QG_CHECK(!(ctx.training && observer_sync(ctx, l) != nullptr), ctx.op,
-           "data-parallel statistics sync of this observer runs on CPU ranks only; use a min/max "
-           "or moving-average observer on CUDA ranks, or turn statistics sync off");
+  // Data parallel: the bins are not a reduction of per-rank bins, so every rank observes the
+  // global batch itself (gather_input), as one process would.
+  GatheredInput global{ctx.inputs[0], args.layout};
+  if (Communicator* comm = ctx.training ? observer_sync(ctx, args.layout) : nullptr)
+    global = gather_input(*comm, ctx.inputs[0], args.layout, ctx.device.stream());
+  const Tensor& x = global.x;
+  const ScopeLayout& l = global.layout;
   const int64_t nq = l.num_qparams;
   if (nq == 0) return;
   HistState h = hist_state(ctx, nq);

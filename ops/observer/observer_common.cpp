@@ -167,6 +167,18 @@ void sync_values(Communicator& comm, std::vector<std::vector<float>>& values) {
   values = all_gather_lists(comm, values);
 }
 
+GatheredInput gather_input(Communicator& comm, const Tensor& x, const ScopeLayout& l,
+                           void* stream) {
+  QG_CHECK(l.kind == ScopeKind::tensor || (l.kind == ScopeKind::channel && l.axis > 0), "observer",
+           "only the per-tensor scope and channels off axis 0 gather their inputs");
+  QG_CHECK(x.is_contiguous(), "observer", "the gathered input must be contiguous");
+  const int64_t ranks = comm.world_size();
+  GatheredInput g{Tensor::empty({ranks * x.numel()}, x.dtype(), x.device()), l};
+  g.layout.outer = l.outer * ranks;
+  comm.all_gather(x.raw_data(), g.x.raw_data(), static_cast<int64_t>(x.nbytes()), stream);
+  return g;
+}
+
 void check_real_in(const std::string& op, const std::string& attr, double value, double lo,
                    double hi) {
   QG_CHECK(value > lo && value <= hi, op, "attribute '", attr, "' = ", value, " is outside (", lo,

@@ -76,6 +76,17 @@ void sync_nonfinite(Communicator& comm, int64_t* nonfinite, int64_t before);
 // Replaces each rank's per-channel finite values by the ranks' concatenation.
 void sync_values(Communicator& comm, std::vector<std::vector<float>>& values);
 
+// CUDA ranks, for the histogram and percentile observers: every rank's input gathered in rank
+// order (one all-gather on `stream`), which is the global batch one process would observe,
+// and its layout. The synced scopes (tensor, and channel off axis 0) count axis 0 in their
+// outer extent, so the concatenation along axis 0 has the same qparams and `ranks` times the
+// outer extent. Observing it on each rank leaves every rank the state of that one process.
+struct GatheredInput {
+  Tensor x;
+  ScopeLayout layout;
+};
+GatheredInput gather_input(Communicator& comm, const Tensor& x, const ScopeLayout& l, void* stream);
+
 // Calls fn(channel, value_f32) for each finite element in memory order and counts the
 // non-finite ones (after the cast to f32, as PyTorch casts to its f32 statistics).
 template <typename Fn>

@@ -189,13 +189,14 @@ __global__ void finish_kernel(PArgs a, double p, qmath::QParamsConfig cfg, float
 
 void percentile_observer_cuda(KernelContext& ctx) {
   const ObserverArgs& args = ctx.args<ObserverArgs>();
-  const Tensor& x = ctx.inputs[0];
-  const ScopeLayout& l = args.layout;
   QG_CHECK(ctx.states.size() == 6, ctx.op, "expected 6 state tensors, got ", ctx.states.size());
-  // Their statistics sync (gathering every rank's values) runs on CPU ranks only so far.
-  QG_CHECK(!(ctx.training && observer_sync(ctx, l) != nullptr), ctx.op,
-           "data-parallel statistics sync of this observer runs on CPU ranks only; use a min/max "
-           "or moving-average observer on CUDA ranks, or turn statistics sync off");
+  // Data parallel: every rank observes the global batch itself (gather_input), as one process
+  // would: the histogram's range and bins are not a reduction of per-rank ones.
+  GatheredInput global{ctx.inputs[0], args.layout};
+  if (Communicator* comm = ctx.training ? observer_sync(ctx, args.layout) : nullptr)
+    global = gather_input(*comm, ctx.inputs[0], args.layout, ctx.device.stream());
+  const Tensor& x = global.x;
+  const ScopeLayout& l = global.layout;
   double p = args.percentile;
   QG_CHECK(p > 0 && p <= 100, ctx.op, "attribute 'percentile' = ", p, " is outside (0, 100]");
   PArgs a{};

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "runtime/distributed/backends.h"
+#include "runtime/distributed/nccl_trace.h"
 
 namespace qg::dist {
 namespace {
@@ -97,6 +98,7 @@ class NcclCommunicator final : public Communicator {
 
   ~NcclCommunicator() override {
     (void)cudaStreamSynchronize(comm_stream_);
+    trace_.write();
     for (auto& [ptr, ev] : done_) (void)cudaEventDestroy(ev);
     (void)cudaEventDestroy(ready_);
     (void)cudaStreamDestroy(comm_stream_);
@@ -112,10 +114,13 @@ class NcclCommunicator final : public Communicator {
     if (count == 0) return;
     auto s = static_cast<cudaStream_t>(stream);
     // Fork: the communication stream starts after the work queued on `s` so far.
+    trace_.mark('i', count, s);
     QG_CUDA_OK("all_reduce", cudaEventRecord(ready_, s));
     QG_CUDA_OK("all_reduce", cudaStreamWaitEvent(comm_stream_, ready_, 0));
+    trace_.mark('s', count, comm_stream_);
     QG_NCCL_CHECK("all_reduce", ncclAllReduce(data, data, static_cast<size_t>(count),
                                               nccl_type(dtype), nccl_op(op), comm_, comm_stream_));
+    trace_.mark('e', count, comm_stream_);
     QG_CUDA_OK("all_reduce", cudaEventRecord(event_for(data), comm_stream_));
     if (stream == nullptr) QG_CUDA_OK("all_reduce", cudaStreamSynchronize(comm_stream_));
   }
@@ -123,7 +128,9 @@ class NcclCommunicator final : public Communicator {
   void wait_for(const void* buffer, void* stream) override {
     auto it = done_.find(buffer);
     if (it == done_.end()) return;
+    trace_.mark('w', 0, static_cast<cudaStream_t>(stream));
     QG_CUDA_OK("all_reduce", cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), it->second, 0));
+    trace_.mark('r', 0, static_cast<cudaStream_t>(stream));
   }
 
   void broadcast(void* data, int64_t bytes, int root, void* stream) override {
@@ -203,6 +210,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t ready_ = nullptr;
   std::map<const void*, cudaEvent_t> done_;  // the last all-reduce into each buffer
+  CollectiveTrace trace_{rank_};             // QG_NCCL_TRACE (nccl_trace.h)
 };
 
 }  // namespace

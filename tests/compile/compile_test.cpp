@@ -9,6 +9,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/compile.h"
+#include "tests/common/scoped_env.h"
 #include "tests/core/test_util.h"
 #include "tests/train/train_util.h"
 #include "train/optimizer.h"
@@ -262,6 +263,34 @@ TEST_F(CompileTest, CudaTrainerReplaysACapturedStep) {
   nn::Trainer cpu(cnn_config(), train, test);
   cpu.train_epoch();
   EXPECT_NEAR(t.history().back().test_accuracy, cpu.history().back().test_accuracy, 0.05);
+}
+
+// QG_CUDA_GRAPH=0 turns the CUDA-graph replay off (steps launched kernel by kernel, which
+// the collective trace needs); anything else, or nothing, leaves it on.
+TEST(CompileOptionsTest, CudaGraphFollowsTheEnvironment) {
+  {
+    testing::ScopedEnv unset("QG_CUDA_GRAPH", nullptr);
+    EXPECT_TRUE(CompileOptions{}.cuda_graph);
+  }
+  {
+    testing::ScopedEnv off("QG_CUDA_GRAPH", "0");
+    EXPECT_FALSE(cuda_graph_from_environment());
+    EXPECT_FALSE(CompileOptions{}.cuda_graph);
+  }
+  {
+    testing::ScopedEnv on("QG_CUDA_GRAPH", "1");
+    EXPECT_TRUE(CompileOptions{}.cuda_graph);
+  }
+}
+
+// On a GPU with QG_CUDA_GRAPH=0: the trainer's step is launched, never captured or replayed.
+TEST_F(CompileTest, CudaGraphOffLaunchesEveryStep) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  testing::ScopedEnv off("QG_CUDA_GRAPH", "0");
+  nn::Trainer t(cnn_config(Device::cuda()), train, test);
+  t.train_epoch();
+  const nn::Model& m = t.model();
+  EXPECT_EQ(t.compiled().last_path({m.loss, m.logits}, true, true), RunPath::launch);
 }
 
 }  // namespace

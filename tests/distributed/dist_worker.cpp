@@ -18,6 +18,8 @@
 #include "core/half_bits.h"
 #include "data/digits.h"
 #include "device/device_context.h"
+#include "ops/common/quant_scope.h"
+#include "ops/observer/observer_common.h"
 #include "runtime/compile.h"
 #include "runtime/distributed/process_group.h"
 #include "tests/distributed/lm_scenarios.h"
@@ -115,9 +117,8 @@ void observers(Communicator* c, bool fused, std::ostream& out, Device device = D
   std::vector<Case> cases;
   for (const char* op : {"minmax_observer", "moving_average_observer"})
     for (const char* scope : {"tensor", "channel"}) cases.push_back({op, scope});
-  if (!cuda)  // their sync runs on CPU ranks only
-    for (const char* op : {"histogram_observer", "percentile_observer"})
-      for (const char* scope : {"tensor", "channel"}) cases.push_back({op, scope});
+  for (const char* op : {"histogram_observer", "percentile_observer"})
+    for (const char* scope : {"tensor", "channel"}) cases.push_back({op, scope});
   for (const Case& cs : cases) {
     for (int delayed = 0; delayed < 2; ++delayed) {
       if (delayed && cs.op.find("histogram") != std::string::npos) continue;
@@ -167,6 +168,34 @@ void observers(Communicator* c, bool fused, std::ostream& out, Device device = D
         out << '\n';
       }
     }
+  }
+}
+
+// ---- gather_input (ops/observer/observer_common.h), which the CUDA histogram and percentile
+// observers sync through: each rank's shard of the global rows, gathered in rank order, for the
+// per-tensor and the per-channel (axis 1) layout; then a row scope, which it must refuse.
+void gather_inputs(Communicator* c, std::ostream& out) {
+  const int world = c ? c->world_size() : 1, rank = c ? c->rank() : 0;
+  const int64_t rows = kRows / world;
+  std::vector<float> v;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < kCols; ++j) v.push_back(value(1, rank * rows + i, j));
+  const Tensor x = Tensor::from_vector<float>({rows, kCols}, v);
+  for (const std::string scope : {"tensor", "channel"}) {
+    Attrs attrs = {{"scope", scope}};
+    if (scope == "channel") attrs.set("axis", int64_t{1});
+    const ScopeLayout l = scope_layout("gather_input", attrs, x.shape());
+    const GatheredInput g = c ? gather_input(*c, x, l, nullptr) : GatheredInput{x, l};
+    out << scope << " outer " << g.layout.outer << " axis_len " << g.layout.axis_len << " qparams "
+        << g.layout.num_qparams << " x " << hex_of(g.x) << '\n';
+  }
+  if (c == nullptr) return;
+  Attrs rows_scope = {{"scope", std::string("channel")}, {"axis", int64_t{0}}};
+  try {
+    gather_input(*c, x, scope_layout("gather_input", rows_scope, x.shape()), nullptr);
+    out << "channel axis 0: gathered\n";
+  } catch (const Error&) {
+    out << "channel axis 0: refused\n";
   }
 }
 
@@ -376,6 +405,8 @@ int main(int argc, char** argv) {
       collectives(group->communicator(Device::cpu()), out);
     else if (scenario == "observers")
       observers(c, arg == "fused", out);
+    else if (scenario == "gather_input")
+      gather_inputs(c, out);
     else if (scenario == "train")
       train(c, arg, out);
     else if (scenario == "collectives_cuda")

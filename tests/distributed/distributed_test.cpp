@@ -260,6 +260,31 @@ TEST(ObserverSync, FusedMatchesOneProcessBitForBit) {
   check_observers("fused");
 }
 
+// The gathered input of the CUDA histogram and percentile observers' sync, on CPU ranks: 2 and
+// 3 ranks' shards gather into the one process's rows, byte for byte, with its layout; a scope of
+// rows (channel on axis 0) is refused.
+TEST(ObserverSync, GatheredInputIsTheGlobalBatch) {
+  SKIP_WITHOUT_GLOO();
+  const std::string dir = scratch("gather_input");
+  dist::LaunchResult one = run_workers(1, {"gather_input", dir});
+  ASSERT_EQ(one.failed_rank, -1) << one.what << read_file(dir + "/err_r0.txt");
+  const std::vector<std::string> want = lines_of(result_file(dir, "gather_input", 1, 0));
+  ASSERT_EQ(want.size(), 2u);
+  EXPECT_NE(want[0].find("tensor outer 96 "), std::string::npos) << want[0];
+  EXPECT_NE(want[1].find("channel outer 12 axis_len 8 qparams 8 "), std::string::npos) << want[1];
+  for (int n : {2, 3}) {
+    dist::LaunchResult r = run_workers(n, {"gather_input", dir});
+    ASSERT_EQ(r.failed_rank, -1) << r.what << read_file(dir + "/err_r0.txt");
+    for (int k = 0; k < n; ++k) {
+      std::vector<std::string> got = lines_of(result_file(dir, "gather_input", n, k));
+      ASSERT_EQ(got.size(), 3u) << n << " ranks, rank " << k;
+      EXPECT_EQ(got[2], "channel axis 0: refused");
+      got.pop_back();
+      EXPECT_EQ(got, want) << n << " ranks, rank " << k;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- training
 // N-rank training against 1-rank training on the same global batch: the state (parameters,
 // optimizer moments, observer statistics, qparams) is bit-identical on every rank after every
@@ -341,7 +366,9 @@ TEST(DataParallel, ShardedOptimizerStateTrainsAsUnsharded) {
       const std::vector<std::string> ref = n == 2 ? lines_of(result_file(dir, "zero1_off", 2, k))
                                                   : lines_of(result_file(dir, "zero1_on", 3, 0));
       for (size_t i = 0; i < 5; ++i) {
-        if (n == 2) EXPECT_EQ(mine[i], ref[i]) << "rank " << k << " of " << n;
+        if (n == 2) {
+          EXPECT_EQ(mine[i], ref[i]) << "rank " << k << " of " << n;
+        }
         EXPECT_EQ(mine[i].substr(mine[i].find("state")), ref[i].substr(ref[i].find("state")))
             << "rank " << k << " of " << n;
       }
@@ -357,7 +384,9 @@ TEST(DataParallel, ShardedOptimizerStateTrainsAsUnsharded) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].name, b[i].name);
-    if (a[i].name != "history") EXPECT_TRUE(a[i].payload == b[i].payload) << a[i].name;
+    if (a[i].name != "history") {
+      EXPECT_TRUE(a[i].payload == b[i].payload) << a[i].name;
+    }
   }
   ASSERT_EQ(run_workers(1, {"zero1_resume", dir, "off"}).failed_rank, -1)
       << read_file(dir + "/err_r0.txt");
@@ -449,7 +478,8 @@ TEST(Nccl, CollectivesOnTwoGpus) {
     EXPECT_EQ(read_file(result_file(dir, "collectives_cuda", 2, k)), "ok\n");
 }
 
-// The CUDA min/max and moving-average observers synced through NCCL leave, bit for bit, the
+// The CUDA observers synced through NCCL (min/max and moving average through their reduced
+// ranges; histogram and percentile through the gathered input) leave, bit for bit, the
 // states and fake-quantized output of one GPU observing the concatenated batch.
 TEST(Nccl, ObserversOnTwoGpusMatchOne) {
   if (!two_gpus()) GTEST_SKIP() << "needs NCCL and QG_TEST_GPUS >= 2";
@@ -459,7 +489,7 @@ TEST(Nccl, ObserversOnTwoGpusMatchOne) {
   dist::LaunchResult two = run_workers(2, {"observers_cuda", dir});
   ASSERT_EQ(two.failed_rank, -1) << two.what << read_file(dir + "/err_r0.txt");
   const auto want = lines_of(result_file(dir, "observers_cuda", 1, 0));
-  ASSERT_EQ(want.size(), 32u);  // 8 cases x (the node count, 3 steps)
+  ASSERT_EQ(want.size(), 48u);  // 12 cases x (the node count, 3 steps)
   for (int k = 0; k < 2; ++k) EXPECT_EQ(lines_of(result_file(dir, "observers_cuda", 2, k)), want);
 }
 
@@ -536,7 +566,9 @@ TEST(Nccl, ShardedOptimizerStateOnTwoGpusTrainsAsUnsharded) {
              b = nn::read_checkpoint(dir + "/zero1_off.qgck");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].name != "history") EXPECT_TRUE(a[i].payload == b[i].payload) << a[i].name;
+    if (a[i].name != "history") {
+      EXPECT_TRUE(a[i].payload == b[i].payload) << a[i].name;
+    }
 }
 
 }  // namespace

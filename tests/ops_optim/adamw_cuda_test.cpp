@@ -93,7 +93,9 @@ TEST(AdamWCuda, CompiledStepReplaysTheScheduleWithoutRecompiling) {
       step.synchronize();
       norms.push_back(out[1].to(Device::cpu()).to_doubles()[0]);
     }
-    if (d.is_cuda()) EXPECT_EQ(step.last_path({loss, norm}, true, true), RunPath::replay);
+    if (d.is_cuda()) {
+      EXPECT_EQ(step.last_path({loss, norm}, true, true), RunPath::replay);
+    }
     std::vector<double> p;
     for (int k = 0; k < 3; ++k) {
       std::vector<double> v =
