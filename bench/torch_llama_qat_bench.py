@@ -9,7 +9,9 @@ intermediate 2816, 16 heads, 8 KV heads, RMSNorm eps 1e-5, rope_theta 10000, unt
 (12 layers: 207M parameters), bf16 parameters, SDPA attention; batch 8 x 1024 tokens; fused
 AdamW. Each variant starts from the same weights and steps on the same random tokens: forward
 with the loss, backward, optimizer step. Timed with CUDA events over `steps` steps after
-`warmup`; peak memory is torch's max_memory_allocated over the timed and warm-up steps. With
+`warmup`; peak memory is torch's max_memory_allocated over the timed and warm-up steps
+(`--cuda-graph`: each variant's whole step is captured once and replayed, which takes the
+host's per-step work, Python and launches, out of the time). With
 `--repeats R` every variant is measured R times, interleaved, and its median reported. The
 losses of the first and last steps show that each variant trains. MFU counts 6 N tokens plus
 the causal attention's FLOPs (6 x 2 x layers x batch x seq^2 x hidden / 2) against `--peak`
@@ -50,17 +52,25 @@ def measure(prepare, args):
         model = prepare(model, args.group_size)
     model.train()
     params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    # capturable: the step count stays on the device, which a captured step needs.
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True,
+                            capturable=args.cuda_graph)
     gen = torch.Generator(device="cuda").manual_seed(1)
     ids = torch.randint(0, 32000, (args.batch, args.seq), device="cuda", generator=gen)
     losses = []
 
-    def step():
+    def eager_step():
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.detach())
+        opt.zero_grad(set_to_none=not args.cuda_graph)
+        return loss.detach()
+
+    if args.cuda_graph:
+        step = graphed(eager_step, losses)
+    else:
+        def step():
+            losses.append(eager_step())
 
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -71,6 +81,28 @@ def measure(prepare, args):
     gc.collect()
     torch.cuda.empty_cache()
     return params, ms, peak, first, last
+
+
+def graphed(eager_step, losses):
+    """The whole training step (forward, backward, AdamW) captured as one CUDA graph, as
+    PyTorch's whole-network capture does it: three warm-up steps on a side stream (which also
+    make every lazily built state: the optimizer's, qatgraph's prepared kernels), then one
+    capture; each call replays it. The gradients stay allocated (zeroed, not freed), so the
+    captured step reads and writes fixed addresses."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            losses.append(eager_step())
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = eager_step()
+
+    def replay():
+        graph.replay()
+        losses.append(static_loss.clone())
+    return replay
 
 
 def profile(args):
@@ -128,6 +160,9 @@ def main():
                              "between calls")
     parser.add_argument("--profile", action="store_true",
                         help="profile 3 steps of the qatgraph variant; print the top kernels")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="capture each variant's whole step as one CUDA graph and replay "
+                             "it (no host work per step: what is left is the GPU's time)")
     args = parser.parse_args()
     if args.profile:
         profile(args)
@@ -138,7 +173,8 @@ def main():
     variants.append((f"qatgraph.torch 8da4w QAT (group {args.group_size})", qatgraph_8da4w))
     tokens = args.batch * args.seq
     print(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}; LlamaForCausalLM "
-          f"{args.layers} layers, batch {args.batch} x {args.seq}, bf16, SDPA, fused AdamW\n")
+          f"{args.layers} layers, batch {args.batch} x {args.seq}, bf16, SDPA, fused AdamW"
+          f"{'; each step one CUDA graph replay' if args.cuda_graph else ''}\n")
     print("| step | ms/step | / float | tokens/s | MFU | peak GiB | loss first -> last |")
     print("|---|---|---|---|---|---|---|")
     # Interleaved: repeat r measures every variant once, so a drift of the GPU's speed over the

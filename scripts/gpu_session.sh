@@ -8,7 +8,7 @@
 # default, under the 600 s a call may run). On a 1-GPU machine the 2-GPU parts report a skip.
 # Carry .gpudeps (scripts/pack_gpu_deps.sh). The lent host returns at most 8 files: $OUT gets
 # session.log (the summary printed here too), ctest.log, floors_8da4w.log, torch_profile.txt,
-# dist.log; the rest stays in a scratch folder on the host.
+# torch_steps.txt, dist.log; the rest stays in a scratch folder on the host.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deadline=$(($(date +%s) + ${DEADLINE_S:-560}))
@@ -69,6 +69,15 @@ fi
 CUDA_VISIBLE_DEVICES=0 PYTHONPATH="$build/python:$torchao" timeout 90 python3 \
   bench/torch_llama_qat_bench.py --profile >"$out/torch_profile.txt" 2>&1
 echo "qatgraph.torch profile: rc=$?; $(grep 'GPU kernel time per step' "$out/torch_profile.txt")"
+
+# qatgraph.torch's 8da4w against the float step in transformers' Llama: launched step by
+# step, then each step replayed as one CUDA graph (no host work per step).
+for mode in "" --cuda-graph; do
+  CUDA_VISIBLE_DEVICES=0 PYTHONPATH="$build/python:$torchao" timeout 120 python3 \
+    bench/torch_llama_qat_bench.py --skip-torchao $mode >>"$out/torch_steps.txt" 2>&1
+  echo "qatgraph.torch steps ${mode:-eager}: rc=$?"
+done
+grep -E "^\| (float|qatgraph)|failed" "$out/torch_steps.txt"
 
 left=$((deadline - $(date +%s)))
 echo "==== ctest on GPU 0 ($left s left; NCCL tests ran above)"

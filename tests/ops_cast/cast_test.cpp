@@ -255,5 +255,32 @@ TEST(CastGpu, BitIdenticalToTheCpu) {
   }
 }
 
+// The GPU's contiguous cast runs in packs of 8 elements: a length with a partial last pack,
+// many blocks, and an input that starts off a 16-byte boundary (element loads instead of
+// whole-pack ones) must all match the CPU bit for bit.
+TEST(CastGpu, PacksTailsAndUnalignedInputsMatchTheCpu) {
+  QG_REQUIRE_GPU();
+  const int64_t n = 100003;  // 12500 packs and a tail of 3
+  Tensor values = testing::random_f32({n + 1}, 11);
+  for (DType from : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    const Tensor host = cast(values, dtype_name(from));
+    const Tensor device = host.to(Device::cuda());
+    const int64_t one = static_cast<int64_t>(dtype_size(from));
+    for (const char* to : {"f32", "f64", "f16", "bf16"}) {
+      SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + to);
+      for (int64_t offset : {int64_t{0}, int64_t{1}}) {  // 1: not 16-byte aligned
+        const Shape shape{n};
+        const Tensor x_cpu = host.view(offset * one, shape, from).clone();
+        const Tensor x_gpu = device.view(offset * one, shape, from);
+        const Tensor want = cast(x_cpu, to);
+        const Tensor got = cast(x_gpu, to, Device::cuda());
+        ASSERT_EQ(got.numel(), n);
+        EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0)
+            << "offset " << offset;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qg
