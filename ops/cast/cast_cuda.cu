@@ -3,8 +3,8 @@
 // from_math (round to nearest even, NaN as the CPU writes it). Bit-identical to the CPU.
 // A contiguous x goes in packs of 8 elements (whole 16-byte loads and stores, several packs a
 // thread in flight: ops/common/cuda_vec.cuh). The one-element loop before it kept 2 bytes a
-// thread in flight for bf16: the 207M Llama step's casts took 2.25x (8da4w, H200) and 3.07x
-// (float, H100) the time their bytes take at the memory's peak (`qat steps --floors`).
+// thread in flight for bf16: the 207M Llama step's casts took 2.25x the time their bytes take
+// at the H200's memory peak (8da4w step, `qat steps --floors`), 2.1x on an H100 (float step).
 #include <type_traits>
 
 #include "core/graph.h"
