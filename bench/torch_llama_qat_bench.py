@@ -51,6 +51,8 @@ def measure(prepare, args):
     if prepare is not None:
         model = prepare(model, args.group_size)
     model.train()
+    if args.compile:  # the parameters stay the module's, so the optimizer below updates them
+        model = torch.compile(model)
     params = sum(p.numel() for p in model.parameters())
     # capturable: the step count stays on the device, which a captured step needs.
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True,
@@ -160,6 +162,9 @@ def main():
                              "between calls")
     parser.add_argument("--profile", action="store_true",
                         help="profile 3 steps of the qatgraph variant; print the top kernels")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile each variant's model (default mode) before timing: "
+                             "the float row is then torch.compile's step")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="capture each variant's whole step as one CUDA graph and replay "
                              "it (no host work per step: what is left is the GPU's time)")
@@ -174,7 +179,8 @@ def main():
     tokens = args.batch * args.seq
     print(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}; LlamaForCausalLM "
           f"{args.layers} layers, batch {args.batch} x {args.seq}, bf16, SDPA, fused AdamW"
-          f"{'; each step one CUDA graph replay' if args.cuda_graph else ''}\n")
+          f"{'; each step one CUDA graph replay' if args.cuda_graph else ''}"
+          f"{'; torch.compile' if args.compile else ''}\n")
     print("| step | ms/step | / float | tokens/s | MFU | peak GiB | loss first -> last |")
     print("|---|---|---|---|---|---|---|")
     # Interleaved: repeat r measures every variant once, so a drift of the GPU's speed over the

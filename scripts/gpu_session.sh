@@ -7,8 +7,10 @@
 # whole ctest suite on GPU 0 with the time that is left (DEADLINE_S after the start, 560 by
 # default, under the 600 s a call may run). On a 1-GPU machine the 2-GPU parts report a skip.
 # Carry .gpudeps (scripts/pack_gpu_deps.sh). The lent host returns at most 8 files: $OUT gets
-# session.log (the summary printed here too), ctest.log, floors_8da4w.log, torch_profile.txt,
-# torch_steps.txt, dist.log; the rest stays in a scratch folder on the host.
+# session.log (the summary printed here too), ctest.log, floors_8da4w.log, floors_float.log,
+# torch_profile.txt, torch_steps.txt, dist.log; the rest stays in a scratch folder on the host.
+# PEAK_GBPS: the memory bandwidth the floors are set against (default: 4800 on H200s, 3350 on
+# H100s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deadline=$(($(date +%s) + ${DEADLINE_S:-560}))
@@ -23,6 +25,8 @@ if [ -z "${QG_DIGITS_CSV:-}" ] && [ ! -f /usr/lib/python3/dist-packages/sklearn/
   QG_DIGITS_CSV=$(python3 -c "import os, sklearn; print(os.path.join(os.path.dirname(sklearn.__file__), 'datasets', 'data', 'digits.csv.gz'))" 2>/dev/null) && export QG_DIGITS_CSV
 fi
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+peak_gbps=${PEAK_GBPS:-4800}
+nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100 && peak_gbps=${PEAK_GBPS:-3350}
 echo "gpus: $(nvidia-smi --query-gpu=name --format=csv,noheader | tr '\n' ' ')"
 build=build-gpu
 py=$(command -v python3)
@@ -59,8 +63,13 @@ for recipe in 8da4w; do
 done
 CUDA_VISIBLE_DEVICES=0 timeout 60 "$qat" steps --device cuda --model llama --precision bf16-mixed \
   --recipe 8da4w --variant qat --optimizer adamw --reps 20 --profile --floors \
-  --peak-gbps "${PEAK_GBPS:-4800}" >"$out/floors_8da4w.log" 2>&1
+  --peak-gbps "$peak_gbps" >"$out/floors_8da4w.log" 2>&1
 echo "floors: rc=$? (floors_8da4w.log)"
+# The float step's, beside it: which ops the QAT step adds time to.
+CUDA_VISIBLE_DEVICES=0 timeout 60 "$qat" steps --device cuda --model llama --precision bf16-mixed \
+  --variant float --optimizer adamw --reps 20 --profile --floors \
+  --peak-gbps "$peak_gbps" >"$out/floors_float.log" 2>&1
+echo "floors float: rc=$? (floors_float.log)"
 
 torchao=.gpudeps/torchao
 if [ ! -d "$torchao" ] && ls .gpudeps/wheels/torchao-*.whl >/dev/null 2>&1; then
