@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "core/graph.h"
@@ -43,6 +44,15 @@ void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
 // the kernels per launch, `resident_bytes` the device memory the step held while timed.
 double time_step(StepGraph& s, Device device, const ContextOptions& context, int reps, bool wall,
                  int* kernels, size_t* resident_bytes, const GradientSync& gradient_sync = {});
+
+struct DevicePeaks;  // steps_floors.h
+
+// Prints where one step's time goes per op, over `runs` executor runs (steps_profile.cpp): GPU
+// time between CUDA events after every node, or host wall time on the CPU; with `peaks`, each
+// op's floor beside it; on the GPU with `node_ops` (comma-separated op names), every node of
+// those ops too.
+void profile_step(StepGraph& s, Device device, const ContextOptions& context, int runs,
+                  const std::string& node_ops, const DevicePeaks* peaks);
 
 // What `qat steps --model llama` times on every rank of a data-parallel group.
 struct DataParallelSteps {
