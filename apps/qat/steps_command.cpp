@@ -58,6 +58,7 @@ struct StepsOptions {
   bool recompute = false;          // llama: activation recomputation per decoder block
   DevicePeaks peaks;               // --floors
   std::string profile_nodes;       // comma-separated ops whose nodes are listed one by one
+  std::string dump_graph;          // prefix of the files the compiled graphs are written to
   std::string variant = "both";    // float, qat or both
   bool no_trainer = false;         // digits: skip the in-process nn::Trainer column
   std::string precision = "f32";   // the llama step's PrecisionPolicy (nn::parse_precision)
@@ -252,6 +253,11 @@ double time_step(StepGraph& s, Device device, const ContextOptions& context, int
   TrainingSpec training{s.loss, s.parameters, nn::optimizer_nodes(s.optimizer), gradient_sync};
   training.recompute = s.recompute;
   CompiledStep step(s.graph, training, options);
+  if (!s.dump_path.empty()) {
+    std::ofstream dump(s.dump_path);
+    dump << step.graph().dump();
+    QG_CHECK(dump.good(), "steps", "--dump-graph: cannot write '", s.dump_path, "'");
+  }
   s.all_reduce_positions.clear();
   s.nodes_run = 0;
   step.executor().on_node = [&s](const Node& n, const std::vector<Tensor>&) {
@@ -320,6 +326,9 @@ void add_steps_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--peak-gbps", o->peaks.gbps, "--floors: memory GB/s (H200: 4800)")
       ->capture_default_str();
+  cmd->add_option("--dump-graph", o->dump_graph,
+                  "Write each timed step's compiled graph (after the passes, every node with its "
+                  "inputs and outputs) to PREFIX-<case>.txt");
   cmd->add_option("--profile-nodes", o->profile_nodes,
                   "With --profile on a GPU: also list every node of these ops (comma-separated)");
   cmd->add_option("--variant", o->variant,
@@ -417,6 +426,9 @@ void add_steps_command(CLI::App& app) {
             build_cnn(s, qc, o->small);
           else
             build_transformer(s, qc, o->small);
+          if (!o->dump_graph.empty())
+            s.dump_path = o->dump_graph + "-" + kind + (qat ? "-qat" : "-float") +
+                          (tf32 ? "-tf32" : "") + ".txt";
           int kernels = 0;
           size_t resident = 0;
           double us = time_step(s, device, context, o->reps, o->wall, &kernels, &resident);

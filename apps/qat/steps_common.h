@@ -28,6 +28,8 @@ struct StepGraph {
   // (the executor's validated run) out of `nodes_run`; how much backward each can overlap.
   std::vector<int> all_reduce_positions;
   int nodes_run = 0;
+  // Where time_step writes the compiled graph (Graph::dump, after the passes), or empty.
+  std::string dump_path;
 };
 
 // The Llama decoder of bench/torch_llama_qat_bench.py (207M parameters, batch 8 x 1024
