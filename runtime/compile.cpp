@@ -16,6 +16,7 @@ bool cuda_graph_from_environment() {
   const char* v = std::getenv("QG_CUDA_GRAPH");
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
+
 namespace {
 
 // The fused CUDA kernels that read their input once have no point between the statistics and
