@@ -8,6 +8,7 @@
 #include "ops/fused/scaled_softmax/scaled_softmax.h"
 #include "ops/fused/ste_backward/ste_backward.h"
 #include "ops/fused/ste_chain/ste_chain.h"
+#include "ops/fused/ste_mul_pair/ste_mul_pair.h"
 #include "ops/fused/ste_optimizer/ste_optimizer.h"
 #include "ops/fused/ste_producer/ste_producer.h"
 
@@ -20,6 +21,7 @@ void add_fused_ste_backward_cuda_kernels(OpRegistry& r);    // ste_backward/ste_
 void add_fused_ste_optimizer_cuda_kernels(OpRegistry& r);   // ste_optimizer/ste_optimizer_cuda.cu
 void add_fused_ste_chain_cuda_kernels(OpRegistry& r);       // ste_chain/ste_chain_cuda.cu
 void add_fused_ste_producer_cuda_kernels(OpRegistry& r);    // ste_producer/ste_producer_cuda.cu
+void add_fused_ste_mul_pair_cuda_kernels(OpRegistry& r);    // ste_mul_pair/ste_mul_pair_cuda.cu
 void add_channel_div_bn_cuda_kernels(OpRegistry& r);        // ops/norm/channel_div_bn_cuda.cu
 void add_fused_scaled_softmax_cuda_kernels(OpRegistry& r);  // ops/softmax/softmax_cuda.cu
 #endif
@@ -31,6 +33,7 @@ void define_fused_ops(OpRegistry& r) {
   define_fused_ste_optimizer_op(r);
   define_fused_ste_chain_op(r);
   define_fused_ste_producer_op(r);
+  define_fused_ste_mul_pair_op(r);
   define_fused_scaled_softmax_ops(r);
   define_fused_multi_tensor_adamw_op(r);
 #ifdef QG_WITH_CUDA
@@ -39,6 +42,7 @@ void define_fused_ops(OpRegistry& r) {
   add_fused_ste_optimizer_cuda_kernels(r);
   add_fused_ste_chain_cuda_kernels(r);
   add_fused_ste_producer_cuda_kernels(r);
+  add_fused_ste_mul_pair_cuda_kernels(r);
   add_channel_div_bn_cuda_kernels(r);
   add_fused_scaled_softmax_cuda_kernels(r);
 #endif

@@ -29,11 +29,16 @@ constexpr PassStep kPassOrder[] = {
      "after the rules that fuse an ste_backward into its reader: where both apply, each saves "
      "one round trip of the masked gradient, and the readers' fusions came first, so graphs "
      "they fuse keep their fusions"},
+    {"fuse_ste_mul_pair",
+     "after the rules that fuse an ste_backward with one reader (above): it takes those whose "
+     "masked gradient has two readers, both muls, which none of them takes"},
     {"fuse_channel_div_batch_norm",
      "no other rule reads channel_div, batch_norm or their backward ops"},
     {"fuse_activation_prologue",
      "after fuse_observer_quantize: moves an activation into the fused node that pass made"},
-    {"fuse_scaled_softmax", "no other rule fuses mul, softmax or softmax_backward"},
+    {"fuse_scaled_softmax",
+     "no other rule fuses softmax or softmax_backward; fuse_ste_mul_pair's muls read a masked "
+     "gradient, which a softmax's scaling mul never does"},
     {"fuse_dfq_cast",
      "independent of the others: it rewrites a forward dynamic_fake_quantize and the cast of "
      "its y, which no other rule reads"},

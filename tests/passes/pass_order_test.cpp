@@ -18,6 +18,7 @@ TEST(PassOrder, IsThePinnedPipeline) {
                                              "fuse_ste_optimizer",
                                              "fuse_ste_chain",
                                              "fuse_ste_producer",
+                                             "fuse_ste_mul_pair",
                                              "fuse_channel_div_batch_norm",
                                              "fuse_activation_prologue",
                                              "fuse_scaled_softmax",
@@ -53,6 +54,7 @@ TEST(PassOrder, RulesLiveWithTheOpTheyMake) {
       {"fuse_ste_optimizer", "fused_ste_optimizer"},
       {"fuse_ste_chain", "fused_ste_chain"},
       {"fuse_ste_producer", "fused_ste_producer"},
+      {"fuse_ste_mul_pair", "fused_ste_mul_pair"},
       {"fuse_channel_div_batch_norm", "fused_channel_div_batch_norm"},
       {"fuse_scaled_softmax", "fused_scaled_softmax"},
       // The fused node is dynamic_fake_quantize itself, with out_dtype.

@@ -21,19 +21,11 @@
 #include <algorithm>
 
 #include "core/graph_rewrite.h"
+#include "ops/fused/common/control_edges.h"
 #include "ops/fused/ste_producer/ste_producer.h"
 
 namespace qg {
 namespace {
-
-bool has_control_edges(const Graph& g, NodeId id) {
-  const BoostGraph& bg = g.boost_graph();
-  for (auto [e, end] = boost::in_edges(id, bg); e != end; ++e)
-    if (bg[*e].value == kNoValue) return true;
-  for (auto [e, end] = boost::out_edges(id, bg); e != end; ++e)
-    if (bg[*e].value == kNoValue) return true;
-  return false;
-}
 
 // The nodes from the producer of ste's dy (reshape nodes walked through) to ste, in order.
 std::vector<NodeId> chain_to(const Graph& g, NodeId ste) {
