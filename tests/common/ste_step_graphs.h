@@ -14,6 +14,7 @@
 #include "autograd/grad.h"
 #include "nn/builder.h"
 #include "runtime/executor.h"
+#include "runtime/passes/pass.h"
 #include "tests/common/tensor_compare.h"
 #include "train/optimizer.h"
 
@@ -152,6 +153,15 @@ inline void expect_trains_identically(TransformerStep& plain, TransformerStep& f
   }
   for (NodeId p : plain.g.parameters())
     EXPECT_EQ(first_difference(ep.states(p).at(0), ef.states(p).at(0)), "") << plain.g.node(p).name;
+}
+
+// The rewrites the pass `name` made, as optimize() recorded them (-1, and a test failure, when
+// the pipeline has no such pass).
+inline int pass_rewrites(const std::vector<PassRecord>& records, const std::string& name) {
+  for (const PassRecord& r : records)
+    if (r.name == name) return r.rewrites;
+  ADD_FAILURE() << name << " is not in the default pipeline";
+  return -1;
 }
 
 inline int count_nodes(const Graph& g, const std::string& op) {

@@ -30,10 +30,7 @@ using testing::MulPairCase;
 const PassOptions kUnfused{{"fuse_ste_mul_pair"}};
 
 int mul_pair_rewrites(const std::vector<PassRecord>& records) {
-  for (const PassRecord& r : records)
-    if (r.name == "fuse_ste_mul_pair") return r.rewrites;
-  ADD_FAILURE() << "fuse_ste_mul_pair is not in the default pipeline";
-  return -1;
+  return testing::pass_rewrites(records, "fuse_ste_mul_pair");
 }
 
 class SteMulPairFusion : public ::testing::TestWithParam<MulPairCase> {};

@@ -26,10 +26,7 @@ using testing::ProducerCase;
 const PassOptions kUnfused{{"fuse_ste_producer"}};
 
 int producer_rewrites(const std::vector<PassRecord>& records) {
-  for (const PassRecord& r : records)
-    if (r.name == "fuse_ste_producer") return r.rewrites;
-  ADD_FAILURE() << "fuse_ste_producer is not in the default pipeline";
-  return -1;
+  return testing::pass_rewrites(records, "fuse_ste_producer");
 }
 
 class SteProducerFusion : public ::testing::TestWithParam<ProducerCase> {};
