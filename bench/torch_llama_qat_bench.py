@@ -11,7 +11,9 @@ AdamW. Each variant starts from the same weights and steps on the same random to
 with the loss, backward, optimizer step. Timed with CUDA events over `steps` steps after
 `warmup`; peak memory is torch's max_memory_allocated over the timed and warm-up steps
 (`--cuda-graph`: each variant's whole step is captured once and replayed, which takes the
-host's per-step work, Python and launches, out of the time). With
+host's per-step work, Python and launches, out of the time; the peak then includes the
+capture's warm-up steps and the graph's memory pool, and the first loss is the first
+warm-up step's). With
 `--repeats R` every variant is measured R times, interleaved, and its median reported. The
 losses of the first and last steps show that each variant trains. MFU counts 6 N tokens plus
 the causal attention's FLOPs (6 x 2 x layers x batch x seq^2 x hidden / 2) against `--peak`
@@ -68,14 +70,15 @@ def measure(prepare, args):
         opt.zero_grad(set_to_none=not args.cuda_graph)
         return loss.detach()
 
+    torch.cuda.synchronize()
+    # From here: the peak counts the captured step's own memory (its private pool is
+    # allocated during the capture and stays allocated while the graph lives).
+    torch.cuda.reset_peak_memory_stats()
     if args.cuda_graph:
         step = graphed(eager_step, losses)
     else:
         def step():
             losses.append(eager_step())
-
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
     ms = per_call_us(step, args.steps, args.warmup) / 1000
     peak = torch.cuda.max_memory_allocated() / 2**30
     first, last = losses[0].item(), losses[-1].item()

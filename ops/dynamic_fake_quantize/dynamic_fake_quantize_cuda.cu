@@ -24,6 +24,7 @@
 
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
+#include "ops/common/cuda_minmax.cuh"
 #include "ops/common/cuda_vec.cuh"
 #include "ops/dynamic_fake_quantize/dynamic_fake_quantize_args.h"
 
@@ -33,15 +34,6 @@ namespace {
 using namespace cuda;
 
 constexpr int kWarpsPerBlock = 8;
-
-template <typename M>
-__device__ __forceinline__ M nan_min(M a, M b) {
-  return qmath::is_nan(a) ? a : (qmath::is_nan(b) ? b : (b < a ? b : a));
-}
-template <typename M>
-__device__ __forceinline__ M nan_max(M a, M b) {
-  return qmath::is_nan(a) ? a : (qmath::is_nan(b) ? b : (b > a ? b : a));
-}
 
 // The zero point output: i32 codes, or float_zero's f32 values.
 template <bool kFloatZero, typename M>
@@ -117,6 +109,61 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
+// One pack read through the read-only path as whole 16-byte loads (a pack handed on by
+// reference is otherwise read element by element). p: 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ Pack8<T> load16(const Pack8<T>* p) {
+  static_assert(sizeof(Pack8<T>) % 16 == 0, "whole 16-byte words");
+  Pack8<T> v;
+  const uint4* src = reinterpret_cast<const uint4*>(p);
+  uint4* dst = reinterpret_cast<uint4*>(&v);
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(sizeof(Pack8<T>) / 16); ++k) dst[k] = __ldg(src + k);
+  return v;
+}
+
+// qmath::fake_quant of a pack in an integer mode, for groups whose x and q are all numbers
+// (a valid group with a finite 1/scale): no NaN test and no NaN-preserving narrowing, so about
+// half the instructions an element, which the statistics pass and this one are bound by on
+// 16-bit rows. For numbers each step equals qmath::fake_quant's: fmin/fmax is its clamp, the
+// clamped code equals q exactly when q was in range, and narrow_fast rounds to nearest even
+// as from_math does (narrow_pack_fast).
+// Eight results narrowed to O, two to an instruction for 16-bit O.
+template <typename O>
+__device__ __forceinline__ Pack8<O> narrow_pack_fast(const float (&y)[8]) {
+  Pack8<O> r;
+  if constexpr (std::is_same_v<O, __nv_bfloat16>) {
+    __nv_bfloat162* r2 = reinterpret_cast<__nv_bfloat162*>(r.v);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) r2[k] = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);
+  } else if constexpr (std::is_same_v<O, __half>) {
+    __half2* r2 = reinterpret_cast<__half2*>(r.v);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) r2[k] = __floats2half2_rn(y[2 * k], y[2 * k + 1]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) r.v[j] = static_cast<O>(y[j]);
+  }
+  return r;
+}
+
+template <typename T, typename O>
+__device__ __forceinline__ Pack8<O> fake_quant_pack_fast(const Pack8<T>& v, float scale, float zp,
+                                                         float inv, float qmin, float qmax,
+                                                         uint32_t& bits) {
+  static_assert(std::is_same_v<math_of<T>, float>, "f32 math only");
+  float y[8];
+  bits = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float q = qmath::round_even(to_math(v.v[j]) * inv) + zp;
+    const float c = fminf(fmaxf(q, qmin), qmax);
+    bits |= static_cast<uint32_t>(c == q) << j;
+    y[j] = (c - zp) * scale;
+  }
+  return narrow_pack_fast<O>(y);
+}
+
 // kTeam lanes per group (a power of two); lane m of a team takes packs m, m + kTeam, ... of
 // its group. The loop over groups is uniform per warp (a team past the last group computes on
 // zeros and stores nothing) so the team shuffles always see the whole warp.
@@ -136,21 +183,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const Pack8<T>* g = reinterpret_cast<const Pack8<T>*>(x + (active ? q : 0) * a.len);
     // The integer modes may start from 0 (their qparams take min(min, 0) and max(max, 0));
     // float_zero's range is the group's own, so it starts from +-infinity.
-    M mn = kFloatZero ? M(INFINITY) : M(0), mx = kFloatZero ? M(-INFINITY) : M(0);
+    // (The payload of a NaN and the sign of a zero, which PackMinMax may change, reach no
+    // qparam: a NaN makes the scale NaN, and each mode's range formula cannot see a zero's
+    // sign; dynamic_fake_quantize_math.h.)
+    PackMinMax<T> range(kFloatZero ? M(INFINITY) : M(0), kFloatZero ? M(-INFINITY) : M(0));
     if (active) {
 #pragma unroll 4
-      for (int64_t p = member; p < packs; p += kTeam) {
-        const Pack8<T> v = g[p];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const M e = to_math(v.v[j]);
-          mn = nan_min(mn, e);
-          mx = nan_max(mx, e);
-        }
-      }
+      for (int64_t p = member; p < packs; p += kTeam) range.add(load16(g + p));
     }
-    mn = team_reduce(mn, kTeam, [](M l, M r) { return nan_min(l, r); });
-    mx = team_reduce(mx, kTeam, [](M l, M r) { return nan_max(l, r); });
+    const M mn = team_reduce(range.min(), kTeam, [](M l, M r) { return nan_min(l, r); });
+    const M mx = team_reduce(range.max(), kTeam, [](M l, M r) { return nan_max(l, r); });
     if (!active) continue;
     const dfq::QParams<M> p = dfq::qparams(mn, mx, a.cfg);
     if (member == 0) {
@@ -162,6 +204,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const M qmin = static_cast<M>(a.cfg.qmin), qmax = static_cast<M>(a.cfg.qmax);
     Pack8<O>* out = reinterpret_cast<Pack8<O>*>(y + q * a.len);
     uint8_t* bytes = mask + q * packs;
+    if (!kFloatZero && p.valid && qmath::is_finite(inv)) {
+      // A valid group holds no NaN or infinity, and a finite 1/scale keeps every x * inv
+      // a number, so the element rule needs no NaN test: fake_quant_pack_fast.
+#pragma unroll 2
+      for (int64_t i = member; i < packs; i += kTeam) {
+        uint32_t bits;
+        out[i] =
+            fake_quant_pack_fast<T, O>(load16(g + i), p.scale, p.zero_point, inv, qmin, qmax, bits);
+        bytes[i] = static_cast<uint8_t>(bits);
+      }
+      continue;
+    }
 #pragma unroll 2
     for (int64_t i = member; i < packs; i += kTeam) {
       const Pack8<T> v = g[i];

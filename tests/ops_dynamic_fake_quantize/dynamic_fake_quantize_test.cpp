@@ -11,6 +11,7 @@
 #include "autograd/grad.h"
 #include "runtime/gradcheck.h"
 #include "tests/common/crosscheck_pins.h"
+#include "tests/common/tensor_compare.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace qg {
@@ -176,6 +177,38 @@ TEST(DynamicFakeQuantize, GpuMatchesCpuBitForBit) {
         EXPECT_EQ(std::memcmp(cpu[k].raw_data(), gpu[k].raw_data(), cpu[k].nbytes()), 0)
             << "output " << k << " " << dtype_name(d) << " " << shape_str(c.shape);
       }
+    }
+}
+
+// The GPU's no-NaN element path (valid groups with a finite 1/scale) against the CPU on rows
+// built to reach its edges: zeros of both signs, subnormals of each dtype, one-signed rows,
+// values a code's half-way point apart (ties to even), the largest values each dtype holds
+// within the rows' ranges, and a row at the eps floor beside a large one. 64 elements a row:
+// the packed team kernel, per token and per group of 32 (symmetric int4).
+TEST(DynamicFakeQuantize, GpuMatchesCpuBitForBitOnEdgeRows) {
+  QG_REQUIRE_GPU();
+  const int64_t n = 64;
+  std::vector<std::vector<double>> rows(7, std::vector<double>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double t = static_cast<double>(i);
+    rows[0][i] = i % 2 ? -0.0 : 0.0;
+    rows[1][i] = std::ldexp(1.0 + t / 64, -130) * (i % 3 ? 1 : -1);  // f32/bf16 subnormals
+    rows[2][i] = 0.5 + t / 128;                                      // positive only
+    rows[3][i] = -(0.25 + t / 32);                                   // negative only
+    rows[4][i] = (t - 32) * 0.5;  // with range 15.5 + 16: x * inv lands on halves
+    rows[5][i] = (i % 2 ? -60000.0 : 60000.0) * (t + 1) / n;  // f16's range
+    rows[6][i] = i == 0 ? 1e-6 : (i % 5 ? 1e-12 : -1e-12);    // tiny against eps
+  }
+  std::vector<double> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  for (DType d : {DType::f32, DType::bf16, DType::f16})
+    for (const Attrs& attrs : {asym(-128, 127), asym(-8, 7, 32), sym(-8, 7, 32)}) {
+      Tensor x = Tensor::from_doubles({static_cast<int64_t>(rows.size()), n}, flat, d);
+      auto cpu = run_op(Device::cpu(), "dynamic_fake_quantize", {x}, attrs);
+      auto gpu = run_op(Device::cuda(), "dynamic_fake_quantize", {x}, attrs);
+      for (size_t k = 0; k < cpu.size(); ++k)
+        EXPECT_EQ(testing::first_difference(cpu[k], gpu[k]), "")
+            << "output " << k << " " << dtype_name(d);
     }
 }
 
