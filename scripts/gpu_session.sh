@@ -80,13 +80,19 @@ CUDA_VISIBLE_DEVICES=0 PYTHONPATH="$build/python:$torchao" timeout 90 python3 \
 echo "qatgraph.torch profile: rc=$?; $(grep 'GPU kernel time per step' "$out/torch_profile.txt")"
 
 # qatgraph.torch's 8da4w against the float step in transformers' Llama: launched step by
-# step, then each step replayed as one CUDA graph (no host work per step).
+# step (with torchao's 8da4w QAT beside them), then each step replayed as one CUDA graph (no
+# host work per step). Then the CNN QAT step against torch.ao's prepare_qat, both ways.
 for mode in "" --cuda-graph; do
-  CUDA_VISIBLE_DEVICES=0 PYTHONPATH="$build/python:$torchao" timeout 120 python3 \
-    bench/torch_llama_qat_bench.py --skip-torchao $mode >>"$out/torch_steps.txt" 2>&1
-  echo "qatgraph.torch steps ${mode:-eager}: rc=$?"
+  skip=""
+  [ -n "$mode" ] && skip=--skip-torchao
+  CUDA_VISIBLE_DEVICES=0 PYTHONPATH="$build/python:$torchao" timeout 150 python3 \
+    bench/torch_llama_qat_bench.py $skip $mode >>"$out/torch_steps.txt" 2>&1
+  echo "qatgraph.torch Llama steps ${mode:-eager}: rc=$?"
+  CUDA_VISIBLE_DEVICES=0 PYTHONPATH="$build/python" timeout 60 python3 \
+    bench/torch_prepare_step_bench.py $mode >>"$out/torch_steps.txt" 2>&1
+  echo "qatgraph.torch CNN steps ${mode:-eager}: rc=$?"
 done
-grep -E "^\| (float|qatgraph)|failed" "$out/torch_steps.txt"
+grep -E "^\| (float|qatgraph|torch)|failed|captured" "$out/torch_steps.txt"
 
 left=$((deadline - $(date +%s)))
 echo "==== ctest on GPU 0 ($left s left; NCCL tests ran above)"
