@@ -10,10 +10,9 @@ backward and optimizer.step(), timed with CUDA events over `reps` steps after 10
 (PyTorch's observers wait for the device each step, qatgraph's do not).
 
 --cuda-graph: the float and qatgraph steps are each captured once as a CUDA graph and replayed
-(no host work per step). torch.ao's QAT step cannot be captured: its FakeQuantize reads
-`observer_enabled[0] == 1` and `fake_quant_enabled[0] == 1` on the host in every forward, a
-wait for the device that capture forbids. Its row stays eager (the fastest it runs), and a
-capture attempt at the end prints the error it gives."""
+(no host work per step). torch.ao's QAT step stays eager: its capture fails (on PyTorch 2.11
+with "operation failed due to a previous error during capture"), so eager is the fastest it
+runs; a capture attempt after every timing prints the error it gives."""
 import argparse
 import copy
 
