@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call that checks a kernel change and measures what it does to the language-model
-# step, with a build of only what it runs (about half of gpu_session.sh's full build):
+# step, with a build of only what it runs (216 s on a 16-core one-H200 host, where
+# gpu_session.sh's full build takes 191-204 s on the 32-core 2-GPU host):
 #   1. the GoogleTest binaries in TESTS (default: test_ops_dynamic_fake_quantize test_gpu_fused)
 #      with the filter FILTER (default: all), verbose, on GPU 0;
 #   2. the 207M Llama step, bf16-mixed, for each recipe in RECIPES: the float step and the QAT
