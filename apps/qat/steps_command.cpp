@@ -159,6 +159,10 @@ void build_llama_step(StepGraph& s, const nn::QConfig& qc, bool small,
   nn::LlamaModel m = nn::build_llama(s.graph, c, batch, seq, qc, 1, precision);
   s.loss = m.loss;
   s.parameters = m.parameters;
+  int64_t parameters = 0;
+  for (ValueId p : m.parameters) parameters += shape_numel(s.graph.value(p).type.shape);
+  s.tokens = batch * seq;
+  s.model_flops = llama_model_flops(parameters, c.num_hidden_layers, batch, seq, c.hidden_size);
   if (recompute) s.recompute = m.blocks;
   s.optimizer = {"adam", 1e-4, 0.0};
   if (optimizer == "adamw") {
@@ -452,6 +456,13 @@ void add_steps_command(CLI::App& app) {
           if (resident > 0) std::printf("   resident %.2f GiB", resident / 1073741824.0);
           if (kind == "llama")
             std::printf("   planned arena %s", format_bytes(s.planned_arena).c_str());
+          if (s.tokens > 0 && us > 0) {
+            // MFU against the 16-bit tensor-core peak for mixed precision, else f32's.
+            const double peak = o->precision == "f32" ? o->peaks.tflops_f32 : o->peaks.tflops_16bit;
+            std::printf("   tokens/s %.0f   MFU %.1f%% of %.0f TFLOP/s",
+                        static_cast<double>(s.tokens) / (us * 1e-6),
+                        100.0 * s.model_flops / (us * 1e-6) / (peak * 1e12), peak);
+          }
           std::printf("\n");
           std::fflush(stdout);
           if (o->profile)

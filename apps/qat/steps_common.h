@@ -30,6 +30,10 @@ struct StepGraph {
   int nodes_run = 0;
   // Where time_step writes the compiled graph (Graph::dump, after the passes), or empty.
   std::string dump_path;
+  // Language-model steps: tokens a step trains on, and the model FLOPs MFU counts
+  // (llama_model_flops, steps_floors.h).
+  int64_t tokens = 0;
+  double model_flops = 0;
 };
 
 // The Llama decoder of bench/torch_llama_qat_bench.py (207M parameters, batch 8 x 1024

@@ -83,4 +83,13 @@ void print_floor_table(const std::map<std::string, OpProfile>& per_op, const Dev
               floor > 0 ? ms / floor : 0.0);
 }
 
+double llama_model_flops(int64_t parameters, int64_t layers, int64_t batch, int64_t seq,
+                         int64_t hidden) {
+  const double tokens = static_cast<double>(batch) * static_cast<double>(seq);
+  const double attention = 6.0 * 2.0 * static_cast<double>(layers) * static_cast<double>(batch) *
+                           static_cast<double>(seq) * static_cast<double>(seq) *
+                           static_cast<double>(hidden) / 2.0;
+  return 6.0 * static_cast<double>(parameters) * tokens + attention;
+}
+
 }  // namespace qg::cli

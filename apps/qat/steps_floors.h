@@ -34,6 +34,13 @@ struct NodeCost {
 
 NodeCost node_cost(const Graph& g, const Node& n);
 
+// The model FLOPs of one language-model training step that MFU counts (PaLM's definition, as
+// the bench scripts count them): 6 x parameters x tokens, plus the causal attention's forward
+// and backward, 6 x 2 x layers x batch x seq^2 x hidden / 2 (its two products, half the square
+// masked, the backward twice the forward). Not the FLOPs the step runs: node_cost counts those.
+double llama_model_flops(int64_t parameters, int64_t layers, int64_t batch, int64_t seq,
+                         int64_t hidden);
+
 // Per op: measured ms per step (and nodes), and the summed cost of those nodes per step.
 struct OpProfile {
   double ms = 0;

@@ -11,6 +11,18 @@ const Node& last_node(const Graph& g) {
   return g.node(static_cast<NodeId>(g.num_nodes() - 1));
 }
 
+// The 207M Llama of bench/torch_llama_qat_bench.py: 207,119,360 parameters (embedding and
+// lm_head 2 x 32000 x 1024; per layer q, o 1024^2, k, v 1024 x 512, gate/up/down 1024 x 2816,
+// two norms; the final norm), batch 8 x 1024: 6 N T = 10,180,330,782,720 and the attention
+// 6 x 2 x 12 x 8 x 1024^3 / 2 = 618,475,290,624 (the 10.8 TFLOP the results' MFU uses).
+TEST(StepsFloors, LlamaModelFlopsAreSixNtPlusCausalAttention) {
+  const int64_t n = 2 * 32000 * 1024 +
+                    12 * (2 * 1024 * 1024 + 2 * 1024 * 512 + 3 * 1024 * 2816 + 2 * 1024) + 1024;
+  ASSERT_EQ(n, 207119360);
+  EXPECT_EQ(llama_model_flops(n, 12, 8, 1024, 1024), 10798806073344.0);
+  EXPECT_EQ(llama_model_flops(10, 1, 1, 4, 2), 6.0 * 10 * 4 + 6.0 * 2 * 4 * 4 * 2 / 2);
+}
+
 TEST(StepsFloors, MatmulIsTwoMnkAndItsOperandBytes) {
   Graph g;
   ValueId a = g.input("a", {DType::f32, {4, 3}});
