@@ -19,7 +19,10 @@
 // 16-byte pack of 8 elements per step (one mask byte), several packs in flight per lane. A
 // warp per group with 2-byte loads kept about 2 KB in flight per SM, far below what HBM
 // needs; packs of 8 give each lane 8x the bytes per load, and teams of 4-16 lanes let short
-// weight groups (32-128 elements) fill a warp instead of idling 28 of its lanes.
+// weight groups (32-128 elements) fill a warp instead of idling 28 of its lanes. Packed, the
+// kernel was then bound by instructions (about 38 an element on bf16 rows): its statistics
+// now use paired NaN-propagating min/max (ops/common/cuda_minmax.cuh), and a valid group
+// takes an element rule without NaN handling (fake_quant_pack_fast), about 14 in all.
 #include <type_traits>
 
 #include "core/graph.h"
@@ -122,13 +125,8 @@ __device__ __forceinline__ Pack8<T> load16(const Pack8<T>* p) {
   return v;
 }
 
-// qmath::fake_quant of a pack in an integer mode, for groups whose x and q are all numbers
-// (a valid group with a finite 1/scale): no NaN test and no NaN-preserving narrowing, so about
-// half the instructions an element, which the statistics pass and this one are bound by on
-// 16-bit rows. For numbers each step equals qmath::fake_quant's: fmin/fmax is its clamp, the
-// clamped code equals q exactly when q was in range, and narrow_fast rounds to nearest even
-// as from_math does (narrow_pack_fast).
-// Eight results narrowed to O, two to an instruction for 16-bit O.
+// Eight results narrowed to O, two to an instruction for 16-bit O; round to nearest even, as
+// from_math narrows a number.
 template <typename O>
 __device__ __forceinline__ Pack8<O> narrow_pack_fast(const float (&y)[8]) {
   Pack8<O> r;
@@ -147,6 +145,12 @@ __device__ __forceinline__ Pack8<O> narrow_pack_fast(const float (&y)[8]) {
   return r;
 }
 
+// qmath::fake_quant of a pack in an integer mode, for groups whose x and q are all numbers
+// (a valid group with a finite 1/scale): no NaN test and no NaN-preserving narrowing, about a
+// third of the general rule's instructions an element (the kernel is bound by instructions
+// on 16-bit rows, not by memory). For numbers each step equals qmath::fake_quant's:
+// fmin/fmax is its clamp, the clamped code equals q exactly when q was in range, and
+// narrow_pack_fast rounds as from_math does.
 template <typename T, typename O>
 __device__ __forceinline__ Pack8<O> fake_quant_pack_fast(const Pack8<T>& v, float scale, float zp,
                                                          float inv, float qmin, float qmax,
