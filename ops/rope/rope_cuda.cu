@@ -3,9 +3,9 @@
 // the cos and sin of every frequency for that position into shared memory (once, not once
 // per head or per batch row), then apply them to the step's row in every head (and batch
 // row), pairs (j, j + half) per thread, consecutive threads on consecutive j. (A block per
-// (batch, step) pair with broadcast positions computed each table `batch` times, and the
-// f64 sin and cos of those tables made the kernel latency-bound: 5x its bandwidth floor on
-// the Llama step.) The arithmetic is rope_math.h's, the same
+// (batch, step) pair with broadcast positions computed each f64 table `batch` times. Sharing
+// the tables did not speed up the Llama step's rope, which stays at about 5x its bandwidth
+// floor for a reason not yet measured.) The arithmetic is rope_math.h's, the same
 // as the CPU kernel's; cos and sin come from CUDA's f64 functions rather than the host
 // libm, so outputs are compared to rounding (rope_crosscheck.cpp).
 #include <algorithm>
