@@ -161,10 +161,13 @@ TEST(RmsNorm, BadInputsAreNamedErrors) {
 }
 
 // GPU against CPU, bit for bit, forward and backward, every dtype; rows from 1 to 2816
-// elements (short rows leave warp lanes idle) and enough rows for several dweight chunks.
+// elements (short rows leave warp lanes idle), enough rows for several dweight chunks, and
+// [4200, 40]: 132 chunks, so the fold stages three tiles of chunks (the last one partial) over
+// two blocks of columns (the second partial).
 TEST(RmsNorm, GpuMatchesCpuBitForBit) {
   QG_REQUIRE_GPU();
-  const std::vector<Shape> shapes = {{64, 1024}, {3, 5, 2816}, {7, 5}, {600, 64}, {2, 1}};
+  const std::vector<Shape> shapes = {{64, 1024}, {3, 5, 2816}, {7, 5},
+                                     {600, 64},  {2, 1},       {4200, 40}};
   uint32_t seed = 1;
   for (const Shape& s : shapes)
     for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
