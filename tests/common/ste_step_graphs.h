@@ -164,6 +164,15 @@ inline int pass_rewrites(const std::vector<PassRecord>& records, const std::stri
   return -1;
 }
 
+// A node of `op` with `attrs` resolved, not in any graph: a part a hand-built fused node
+// records as its original (the fusion tests' bad-input cases).
+inline Node original_node(const std::string& op, const Attrs& attrs = {}) {
+  Node n;
+  n.op = &OpRegistry::instance().get(op);
+  n.attrs = resolve_attrs(*n.op, attrs);
+  return n;
+}
+
 inline int count_nodes(const Graph& g, const std::string& op) {
   int n = 0;
   for (NodeId id : g.topological_order()) n += g.node(id).op->name == op;

@@ -21,6 +21,7 @@ namespace {
 
 using testing::count_nodes;
 using testing::first_difference;
+using testing::original_node;
 using testing::special_data;
 
 const PassOptions kUnfused{{"fuse_scaled_softmax"}};
@@ -169,13 +170,6 @@ TEST(ScaledSoftmaxFusionErrors, FusedNodesCannotBeAppliedDirectly) {
   }
 }
 
-Node original(const std::string& op, const Attrs& attrs = {}) {
-  Node n;
-  n.op = &OpRegistry::instance().get(op);
-  n.attrs = resolve_attrs(*n.op, attrs);
-  return n;
-}
-
 // Hand-built fused nodes (the pass never builds these): each bad input is a qg::Error from
 // the kernels' check naming the op and what is wrong, not a silently wrong scale.
 TEST(ScaledSoftmaxFusionErrors, KernelsRejectBadInputs) {
@@ -184,8 +178,8 @@ TEST(ScaledSoftmaxFusionErrors, KernelsRejectBadInputs) {
     std::vector<std::string> inputs;  // of the names below
     std::vector<Node> from;
   };
-  const Node mul = original("mul"), softmax = original("softmax", {{"axis", -1}});
-  const Node softmax_backward = original("softmax_backward", {{"axis", -1}});
+  const Node mul = original_node("mul"), softmax = original_node("softmax", {{"axis", -1}});
+  const Node softmax_backward = original_node("softmax_backward", {{"axis", -1}});
   const std::string fwd = "fused_scaled_softmax", bwd = "fused_scaled_softmax_backward";
   const std::vector<Bad> cases = {
       {fwd, "a scale of 3 elements", "scale", {"x", "s3"}, {mul, softmax}},

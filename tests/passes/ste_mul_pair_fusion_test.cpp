@@ -26,6 +26,7 @@ namespace {
 using testing::count_nodes;
 using testing::first_difference;
 using testing::MulPairCase;
+using testing::original_node;
 
 const PassOptions kUnfused{{"fuse_ste_mul_pair"}};
 
@@ -122,13 +123,6 @@ TEST(SteMulPairFusionErrors, FusedNodeCannotBeAppliedDirectly) {
   }
 }
 
-Node original(const std::string& op, const Attrs& attrs = {}) {
-  Node n;
-  n.op = &OpRegistry::instance().get(op);
-  n.attrs = resolve_attrs(*n.op, attrs);
-  return n;
-}
-
 // Hand-built fused nodes (the pass never builds these): each bad input is a qg::Error from the
 // kernel's check naming the op and what is wrong, not an out-of-bounds access.
 TEST(SteMulPairFusionErrors, KernelRejectsBadInputs) {
@@ -138,8 +132,8 @@ TEST(SteMulPairFusionErrors, KernelRejectsBadInputs) {
     std::vector<Node> from;
     int64_t a_slot = 0;
   };
-  const Node ste = original("ste_backward"), mul = original("mul");
-  const Node view = original("reshape", {{"shape", Shape{32}}});
+  const Node ste = original_node("ste_backward"), mul = original_node("mul");
+  const Node view = original_node("reshape", {{"shape", Shape{32}}});
   const std::vector<Bad> cases = {
       {"mask of 3 bytes", "mask", {"dy", "mask3", "a", "a"}, {ste, mul, mul}},
       {"i8 mask", "mask", {"dy", "mask_i8", "a", "a"}, {ste, mul, mul}},
@@ -150,8 +144,11 @@ TEST(SteMulPairFusionErrors, KernelRejectsBadInputs) {
       {"a relu in between",
        "only reshape",
        {"dy", "mask", "a", "a"},
-       {ste, original("relu"), mul, mul}},
-      {"an add last", "must be muls", {"dy", "mask", "a", "a"}, {ste, view, mul, original("add")}},
+       {ste, original_node("relu"), mul, mul}},
+      {"an add last",
+       "must be muls",
+       {"dy", "mask", "a", "a"},
+       {ste, view, mul, original_node("add")}},
       {"one mul", "fused_from", {"dy", "mask", "a", "a"}, {ste, mul}},
       {"slot 2", "must be 0 or 1", {"dy", "mask", "a", "a"}, {ste, mul, mul}, 2},
   };

@@ -21,6 +21,7 @@ namespace {
 
 using testing::count_nodes;
 using testing::first_difference;
+using testing::original_node;
 using testing::ProducerCase;
 
 const PassOptions kUnfused{{"fuse_ste_producer"}};
@@ -146,13 +147,6 @@ TEST(SteProducerFusionErrors, FusedNodeCannotBeAppliedDirectly) {
   }
 }
 
-Node original(const std::string& op, const Attrs& attrs = {}) {
-  Node n;
-  n.op = &OpRegistry::instance().get(op);
-  n.attrs = resolve_attrs(*n.op, attrs);
-  return n;
-}
-
 // Hand-built fused nodes (the pass never builds these): each bad input is a qg::Error from
 // the kernel's check naming the op and what is wrong, not an out-of-bounds access.
 TEST(SteProducerFusionErrors, KernelsRejectBadInputs) {
@@ -162,10 +156,10 @@ TEST(SteProducerFusionErrors, KernelsRejectBadInputs) {
     std::vector<Node> from;
     TensorType out;
   };
-  const Node permute = original("permute", {{"perm", std::vector<int64_t>{1, 0}}});
-  const Node add = original("add");
-  const Node ste = original("ste_backward");
-  const Node view = original("reshape", {{"shape", Shape{32}}});
+  const Node permute = original_node("permute", {{"perm", std::vector<int64_t>{1, 0}}});
+  const Node add = original_node("add");
+  const Node ste = original_node("ste_backward");
+  const Node view = original_node("reshape", {{"shape", Shape{32}}});
   const TensorType out{DType::f32, {8, 4}};
   const std::vector<Bad> cases = {
       {"mask of 3 bytes for 32 elements", "mask", {"a", "mask3"}, {permute, ste}, out},
@@ -174,9 +168,13 @@ TEST(SteProducerFusionErrors, KernelsRejectBadInputs) {
       {"b of another dtype", "broadcasting", {"a", "mask", "b_f64"}, {add, ste}, out},
       {"a permute with a b", "takes 2 inputs", {"a", "mask", "a"}, {permute, ste}, out},
       {"an add without b", "takes 3 inputs", {"a", "mask"}, {add, ste}, out},
-      {"a mul producer", "not one of", {"a", "mask", "a"}, {original("mul"), ste}, out},
+      {"a mul producer", "not one of", {"a", "mask", "a"}, {original_node("mul"), ste}, out},
       {"no ste_backward last", "must be ste_backward", {"a", "mask"}, {permute, view}, out},
-      {"a relu in between", "only reshape", {"a", "mask"}, {permute, original("relu"), ste}, out},
+      {"a relu in between",
+       "only reshape",
+       {"a", "mask"},
+       {permute, original_node("relu"), ste},
+       out},
       {"one node", "fused_from", {"a", "mask"}, {ste}, out},
       {"a of 32 elements for 36", "a f32", {"a", "mask5"}, {permute, ste}, {DType::f32, {36}}},
       {"f64 output for f32 a", "a f32", {"a", "mask"}, {permute, ste}, {DType::f64, {8, 4}}},
