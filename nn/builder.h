@@ -57,6 +57,10 @@ struct WeightQuantizer {
   // Learned ranges (QConfig::learned_weight_ranges): the trainable scale parameter the
   // lsq_fake_quantize node reads (observer is then -1, the zero point a constant 0).
   ValueId learned_scale = kNoValue;
+  // The integer forward (QConfig::integer_forward): the layer's int8_matmul_ste node, whose
+  // inputs 5 and 6 are the weight codes (a quantize of `source`) and their scales. Conversion
+  // replaces it by int8_matmul on constant codes.
+  NodeId integer_gemm = -1;
 };
 
 // A conv + batch-norm pair folded for QAT (nn/conv_bn.cpp). Conversion replaces the batch
@@ -183,6 +187,11 @@ class Builder {
 
  private:
   ValueId dynamic_token_quant(ValueId x, const std::string& name);
+  // The integer forward of a linear (nn/integer_linear.cpp): x_compute @ w_compute^T computed
+  // as int8_matmul_ste on the codes of `operand`'s per-token quantizer and of the last weight
+  // quantizer, which records the node.
+  ValueId integer_matmul(ValueId operand, ValueId x_compute, ValueId w_compute,
+                         const std::string& name);
   // The learned-range quantizer of rec.source (nn/learned_ranges.cpp): its scale parameter,
   // initialised from the source's initial value, and the lsq_fake_quantize node.
   ValueId learned_weight(WeightQuantizer& rec, int64_t group, const std::string& name);
@@ -197,6 +206,8 @@ class Builder {
   std::vector<ValueId> params_;
   NodeId input_observer_ = -1;
   GemmInputSharing sharing_ = GemmInputSharing::quantizer;
+  // integer_matmul's activation codes per quantized operand, shared by the linears reading it.
+  std::map<ValueId, ValueId> operand_codes_;
   // gemm_operand's shared chains: (source value, rows of the flattened operand, the
   // operand's dtype) -> the chain's output.
   std::map<std::tuple<ValueId, int64_t, DType>, ValueId> shared_operands_;

@@ -109,6 +109,19 @@ ValueId integer_weight(Graph& g, const WeightQuantizer& w, const QConfig& qc,
   return g.apply1("dequantize", {c, s, z}, a, name + ".dequantize");
 }
 
+// The integer forward's layer deployed: int8_matmul on the same activation codes and qparams
+// and on the weight codes and scales as constants, so it computes what int8_matmul_ste did.
+ValueId integer_gemm(Graph& g, const WeightQuantizer& w, const std::vector<Tensor>& fetched) {
+  const Node ste = g.node(w.integer_gemm);  // a copy: the graph grows below
+  const std::string name = w.layer + ".weight.int";
+  const ValueId codes = g.constant(fetched[0].to(Device::cpu()), name + ".codes");
+  const ValueId scale = g.constant(fetched[1].to(Device::cpu()), name + ".scale");
+  Attrs a = ste.attrs;
+  a.set("out_dtype", std::string(dtype_name(g.value(ste.outputs[0]).type.dtype)));
+  return g.apply1("int8_matmul", {ste.inputs[2], ste.inputs[3], ste.inputs[4], codes, scale}, a,
+                  name + ".matmul");
+}
+
 }  // namespace
 
 void copy_states(Executor& from, Executor& to) {
@@ -156,7 +169,11 @@ int64_t convert_graph(ConvertTarget t, const QConfig& qc) {
   // 1. Everything the pass reads, in eval mode (observers and batch norms frozen).
   std::vector<ValueId> fetch;
   for (const WeightQuantizer& w : t.weights) {
-    if (w.nf4_pack >= 0) {
+    if (w.integer_gemm >= 0) {
+      // The integer forward: the weight codes and scales its int8_matmul_ste reads.
+      fetch.push_back(g.node(w.integer_gemm).inputs[5]);
+      fetch.push_back(g.node(w.integer_gemm).inputs[6]);
+    } else if (w.nf4_pack >= 0) {
       fetch.push_back(g.node(w.nf4_pack).outputs[0]);
       fetch.push_back(g.node(w.nf4_pack).outputs[1]);
     } else {
@@ -183,9 +200,13 @@ int64_t convert_graph(ConvertTarget t, const QConfig& qc) {
   // 2. Rewrite the graph.
   size_t k = 0;
   for (const WeightQuantizer& w : t.weights) {
-    const size_t n = w.nf4_pack >= 0 ? 2 : 3;
+    const size_t n = w.nf4_pack >= 0 || w.integer_gemm >= 0 ? 2 : 3;
     std::vector<Tensor> mine(got.begin() + k, got.begin() + k + n);
     k += n;
+    if (w.integer_gemm >= 0) {
+      rewire(g, g.node(w.integer_gemm).outputs[0], integer_gemm(g, w, mine));
+      continue;
+    }
     if (w.learned_scale != kNoValue) {
       // The codes are computed in f32 as lsq_fake_quantize computes them from an f32 scale.
       mine[1] = Tensor::from_doubles(mine[1].shape(), mine[1].to_doubles(), DType::f32);

@@ -34,9 +34,12 @@ ValueId Builder::linear(ValueId x, int64_t out_features, const std::string& name
                           ? -1
                           : weights_.back().observer;
   // The GEMM runs in the compute dtype (casts only under a mixed precision policy).
+  const ValueId operand = xin;
   xin = gemm_operand_to_compute(x, xin, name);
   w = to_compute(w, name + ".weight");
-  ValueId y = g_.apply1("matmul", {xin, w}, {{"transpose_b", true}}, name + ".matmul");
+  ValueId y = qc_.integer_forward
+                  ? integer_matmul(operand, xin, w, name)
+                  : g_.apply1("matmul", {xin, w}, {{"transpose_b", true}}, name + ".matmul");
   if (bias) y = g_.apply1("add", {y, to_compute(l.bias, name + ".bias")}, {}, name + ".add_bias");
   if (xs.size() > 2) {
     Shape ys = xs;

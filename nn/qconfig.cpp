@@ -89,6 +89,7 @@ std::string QConfig::gemm_str() const {
     how += learned_weight_ranges                         ? ", learned ranges"
            : weight_mapping == WeightMapping::float_zero ? ", dynamic, float zero"
                                                          : ", dynamic";
+  if (integer_forward) how += ", integer forward";
   if (!dynamic || static_activations())
     how += std::string(", ") + (observer == ObserverKind::minmax ? "minmax" : "moving_average") +
            " observers";

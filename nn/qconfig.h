@@ -60,6 +60,13 @@ struct QConfig {
   // "<layer>.weight_scale" ([out, in / group] or [out]) initialised to the dynamic qparams of
   // the initial weights, and the quantizer is lsq_fake_quantize (nn/learned_ranges.h).
   bool learned_weight_ranges = false;
+  // The integer forward: each linear's forward GEMM is int8_matmul_ste, the deployed integer
+  // arithmetic (exact int32 dots of the per-token int8 activation codes and the weight codes,
+  // the scales applied per group; ops/int8_matmul), with the float GEMM's STE backward through
+  // the fake-quantized operands. The converted model runs the same op, so QAT logits equal the
+  // deployed ones bit for bit on every backend. Takes dynamic activations and dynamic symmetric
+  // integer weights per channel or per group (8da4w, 8da3w, 8da2w, w8a8_dynamic).
+  bool integer_forward = false;
 
   static QConfig float32() { return {}; }
   static QConfig w8a8() { return {WeightQuant::int8, ActQuant::uint8}; }

@@ -87,6 +87,17 @@ void QConfig::validate() const {
              "learned weight ranges take symmetric weights (no zero point to learn); the float ",
              "zero point of int4 weight-only (float_zero) is not learnable");
   }
+  if (integer_forward) {
+    QG_CHECK(dynamic_activations() && dynamic_weights && weight != WeightQuant::none &&
+                 weight != WeightQuant::nf4 && weight_mapping == WeightMapping::symmetric,
+             "qconfig",
+             "the integer forward multiplies per-token int8 activation codes by symmetric "
+             "integer weight codes (8da4w, 8da3w, 8da2w, w8a8_dynamic), got ",
+             gemm_str());
+    QG_CHECK(!learned_weight_ranges, "qconfig",
+             "the integer forward takes the dynamic weight qparams; learned ranges are not "
+             "supported with it");
+  }
 }
 
 WeightMapping parse_weight_mapping(const std::string& s) {

@@ -29,6 +29,7 @@ constexpr OpFamily kOpFamilies[] = {
     QG_OP_FAMILY(graph_io),
     QG_OP_FAMILY(arith),
     QG_OP_FAMILY(linalg),
+    QG_OP_FAMILY(int8_matmul),
     QG_OP_FAMILY(activation),
     QG_OP_FAMILY(reduce),
     QG_OP_FAMILY(loss),

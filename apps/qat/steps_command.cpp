@@ -65,6 +65,7 @@ struct StepsOptions {
   std::string recipe = "8da4w";    // the llama QAT row's recipe (nn::parse_recipe)
   std::string optimizer = "adam";  // the llama step's: adam or adamw
   int group_size = 32;             // of the group-wise recipes' weights
+  bool integer_forward = false;    // the llama QAT row: QConfig::integer_forward
   // Data parallel (--model llama only; steps_distributed.cpp): --nproc local ranks, or the
   // torchrun variables of another launcher.
   int nproc = 1;
@@ -300,6 +301,18 @@ double time_step(StepGraph& s, Device device, const ContextOptions& context, int
   return us;
 }
 
+namespace {
+
+// The llama QAT row's QConfig: --recipe and --group-size, with --integer-forward.
+nn::QConfig llama_recipe(const StepsOptions& o) {
+  nn::QConfig qc = nn::parse_recipe(o.recipe, o.group_size);
+  qc.integer_forward = o.integer_forward;
+  qc.validate();
+  return qc;
+}
+
+}  // namespace
+
 void add_steps_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "steps", "Time whole training steps (CNN, transformer block), float and QAT W8A8");
@@ -358,6 +371,10 @@ void add_steps_command(CLI::App& app) {
   cmd->add_option("--group-size", o->group_size,
                   "Weights per qparam of the llama recipe's groups: 32, 64, 128 or 256")
       ->check(CLI::IsMember({32, 64, 128, 256}));
+  cmd->add_flag("--integer-forward", o->integer_forward,
+                "--model llama: the QAT row's forward GEMMs run on int8 codes (int8_matmul_ste, "
+                "the deployed arithmetic) instead of the fake-quantized bf16/f32 operands; "
+                "8da4w, 8da3w, 8da2w and w8a8_dynamic");
   cmd->add_flag("--tf32", o->tf32,
                 "Also time each step with TF32 GEMMs and convolutions (rows labelled tf32)");
   cmd->add_option("--nproc", o->nproc,
@@ -424,7 +441,7 @@ void add_steps_command(CLI::App& app) {
           if (digits)
             build_digits(s, kind.substr(7), qat);
           else if (kind == "llama")
-            build_llama_step(s, qat ? nn::parse_recipe(o->recipe, o->group_size) : qc, o->small,
+            build_llama_step(s, qat ? llama_recipe(*o) : qc, o->small,
                              nn::parse_precision(o->precision), o->optimizer, o->recompute);
           else if (kind == "cnn")
             build_cnn(s, qc, o->small);

@@ -156,6 +156,11 @@ void add_model_options(CLI::App* cmd, TrainOptions& o) {
                 "llama: learn the weight scales of a dynamic recipe (8da4w, 8da3w, 8da2w, "
                 "w8a8_dynamic) as parameters, torchao's range learning, starting from the "
                 "dynamic qparams of the initial weights");
+  cmd->add_flag("--integer-forward", o.integer_forward,
+                "llama: the forward GEMMs of a dynamic recipe (8da4w, 8da3w, 8da2w, w8a8_dynamic) "
+                "run on the int8 codes, exact int32 sums with the scales applied per group "
+                "(int8_matmul_ste): the deployed model's arithmetic; the backward stays the "
+                "float GEMMs' through the STE");
   cmd->add_option("--learned-ranges-lr-factor", o.learned_range_lr_factor,
                   "llama --learned-ranges: the scales' learning rate is --lr times this factor "
                   "(1: torchao's one rate; Adam moves a parameter about the rate per step, and "
@@ -175,6 +180,7 @@ nn::QConfig gemm_qconfig_from(const TrainOptions& o) {
     nn::QConfig qc = nn::parse_recipe(o.recipe, o.group_size);
     qc.observer = nn::parse_observer(o.observer);
     qc.learned_weight_ranges = o.learned_ranges;
+    qc.integer_forward = o.integer_forward;
     qc.validate();
     return qc;
   }
@@ -187,6 +193,7 @@ nn::QConfig gemm_qconfig_from(const TrainOptions& o) {
   qc.weight_scope = o.scope;
   qc.weight_group_size = o.group_size;
   qc.learned_weight_ranges = o.learned_ranges;
+  qc.integer_forward = o.integer_forward;
   return qc;
 }
 

@@ -29,6 +29,7 @@ struct TrainOptions {
   std::string recipe;
   bool dynamic_weights = false;
   bool learned_ranges = false;           // --learned-ranges: QConfig::learned_weight_ranges (llama)
+  bool integer_forward = false;          // --integer-forward: QConfig::integer_forward (llama)
   double learned_range_lr_factor = 1.0;  // --learned-ranges-lr-factor
   std::string weight_mapping = "symmetric";
   std::string optimizer = "adam";

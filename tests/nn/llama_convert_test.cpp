@@ -7,7 +7,10 @@
 // as the fake-quant does; the GEMMs then read the same values).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "nn/convert.h"
 #include "nn/convert_float_zero.h"
@@ -106,6 +109,91 @@ TEST(LlamaConvert, OnTheGpuConvertedLogitsEqualTheQatLogitsBitForBit) {
       ASSERT_EQ(qat.nbytes(), converted.nbytes());
       EXPECT_EQ(std::memcmp(qat.raw_data(), converted.raw_data(), qat.nbytes()), 0);
     }
+}
+
+// The integer forward (QConfig::integer_forward): every projection's forward is
+// int8_matmul_ste, and conversion leaves int8_matmul on constant codes.
+nn::QConfig integer_forward(const std::string& recipe, int group) {
+  nn::QConfig qc = nn::parse_recipe(recipe, group);
+  qc.integer_forward = true;
+  return qc;
+}
+
+int count_needed(const Graph& g, ValueId out, const std::string& op) {
+  std::vector<bool> needed = g.needed_nodes({out});
+  int n = 0;
+  for (NodeId id = 0; id < static_cast<NodeId>(g.num_nodes()); ++id)
+    n += needed[id] && g.node(id).op->name == op;
+  return n;
+}
+
+void expect_integer_forward_converts_bit_for_bit(Device device) {
+  for (const auto& [recipe, group] :
+       std::vector<std::pair<std::string, int>>{{"8da4w", 32}, {"8da2w", 64}, {"w8a8_dynamic", 32}})
+    for (const auto& precision : {nn::PrecisionPolicy::f32(), nn::parse_precision("bf16-mixed")}) {
+      SCOPED_TRACE(recipe + (precision.mixed() ? " bf16-mixed" : " f32"));
+      const nn::QConfig qc = integer_forward(recipe, group);
+      nn::LlamaInstance inst = trained_instance(qc, precision, device);
+      const Graph& g = *inst.graph;
+      const int linears = static_cast<int>(inst.model.weights.size());
+      EXPECT_EQ(count_needed(g, inst.model.logits, "int8_matmul_ste"), linears);
+      EXPECT_EQ(count_needed(g, inst.model.logits, "matmul"), 0);
+      const Tensor qat = logits(inst);
+      nn::convert_to_integer(inst, qc);
+      const Tensor converted = logits(inst);
+      ASSERT_EQ(qat.nbytes(), converted.nbytes());
+      EXPECT_EQ(std::memcmp(qat.raw_data(), converted.raw_data(), qat.nbytes()), 0);
+      // Deployed: int8_matmul on constant codes; no weight quantizer, float weight or STE left.
+      EXPECT_EQ(count_needed(g, inst.model.logits, "int8_matmul"), linears);
+      EXPECT_EQ(count_needed(g, inst.model.logits, "int8_matmul_ste"), 0);
+      for (const nn::WeightQuantizer& w : inst.model.weights)
+        EXPECT_FALSE(g.needed_nodes({inst.model.logits})[g.value(w.source).producer]) << w.layer;
+    }
+}
+
+TEST(LlamaConvert, IntegerForwardConvertedLogitsEqualTheQatLogitsBitForBit) {
+  expect_integer_forward_converts_bit_for_bit(Device::cpu());
+}
+
+TEST(LlamaConvert, OnTheGpuIntegerForwardConvertedLogitsEqualTheQatLogitsBitForBit) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device present";
+  expect_integer_forward_converts_bit_for_bit(Device::cuda(0));
+}
+
+TEST(LlamaConvert, IntegerForwardIsTheFakeQuantForwardUpToFloatRounding) {
+  // The same trained weights through both forwards. They differ only in float rounding: the
+  // fake-quant GEMM sums products of dequantized operands (rounded to the compute dtype) in
+  // another order than int8_matmul's exact per-group integer sums. The bound is relative to
+  // the largest logit: f32 rounding over K <= 128 terms stays far below 1e-4; bf16-mixed
+  // rounds each dequantized operand to 8 significant bits, so its bound is bf16's 2^-7 eps
+  // with headroom.
+  for (const auto& precision : {nn::PrecisionPolicy::f32(), nn::parse_precision("bf16-mixed")}) {
+    SCOPED_TRACE(precision.name());
+    const nn::QConfig fq = nn::parse_recipe("8da4w", 32);
+    nn::LlamaInstance a = trained_instance(fq, precision);
+    nn::LlamaInstance b = nn::build_llama_instance(
+        tiny_config(), 2, 7, integer_forward("8da4w", 32), Device::cpu(), precision);
+    nn::copy_states(*a.exec, *b.exec);
+    const Tensor la = logits(a), lb = logits(b);
+    double max_abs = 0, max_diff = 0;
+    for (int64_t i = 0; i < la.numel(); ++i) {
+      max_abs = std::max(max_abs, std::abs(la.at(i)));
+      max_diff = std::max(max_diff, std::abs(la.at(i) - lb.at(i)));
+    }
+    EXPECT_GT(max_diff, 0.0) << "the two forwards should not be the same arithmetic";
+    EXPECT_LT(max_diff / max_abs, precision.mixed() ? 3e-2 : 1e-4);
+  }
+}
+
+TEST(LlamaConvert, IntegerForwardTakesOnlyDynamicSymmetricIntegerRecipes) {
+  for (const std::string recipe : {"int4_weight_only", "float"}) {
+    nn::QConfig qc = nn::parse_recipe(recipe, 32);
+    qc.integer_forward = true;
+    testing::expect_error([&] { qc.validate(); }, {"[qconfig]", "integer forward"});
+  }
+  nn::QConfig learned = integer_forward("8da4w", 32);
+  learned.learned_weight_ranges = true;
+  testing::expect_error([&] { learned.validate(); }, {"[qconfig]", "learned ranges"});
 }
 
 TEST(LlamaConvert, FloatZeroCodesAreUnsignedNibblesWithTheGroupZeroAddedAfter) {
