@@ -82,15 +82,20 @@ nn::QConfig recipe_of(const std::string& qconfig, const std::string& path, std::
   const std::string gemm = nn::read_embedding_str(qconfig, embedding);
   for (const std::string& r : nn::recipe_names())
     for (int g : {32, 64, 128, 256})
-      for (bool learned : {false, true}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        // 0: the recipe, 1: with learned ranges, 2: with the integer forward; both exist for
+        // the dynamic symmetric recipes only (qat train --learned-ranges, --integer-forward).
+        const bool learned = variant == 1, integer = variant == 2;
         nn::QConfig qc = nn::parse_recipe(r, g);
-        // Learned ranges (qat train --learned-ranges) exist for the dynamic symmetric recipes.
-        if (learned && (!qc.dynamic_weights || qc.weight_mapping != nn::WeightMapping::symmetric))
+        if ((learned || integer) &&
+            (!qc.dynamic_weights || qc.weight_mapping != nn::WeightMapping::symmetric))
           continue;
         qc.learned_weight_ranges = learned;
+        qc.integer_forward = integer;
         if (qc.str() != gemm) continue;
         *name = r == "float" || r == "w8a8_dynamic" ? r : r + " group " + std::to_string(g);
         if (learned) *name += ", learned ranges";
+        if (integer) *name += ", integer forward";
         if (embedding.embedding_quantized()) {
           qc.embedding_weight = embedding.embedding_weight;
           qc.embedding_group_size = embedding.embedding_group_size;
@@ -222,7 +227,18 @@ void run_llama_export(const LlamaExportOptions& o, const std::map<std::string, s
   // 1. The model and recipe the checkpoint names.
   const CheckpointModel m = parse_key(meta.at("config"), o.checkpoint);
   std::string recipe;
-  const nn::QConfig qc = recipe_of(m.qconfig, o.checkpoint, &recipe);
+  nn::QConfig qc = recipe_of(m.qconfig, o.checkpoint, &recipe);
+  if (qc.integer_forward) {
+    // The ONNX graph dequantizes the int4/int8 weight blocks and runs float MatMuls (ONNX has
+    // no GEMM with per-group scales along K), so the reference decode below is the converted
+    // model of that arithmetic: the same weights and qparams, the fake-quant forward's
+    // rounding instead of int8_matmul's (docs/LLM_NUMERICS.md).
+    std::printf(
+        "qat export: %s trained with the integer forward; the ONNX model runs float "
+        "GEMMs on the dequantized weights\n",
+        recipe.c_str());
+    qc.integer_forward = false;
+  }
   const nn::LlamaConfig config = config_for(o, m);
   const int64_t seq = o.prompt_len + o.new_tokens;
   QG_CHECK(seq <= config.max_position_embeddings, kOp, "--prompt-len ", o.prompt_len,

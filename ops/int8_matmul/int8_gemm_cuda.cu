@@ -43,8 +43,6 @@ namespace qg::int8_gemm {
 namespace {
 
 constexpr int kBM = 128;
-constexpr int kThreads = 256;
-constexpr int kMT = 4;  // m16 tiles per warp (64 rows)
 constexpr int kMaxMagicGroup = 256;
 constexpr int kMagicBits = 0x4B400000;
 constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
@@ -59,10 +57,19 @@ constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
 #ifndef QG_INT8_GEMM_SINGLE_BN
 #define QG_INT8_GEMM_SINGLE_BN 256
 #endif
+// Warps per block: 8 (2 x 4) or 16 (4 x 4), for the grouped and the per-channel kernels.
+#ifndef QG_INT8_GEMM_GROUPS_WARPS
+#define QG_INT8_GEMM_GROUPS_WARPS 8
+#endif
+#ifndef QG_INT8_GEMM_SINGLE_WARPS
+#define QG_INT8_GEMM_SINGLE_WARPS 8
+#endif
 constexpr int kBK = QG_INT8_GEMM_BK;
 constexpr int kStages = QG_INT8_GEMM_STAGES;
 constexpr int kBNGroups = 128;
 constexpr int kBNSingle = QG_INT8_GEMM_SINGLE_BN;
+constexpr int kWarpsMGroups = QG_INT8_GEMM_GROUPS_WARPS / 4;
+constexpr int kWarpsMSingle = QG_INT8_GEMM_SINGLE_WARPS / 4;
 static_assert(kBK == 64 || kBK == 128, "tile rows are 4 or 8 chunks of 16 bytes");
 static_assert(kStages >= 3, "the sums look one stage ahead");
 
@@ -179,16 +186,24 @@ __device__ __forceinline__ int swz(int r, int c) {
 // time (1, 2, 4, 8), 0 = p.spg at run time. kMagicPath: group <= 256, flush through the
 // 1.5 * 2^23 bias (see top comment), else IMAD + I2F. kSingle: group == k, one flush after the
 // k loop.
-template <int kBN, int kSpg, bool kMagicPath, bool kSingle, OutType kOut>
-__global__ void __launch_bounds__(kThreads, 1) int8_gemm_kernel(const Params p) {
-  constexpr int kNT = kBN / 32;  // n8 tiles per warp
+template <int kBN, int kWarpsM, int kSpg, bool kMagicPath, bool kSingle, OutType kOut>
+__global__ void __launch_bounds__(kWarpsM * 4 * 32, 1) int8_gemm_kernel(const Params p) {
+  constexpr int kWarpsN = 4;
+  constexpr int kThreads = kWarpsM * kWarpsN * 32;
+  constexpr int kWarpRows = kBM / kWarpsM;
+  constexpr int kWarpCols = kBN / kWarpsN;
+  constexpr int kMT = kWarpRows / 16;  // m16 tiles per warp
+  constexpr int kNT = kWarpCols / 8;   // n8 tiles per warp
+  static_assert(kNT % 2 == 0, "W fragments load two n8 tiles per ldmatrix");
   constexpr int kATileBytes = kBM * kBK;
   constexpr int kWTileBytes = kBN * kBK;
   constexpr int kStageBytes = kStageBytesOf<kBN>;
   constexpr int kLdRows = kThreads / kChunks;  // tile rows one loader pass covers
   constexpr int kAPasses = kBM / kLdRows;
   constexpr int kWPasses = kBN / kLdRows;
-  constexpr int kSumCols = kThreads / kSteps;  // columns one pass of the sums covers
+  // Columns one pass of the sums covers; with more threads than (column, step) pairs the
+  // surplus warps skip the sums (whole warps: kSteps * kBN is a multiple of 32).
+  constexpr int kSumCols = kThreads / kSteps < kBN ? kThreads / kSteps : kBN;
   constexpr int kSumPasses = kBN / kSumCols;
   constexpr int kBias = kMagicPath ? kMagicBits : 0;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -197,8 +212,8 @@ __global__ void __launch_bounds__(kThreads, 1) int8_gemm_kernel(const Params p) 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int warp_m = warp >> 2;
-  const int warp_n = warp & 3;
+  const int warp_m = warp / kWarpsN;
+  const int warp_n = warp % kWarpsN;
 
   // Blocks sweep 8 M tiles per W tile, so consecutive blocks share the W tile in L2 and the
   // A rows of the sweep stay resident across W tiles.
@@ -242,6 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1) int8_gemm_kernel(const Params p) 
   // w_scale loads and the weight sums.
   const int s_q = tid % kSteps;
   const int s_n = tid / kSteps;
+  const bool s_thread = s_n < kSumCols;
   const float* ws_row[kSumPasses];
   bool s_ok[kSumPasses];
 #pragma unroll
@@ -270,6 +286,7 @@ __global__ void __launch_bounds__(kThreads, 1) int8_gemm_kernel(const Params p) 
     const int kq = k0 + 32 * s_q;
     const bool q_ok = kq < K;
     const int g = q_ok ? (kSpg > 0 ? (kq >> 5) / kSpg : kq / p.group) : 0;
+    if (!s_thread) return;
 #pragma unroll
     for (int i = 0; i < kSumPasses; ++i) {
       const bool ok = s_ok[i] && q_ok;
@@ -287,6 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1) int8_gemm_kernel(const Params p) 
 #pragma unroll
   for (int i = 0; i < kSumPasses; ++i) run[i] = 0;
   auto stage_sums = [&](int s) {
+    if (!s_thread) return;
     const uint8_t* wt = smem + (s % kStages) * kStageBytes + kATileBytes;
     const int e0 = s * kSteps;
 #pragma unroll
@@ -323,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1) int8_gemm_kernel(const Params p) 
   };
 
   // Rows of this thread's accumulators: i-th m16 tile, +0 / +8.
-  const int row_base = warp_m * 64 + (lane >> 2);
+  const int row_base = warp_m * kWarpRows + (lane >> 2);
   float naz_f[kMT][2];
   int naz_i[kMT][2];
 #pragma unroll
@@ -353,15 +371,15 @@ __global__ void __launch_bounds__(kThreads, 1) int8_gemm_kernel(const Params p) 
   // chunk, lanes 16-31 the same rows at its second (a0..a3 of m16n8k32). W: lanes 0-7 / 8-15
   // rows 0-7 at the first / second chunk (b0, b1 of one n8 tile), lanes 16-31 the same for
   // the next n8 tile. Tile offsets are multiples of 8 rows, which keep the swizzle phase.
-  const int a_row = warp_m * 64 + (lane & 15);
-  const int b_row = warp_n * (kBN / 4) + (lane & 7) + ((lane >> 4) << 3);
+  const int a_row = warp_m * kWarpRows + (lane & 15);
+  const int b_row = warp_n * kWarpCols + (lane & 7) + ((lane >> 4) << 3);
   uint32_t a_off[kSteps], b_off[kSteps];
 #pragma unroll
   for (int j = 0; j < kSteps; ++j) {
     a_off[j] = swz(a_row, 2 * j + (lane >> 4));
     b_off[j] = kATileBytes + swz(b_row, 2 * j + ((lane >> 3) & 1));
   }
-  const int col_base = warp_n * (kBN / 4) + 2 * (lane & 3);
+  const int col_base = warp_n * kWarpCols + 2 * (lane & 3);
 
   struct Frag {
     uint32_t a[kMT][4];
@@ -490,9 +508,9 @@ __global__ void __launch_bounds__(kThreads, 1) int8_gemm_kernel(const Params p) 
   }
 }
 
-template <int kBN, int kSpg, bool kMagicPath, bool kSingle, OutType kOut>
+template <int kBN, int kWarpsM, int kSpg, bool kMagicPath, bool kSingle, OutType kOut>
 void launch_kernel(const Params& prm, cudaStream_t stream, const char* op) {
-  auto* kernel = &int8_gemm_kernel<kBN, kSpg, kMagicPath, kSingle, kOut>;
+  auto* kernel = &int8_gemm_kernel<kBN, kWarpsM, kSpg, kMagicPath, kSingle, kOut>;
   constexpr int kSmem = kSmemBytesOf<kBN>;
   // The attribute is per device: set it once for each device this instantiation runs on.
   static std::atomic<uint64_t> configured{0};
@@ -507,7 +525,7 @@ void launch_kernel(const Params& prm, cudaStream_t stream, const char* op) {
   const int64_t blocks = ((int64_t(prm.m) + kBM - 1) / kBM) * ((int64_t(prm.n) + kBN - 1) / kBN);
   QG_CHECK(blocks < (int64_t(1) << 31), op, "int8 GEMM: too many tiles (m=", prm.m, ", n=", prm.n,
            ")");
-  kernel<<<static_cast<unsigned>(blocks), kThreads, kSmem, stream>>>(prm);
+  kernel<<<static_cast<unsigned>(blocks), kWarpsM * 4 * 32, kSmem, stream>>>(prm);
   QG_CUDA_CHECK_LAUNCH(op);
 }
 
@@ -516,19 +534,20 @@ void dispatch(const Params& prm, cudaStream_t stream, const char* op) {
   if (prm.group <= kMaxMagicGroup) {
     switch (prm.spg) {
       case 1:
-        return launch_kernel<kBNGroups, 1, true, false, kOut>(prm, stream, op);
+        return launch_kernel<kBNGroups, kWarpsMGroups, 1, true, false, kOut>(prm, stream, op);
       case 2:
-        return launch_kernel<kBNGroups, 2, true, false, kOut>(prm, stream, op);
+        return launch_kernel<kBNGroups, kWarpsMGroups, 2, true, false, kOut>(prm, stream, op);
       case 4:
-        return launch_kernel<kBNGroups, 4, true, false, kOut>(prm, stream, op);
+        return launch_kernel<kBNGroups, kWarpsMGroups, 4, true, false, kOut>(prm, stream, op);
       case 8:
-        return launch_kernel<kBNGroups, 8, true, false, kOut>(prm, stream, op);
+        return launch_kernel<kBNGroups, kWarpsMGroups, 8, true, false, kOut>(prm, stream, op);
       default:
-        return launch_kernel<kBNGroups, 0, true, false, kOut>(prm, stream, op);
+        return launch_kernel<kBNGroups, kWarpsMGroups, 0, true, false, kOut>(prm, stream, op);
     }
   }
-  if (prm.group == prm.k) return launch_kernel<kBNSingle, 0, false, true, kOut>(prm, stream, op);
-  return launch_kernel<kBNGroups, 0, false, false, kOut>(prm, stream, op);
+  if (prm.group == prm.k)
+    return launch_kernel<kBNSingle, kWarpsMSingle, 0, false, true, kOut>(prm, stream, op);
+  return launch_kernel<kBNGroups, kWarpsMGroups, 0, false, false, kOut>(prm, stream, op);
 }
 
 }  // namespace

@@ -56,4 +56,14 @@ name=8da4w_embedding_int4
   --reference "$work/$name/ref" > "$work/$name.export.log"
 grep -h "^size:" "$work/$name.export.log" | sed "s/^/$name /"
 pairs+=("$work/$name.onnx" "$work/$name/ref")
+# 8da4w trained with the integer forward (--integer-forward): the same weights and qparams
+# export as the fake-quant forward's model, and the reference decode is that model's.
+name=8da4w_integer_forward
+"$qat" train "${common[@]}" --recipe 8da4w --integer-forward --out "$work/$name" \
+  > "$work/$name.train.log"
+"$qat" export "$work/$name/checkpoint.qgck" --onnx "$work/$name.onnx" --data "$work/data" \
+  --reference "$work/$name/ref" > "$work/$name.export.log"
+grep -q "trained with the integer forward" "$work/$name.export.log"
+grep -h "^size:" "$work/$name.export.log" | sed "s/^/$name /"
+pairs+=("$work/$name.onnx" "$work/$name/ref")
 "$python" "$check" "${pairs[@]}" --json "$work/onnx_llm_check.json"
