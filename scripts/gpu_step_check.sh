@@ -6,7 +6,9 @@
 #      with the filter FILTER (default: all), verbose, on GPU 0;
 #   2. the 207M Llama step, bf16-mixed, for each recipe in RECIPES: the float step and the QAT
 #      step in one process (so every ratio is taken on one machine, in one call);
-#   3. the 8da4w step's per-op floor table (floors_8da4w.log);
+#   3. the 8da4w step's per-op floor table (floors_8da4w.log); with INTEGER=1 also each of
+#      RECIPES (but int4_weight_only) with --integer-forward (steps.log) and the 8da4w
+#      integer-forward step's floor table (floors_8da4w_integer.log);
 #   4. with TORCH=1, qatgraph.torch's 8da4w in transformers' Llama against its float step,
 #      eager and as one CUDA graph (bench/torch_llama_qat_bench.py, torch_steps.txt).
 # Carry .gpudeps. Logs under $OUT (tests.log, steps.log, floors_8da4w.log, torch_steps.txt).
@@ -52,6 +54,19 @@ CUDA_VISIBLE_DEVICES=0 timeout 60 "$qat" steps --device cuda --model llama --pre
   --recipe 8da4w --variant qat --optimizer adamw --reps 20 --profile --floors \
   --peak-gbps "$peak_gbps" >"$out/floors_8da4w.log" 2>&1
 echo "floors: rc=$?; $(grep -E '^    dynamic_fake_quantize ' "$out/floors_8da4w.log" | tail -1)"
+if [ -n "${INTEGER:-}" ]; then
+  for recipe in ${RECIPES:-8da4w int4_weight_only w8a8_dynamic}; do
+    [ "$recipe" = int4_weight_only ] && continue
+    CUDA_VISIBLE_DEVICES=0 timeout 60 "$qat" steps --device cuda --model llama \
+      --precision bf16-mixed --recipe "$recipe" --integer-forward --variant qat --reps 20 2>&1 |
+      grep "step llama" | tr -s ' ' | sed "s/^/integer-forward $recipe: /" | tee -a "$out/steps.log"
+  done
+  CUDA_VISIBLE_DEVICES=0 timeout 60 "$qat" steps --device cuda --model llama \
+    --precision bf16-mixed --recipe 8da4w --integer-forward --variant qat --optimizer adamw \
+    --reps 20 --profile --floors --peak-gbps "$peak_gbps" >"$out/floors_8da4w_integer.log" 2>&1
+  echo "integer floors: rc=$?"
+  grep -E "^    (int8_matmul_ste|quantize|matmul) " "$out/floors_8da4w_integer.log" | tail -3
+fi
 
 if [ -n "${TORCH:-}" ]; then
   torchao=.gpudeps/torchao

@@ -195,6 +195,9 @@ __global__ void __launch_bounds__(kWarpsM * 4 * 32, 1) int8_gemm_kernel(const Pa
   constexpr int kMT = kWarpRows / 16;  // m16 tiles per warp
   constexpr int kNT = kWarpCols / 8;   // n8 tiles per warp
   static_assert(kNT % 2 == 0, "W fragments load two n8 tiles per ldmatrix");
+  // 8 warps double-buffer the fragments in registers to cover the ldmatrix latency; 16 warps
+  // (4 per scheduler) cover it by switching warps and need the registers (128 per thread).
+  constexpr bool kFragPrefetch = kWarpsM == 2;
   constexpr int kATileBytes = kBM * kBK;
   constexpr int kWTileBytes = kBN * kBK;
   constexpr int kStageBytes = kStageBytesOf<kBN>;
@@ -463,14 +466,19 @@ __global__ void __launch_bounds__(kWarpsM * 4 * 32, 1) int8_gemm_kernel(const Pa
       const uint32_t st_next = smem_base + ((s + 1) % kStages) * kStageBytes;
 #pragma unroll
       for (int j = 0; j < kSteps; ++j) {
-        // Next step's fragments first (past the last stage this reads stale, unused data).
-        if (j + 1 < kSteps) {
-          load_frag(f[(j + 1) & 1], st, j + 1);
-        } else {
-          load_frag(f[(j + 1) & 1], st_next, 0);
-        }
+        // The next step's fragments (past the last stage: stale, unused data): before this
+        // step's mma with prefetch, after it into the same registers without.
+        auto load_next = [&](Frag& dst) {
+          if (j + 1 < kSteps) {
+            load_frag(dst, st, j + 1);
+          } else {
+            load_frag(dst, st_next, 0);
+          }
+        };
+        if constexpr (kFragPrefetch) load_next(f[(j + 1) & 1]);
         const int pos = (u * kSteps + j) % (kSpg > 0 ? kSpg : 1);
-        mma_all(f[j & 1], kSpg > 0 && pos == 0);
+        mma_all(f[kFragPrefetch ? j & 1 : 0], kSpg > 0 && pos == 0);
+        if constexpr (!kFragPrefetch) load_next(f[0]);
         if (j == 0) stage_sums(s + 1);  // past the last stage: unread slot
         if constexpr (!kSingle) {
           const bool last = kSpg > 0 ? pos == kSpg - 1 : ends(s * kSteps + j);
@@ -547,7 +555,8 @@ void dispatch(const Params& prm, cudaStream_t stream, const char* op) {
   }
   if (prm.group == prm.k)
     return launch_kernel<kBNSingle, kWarpsMSingle, 0, false, true, kOut>(prm, stream, op);
-  return launch_kernel<kBNGroups, kWarpsMGroups, 0, false, false, kOut>(prm, stream, op);
+  // Groups > 256 that are not per-channel: not a shape of the models, kept on 8 warps.
+  return launch_kernel<kBNGroups, 2, 0, false, false, kOut>(prm, stream, op);
 }
 
 }  // namespace
