@@ -111,10 +111,46 @@ ValueId integer_weight(Graph& g, const WeightQuantizer& w, const QConfig& qc,
 
 // The integer forward's layer deployed: int8_matmul on the same activation codes and qparams
 // and on the weight codes and scales as constants, so it computes what int8_matmul_ste did.
-ValueId integer_gemm(Graph& g, const WeightQuantizer& w, const std::vector<Tensor>& fetched) {
+// Codes of at most 4 bits are stored as packed INT4 nibbles (code + 8, two per byte, flat C
+// order, as integer_weight packs them) and unpacked to the GEMM's int8 each forward: the
+// unpack-dequantize with scale 1 and zero point 8 gives the codes as exact f32 integers, and
+// quantize with scale 1 and zero point 0 turns them back into i8 unchanged.
+ValueId integer_gemm(Graph& g, const WeightQuantizer& w, const QConfig& qc,
+                     const std::vector<Tensor>& fetched) {
   const Node ste = g.node(w.integer_gemm);  // a copy: the graph grows below
   const std::string name = w.layer + ".weight.int";
-  const ValueId codes = g.constant(fetched[0].to(Device::cpu()), name + ".codes");
+  Tensor codes_t = fetched[0].to(Device::cpu());
+  ValueId codes;
+  const int bits = qc.weight_bits();
+  if (bits <= 4) {
+    const int64_t out = codes_t.size(0), in = codes_t.size(1), n = codes_t.numel();
+    std::vector<uint8_t> packed(static_cast<size_t>((n + 1) / 2), 0);
+    const int8_t* c = codes_t.data<int8_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t v = static_cast<uint8_t>(c[i] + 8);
+      packed[i / 2] |= (i % 2 == 0) ? v : static_cast<uint8_t>(v << 4);
+    }
+    const ValueId p =
+        g.constant(Tensor::from_vector<uint8_t>({static_cast<int64_t>(packed.size())}, packed),
+                   name + ".codes");
+    const ValueId one = g.constant(Tensor::from_vector<float>({out, 1}, std::vector<float>(out, 1)),
+                                   name + ".unpack_scale");
+    const ValueId eight =
+        g.constant(Tensor::from_vector<uint8_t>({out, 1}, std::vector<uint8_t>(out, 8)),
+                   name + ".unpack_zero");
+    const ValueId values =
+        g.apply1("int4_unpack_dequantize", {p, one, eight},
+                 {{"group_size", in}, {"axis", -1}, {"shape", Shape{out, in}}}, name + ".unpack");
+    const ValueId unit = g.constant(Tensor::from_vector<float>({1}, {1.0f}), name + ".unit");
+    const ValueId zero = g.constant(Tensor::from_vector<int32_t>({1}, {0}), name + ".zero");
+    codes = g.apply("quantize", {values, unit, zero},
+                    {{"quant_min", -(int64_t{1} << (bits - 1))},
+                     {"quant_max", (int64_t{1} << (bits - 1)) - 1},
+                     {"out_dtype", std::string("i8")}},
+                    name + ".to_i8")[0];
+  } else {
+    codes = g.constant(codes_t, name + ".codes");
+  }
   const ValueId scale = g.constant(fetched[1].to(Device::cpu()), name + ".scale");
   Attrs a = ste.attrs;
   a.set("out_dtype", std::string(dtype_name(g.value(ste.outputs[0]).type.dtype)));
@@ -204,7 +240,7 @@ int64_t convert_graph(ConvertTarget t, const QConfig& qc) {
     std::vector<Tensor> mine(got.begin() + k, got.begin() + k + n);
     k += n;
     if (w.integer_gemm >= 0) {
-      rewire(g, g.node(w.integer_gemm).outputs[0], integer_gemm(g, w, mine));
+      rewire(g, g.node(w.integer_gemm).outputs[0], integer_gemm(g, w, qc, mine));
       continue;
     }
     if (w.learned_scale != kNoValue) {

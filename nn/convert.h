@@ -52,9 +52,9 @@ int64_t convert_to_integer(ModelInstance& inst, const QConfig& qconfig);
 // scale per group along the hidden dim) with its dequantize op before the gather; a float one
 // stays float. A float zero point on weights stored in other than f32 is a named error.
 // Under the integer forward (QConfig::integer_forward) each projection's int8_matmul_ste
-// becomes int8_matmul on int8 weight codes and scales as constants (one byte per code: the
-// integer GEMM reads int8), so the converted logits equal the QAT model's bit for bit on the
-// CPU and on the GPU alike.
+// becomes int8_matmul on constant weight codes and scales (codes of <= 4 bits stored as packed
+// INT4 nibbles and unpacked to int8 for the GEMM; int8 codes as they are), so the converted
+// logits equal the QAT model's bit for bit on the CPU and on the GPU alike.
 struct LlamaInstance {
   std::unique_ptr<Graph> graph;
   LlamaModel model;

@@ -146,6 +146,9 @@ void expect_integer_forward_converts_bit_for_bit(Device device) {
       // Deployed: int8_matmul on constant codes; no weight quantizer, float weight or STE left.
       EXPECT_EQ(count_needed(g, inst.model.logits, "int8_matmul"), linears);
       EXPECT_EQ(count_needed(g, inst.model.logits, "int8_matmul_ste"), 0);
+      // Codes of <= 4 bits are stored packed, two per byte.
+      EXPECT_EQ(count_needed(g, inst.model.logits, "int4_unpack_dequantize"),
+                recipe == "w8a8_dynamic" ? 0 : linears);
       for (const nn::WeightQuantizer& w : inst.model.weights)
         EXPECT_FALSE(g.needed_nodes({inst.model.logits})[g.value(w.source).producer]) << w.layer;
     }
