@@ -348,6 +348,47 @@ double median_us(F&& f, cudaStream_t s, int reps = 25) {
   return t[reps / 2];
 }
 
+// The instruction ceiling the kernel works under: back-to-back independent
+// mma.sync.m16n8k32 s8 on registers, 16 warps per SM, no memory traffic.
+__global__ void mma_ceiling_kernel(int iters, int* sink) {
+  uint32_t a[4], b[2];
+  for (int i = 0; i < 4; ++i) a[i] = threadIdx.x * 0x01030507u + i;
+  for (int i = 0; i < 2; ++i) b[i] = threadIdx.x * 0x07050301u + i;
+  int acc[8][4] = {};
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      asm volatile(
+          "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+          "{%8,%9}, {%0,%1,%2,%3};\n"
+          : "+r"(acc[q][0]), "+r"(acc[q][1]), "+r"(acc[q][2]), "+r"(acc[q][3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+  }
+  int t = 0;
+  for (int q = 0; q < 8; ++q) t += acc[q][0] + acc[q][1] + acc[q][2] + acc[q][3];
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = t;
+}
+
+void mma_ceiling(int sms) {
+  const int threads = 512, iters = 4096;
+  int* sink;
+  CK(cudaMalloc(&sink, size_t(sms) * threads * 4));
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  const double us = median_us(
+      [&] {
+        mma_ceiling_kernel<<<sms, threads, 0, s>>>(iters, sink);
+        CK(cudaGetLastError());
+      },
+      s, 5);
+  const double ops = double(sms) * (threads / 32) * iters * 8 * (16.0 * 8 * 32 * 2);
+  std::printf("\nmma.sync m16n8k32 s8 ceiling (registers only, 16 warps/SM): %.0f TOPS\n",
+              ops / (us * 1e-6) / 1e12);
+  CK(cudaFree(sink));
+  CK(cudaStreamDestroy(s));
+}
+
 void anchors() {
   const int64_t M = 8192;
   const int64_t shapes[][2] = {
@@ -486,7 +527,10 @@ int main(int argc, char** argv) {
       full_case(200, 200, 2816, 1408, Codes::int8, seed++);
       full_case(64, 64, 65536, 65536, Codes::max_p, seed++);
     }
-    if (timing) anchors();
+    if (timing) {
+      mma_ceiling(prop.multiProcessorCount);
+      anchors();
+    }
   } catch (const qg::Error& e) {
     std::printf("qg::Error: %s\n", e.what());
     return 1;

@@ -13,21 +13,21 @@
 namespace qg {
 namespace {
 
-int8_gemm::OutType out_type(const std::string &op, DType d) {
+int8_gemm::OutType out_type(const std::string& op, DType d) {
   switch (d) {
-  case DType::f32:
-    return int8_gemm::OutType::f32;
-  case DType::bf16:
-    return int8_gemm::OutType::bf16;
-  case DType::f16:
-    return int8_gemm::OutType::f16;
-  default:
-    QG_FAIL(op, "the CUDA kernel writes f32, bf16 or f16, not ", dtype_name(d));
+    case DType::f32:
+      return int8_gemm::OutType::f32;
+    case DType::bf16:
+      return int8_gemm::OutType::bf16;
+    case DType::f16:
+      return int8_gemm::OutType::f16;
+    default:
+      QG_FAIL(op, "the CUDA kernel writes f32, bf16 or f16, not ", dtype_name(d));
   }
 }
 
-void int8_matmul_cuda(KernelContext &ctx) {
-  const Int8MatmulArgs &a = ctx.args<Int8MatmulArgs>();
+void int8_matmul_cuda(KernelContext& ctx) {
+  const Int8MatmulArgs& a = ctx.args<Int8MatmulArgs>();
   const int c = a.codes;
   QG_CHECK(a.group % 32 == 0, ctx.op,
            "the CUDA kernel needs a weight group that is a multiple "
@@ -48,20 +48,18 @@ void int8_matmul_cuda(KernelContext &ctx) {
   int8_gemm::launch(p, cuda_stream(ctx.device), ctx.op.c_str());
 }
 
-} // namespace
+}  // namespace
 
-void add_int8_matmul_cuda_kernels(OpRegistry &r) {
+void add_int8_matmul_cuda_kernels(OpRegistry& r) {
   r.get_mutable("int8_matmul")
-      .kernels.push_back({DeviceType::cuda,
-                          KernelDTypes::for_inputs({{DType::i8}}),
-                          int8_matmul_cuda});
-  OpDef &ste = r.get_mutable("int8_matmul_ste");
-  ste.kernels.push_back({DeviceType::cuda,
-                         {DType::f32, DType::bf16, DType::f16},
-                         int8_matmul_cuda});
+      .kernels.push_back(
+          {DeviceType::cuda, KernelDTypes::for_inputs({{DType::i8}}), int8_matmul_cuda});
+  OpDef& ste = r.get_mutable("int8_matmul_ste");
+  ste.kernels.push_back(
+      {DeviceType::cuda, {DType::f32, DType::bf16, DType::f16}, int8_matmul_cuda});
   // f64 is the gradient check's dtype; the integer arithmetic is f32 whatever
   // y's dtype.
   ste.cpu_only_dtypes = {DType::f64};
 }
 
-} // namespace qg
+}  // namespace qg
