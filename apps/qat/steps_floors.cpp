@@ -36,26 +36,37 @@ double attention_flops(const Graph& g, const Node& n) {
 }  // namespace
 
 double NodeCost::floor_ms(const DevicePeaks& p) const {
-  const double compute =
-      flops_16bit / (p.tflops_16bit * 1e12) + (flops - flops_16bit) / (p.tflops_f32 * 1e12);
+  const double compute = flops_16bit / (p.tflops_16bit * 1e12) + flops_int8 / (p.tops_int8 * 1e12) +
+                         (flops - flops_16bit - flops_int8) / (p.tflops_f32 * 1e12);
   const double memory = bytes / (p.gbps * 1e9);
   return 1e3 * std::max(compute, memory);
 }
 
 NodeCost node_cost(const Graph& g, const Node& n) {
   NodeCost c;
-  for (ValueId v : n.inputs) c.bytes += type_bytes(g.value(v).type);
+  const std::string& op = n.op->name;
+  const bool int8_gemm = op == "int8_matmul" || op == "int8_matmul_ste";
+  // int8_matmul_ste's first two inputs are there for its backward only.
+  const size_t first_read = op == "int8_matmul_ste" ? 2 : 0;
+  for (size_t i = first_read; i < n.inputs.size(); ++i)
+    c.bytes += type_bytes(g.value(n.inputs[i]).type);
   // A node that aliases its input (reshape, an in-place bucket) writes nothing new.
   if (!n.op->aliases_input)
     for (ValueId v : n.outputs) c.bytes += type_bytes(g.value(v).type);
   for (const StateSpec& s : n.states) c.bytes += 2 * type_bytes(s.type);
-  const std::string& op = n.op->name;
   if (op == "reshape" || op == "constant" || op == "input" || op == "parameter" || op == "variable")
     c.bytes = 0;
   if (op == "matmul" || op == "batched_matmul") c.flops = matmul_flops(g, n);
   if (op == "causal_attention") c.flops = attention_flops(g, n);
   if (op == "causal_attention_backward") c.flops = 2.5 * attention_flops(g, n);
-  if (c.flops > 0 && narrow(g.value(n.inputs.at(0)).type.dtype)) c.flops_16bit = c.flops;
+  if (int8_gemm) {
+    const TensorType& y = g.value(n.outputs.at(0)).type;
+    c.flops = c.flops_int8 =
+        2.0 * static_cast<double>(y.numel()) *
+        static_cast<double>(g.value(n.inputs.at(first_read)).type.shape.back());
+  } else if (c.flops > 0 && narrow(g.value(n.inputs.at(0)).type.dtype)) {
+    c.flops_16bit = c.flops;
+  }
   return c;
 }
 
@@ -69,9 +80,9 @@ void print_floor_table(const std::map<std::string, OpProfile>& per_op, const Dev
     floor += p.cost.floor_ms(peaks);
   }
   std::printf(
-      "  floors (peaks: %.0f TFLOP/s 16-bit, %.0f TFLOP/s f32, %.0f GB/s; FLOPs of GEMMs and "
-      "attention, bytes of every input, output and state):\n",
-      peaks.tflops_16bit, peaks.tflops_f32, peaks.gbps);
+      "  floors (peaks: %.0f TFLOP/s 16-bit, %.0f TOP/s int8, %.0f TFLOP/s f32, %.0f GB/s; FLOPs "
+      "of GEMMs and attention, bytes of every input, output and state):\n",
+      peaks.tflops_16bit, peaks.tops_int8, peaks.tflops_f32, peaks.gbps);
   std::printf("    %-32s %6s %10s %10s %9s %10s %9s\n", "op", "nodes", "ms", "floor ms", "x floor",
               "GFLOP", "GB");
   for (const auto& [op, p] : rows) {

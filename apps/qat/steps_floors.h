@@ -13,18 +13,21 @@ namespace qg::cli {
 
 struct DevicePeaks {
   double tflops_16bit = 989;  // dense bf16/f16 tensor-core rate (H100/H200 SXM)
+  double tops_int8 = 1979;    // dense int8 tensor-core rate (H100/H200 SXM: twice the 16-bit)
   double tflops_f32 = 67;     // f32 without TF32 (H100 SXM)
   double gbps = 3350;         // memory bandwidth (H100 SXM; H200: 4800)
 };
 
 // The work of one node: FLOPs of its GEMMs and attention (matmul: 2 M N K per batch;
-// causal_attention: 2 B H T^2 D, half of the square being masked; its backward 2.5x that),
-// the share of them at the 16-bit rate, and its bytes.
+// causal_attention: 2 B H T^2 D, half of the square being masked; its backward 2.5x that;
+// int8_matmul and int8_matmul_ste: 2 M N K), the shares of them at the 16-bit and at the int8
+// rate, and its bytes (int8_matmul_ste's: its codes, scales and y; it never reads x and w_fq).
 struct NodeCost {
-  double flops = 0, flops_16bit = 0, bytes = 0;
+  double flops = 0, flops_16bit = 0, bytes = 0, flops_int8 = 0;
   NodeCost& operator+=(const NodeCost& o) {
     flops += o.flops;
     flops_16bit += o.flops_16bit;
+    flops_int8 += o.flops_int8;
     bytes += o.bytes;
     return *this;
   }

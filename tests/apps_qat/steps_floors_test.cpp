@@ -57,6 +57,27 @@ TEST(StepsFloors, CausalAttentionCountsTheCausalHalf) {
   (void)o;
 }
 
+TEST(StepsFloors, Int8GemmIsTwoMnkAtTheInt8RateAndReadsOnlyItsCodes) {
+  Graph g;
+  std::vector<ValueId> in = {
+      g.input("x", {DType::bf16, {4, 64}}), g.input("w", {DType::bf16, {5, 64}}),
+      g.input("a", {DType::i8, {4, 64}}),   g.input("sa", {DType::f32, {4}}),
+      g.input("za", {DType::i32, {4}}),     g.input("wc", {DType::i8, {5, 64}}),
+      g.input("sw", {DType::f32, {5, 2}})};
+  g.apply1("int8_matmul_ste", in, {{"group_size", 32}});
+  NodeCost c = node_cost(g, last_node(g));
+  EXPECT_EQ(c.flops, 2.0 * 4 * 5 * 64);
+  EXPECT_EQ(c.flops_int8, c.flops);
+  EXPECT_EQ(c.flops_16bit, 0.0);
+  // Codes 256 + 320 bytes, a_scale and a_zero 4 x 4 each, w_scale 10 x 4, y 20 bf16; not x, w.
+  EXPECT_EQ(c.bytes, 256 + 320 + 16 + 16 + 40 + 20 * 2.0);
+  DevicePeaks p;
+  p.tops_int8 = 2000;
+  p.gbps = 1e9;  // memory out of the way
+  NodeCost big{4e12, 0, 0, 4e12};
+  EXPECT_DOUBLE_EQ(big.floor_ms(p), 2.0);
+}
+
 TEST(StepsFloors, FloorIsTheSlowerOfComputeAndMemory) {
   DevicePeaks p;
   p.tflops_16bit = 1000;

@@ -264,7 +264,7 @@ TEST(Int8Matmul, GpuMatchesCpuBitForBit) {
       {2048, 1024, 1024, 32, 7}, {2048, 1024, 2816, 0, 127}, {2048, 1024, 2816, 64, 7}};
   uint32_t seed = 11;
   for (const Case& c : cases)
-    for (const std::string& out : {"f32", "bf16", "f16"}) {
+    for (const std::string& out : {"f32", "bf16", "f16", "f64"}) {
       SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
                    " g" + std::to_string(c.g) + " " + out);
       Operands o = random_operands(c.m, c.n, c.k, c.g, c.wmax, seed++);
