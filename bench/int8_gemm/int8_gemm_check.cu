@@ -490,10 +490,29 @@ void anchors() {
   CK(cudaStreamDestroy(s));
 }
 
+// For a profiler (run.sh --ncu): one bf16 launch of each of a few anchor shapes, no checks.
+void profile_launches() {
+  const int64_t M = 8192;
+  const int64_t shapes[][3] = {
+      {1024, 1024, 32}, {1024, 2816, 128}, {1024, 1024, 1024}, {32000, 1024, 1024}};
+  for (const auto& sh : shapes) {
+    Host h{M, sh[0], sh[1], sh[2], {}, {}, {}, {}, {}};
+    fill(h, Codes::int8, uint64_t(sh[0] + sh[1] + sh[2]), /*wild_scales=*/false);
+    Dev d;
+    d.upload(h);
+    qg::int8_gemm::launch(problem(h, d, OutType::bf16), 0, "int8_gemm_check");
+    CK(cudaDeviceSynchronize());
+    std::printf("profiled M=%lld N=%lld K=%lld G=%lld\n", (long long)h.M, (long long)h.N,
+                (long long)h.K, (long long)h.G);
+    d.release();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --no-timing: correctness only; --timing-only: the anchors (sampled check + table) only.
+  // --no-timing: correctness only; --timing-only: the anchors (sampled check + table) only;
+  // --ncu: one launch of each profiled shape.
   const bool timing = !(argc > 1 && std::strcmp(argv[1], "--no-timing") == 0);
   const bool checks = !(argc > 1 && std::strcmp(argv[1], "--timing-only") == 0);
   try {
@@ -501,6 +520,10 @@ int main(int argc, char** argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
                 prop.multiProcessorCount);
+    if (argc > 1 && std::strcmp(argv[1], "--ncu") == 0) {
+      profile_launches();
+      return 0;
+    }
     uint64_t seed = 1;
     const int64_t ragged[][3] = {{1, 1, 32},       {7, 129, 64},   {129, 7, 96},  {300, 257, 1024},
                                  {129, 300, 2816}, {1, 300, 1024}, {300, 1, 256}, {257, 130, 512}};

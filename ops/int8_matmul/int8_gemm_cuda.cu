@@ -28,17 +28,27 @@
 //   mma and the flush). Groups > 256 can exceed the 2^22 range: there the mma starts from 0,
 //   p = S - a_zero * wsum is an IMAD and __int2float_rn converts, at most every 9 k steps
 //   (per-channel: once, after the k loop).
-// - The epilogue multiplies by a_scale (one f32 multiply) and rounds once to the output type.
-// Status (H200, bench/int8_gemm): 250-360 TOPS at group = k and 165-210 at group = 32, i.e.
-// 2.0-2.6x / 3.1-4.3x cuBLAS's bf16 GEMM time, against a measured mma.sync s8 ceiling of
-// ~1280 TOPS; deeper or wider stages and 16 warps did not move it, so the limit is not yet
-// identified (no profile taken).
+// - The epilogue multiplies by a_scale (one f32 multiply; the tile's a_scale rows come into
+//   shared memory with the first stage) and rounds once to the output type, into a padded copy
+//   of the tile in the freed stage memory, which the block then writes out in coalesced
+//   16-byte chunks.
+// Profile (ncu, H200, 8192 x 1024 x 1024): one block of 8 warps per SM, 2 warps per
+// scheduler, no eligible warp in ~70% of cycles. Per channel, ~40% of the warp samples sat in
+// the once-per-tile code: the epilogue's 4-byte stores (each FMUL waiting on the previous
+// store's register) and its a_scale loads, and the a_zero loads issued before the prologue's
+// stages; in the k loop, two run-time integer divisions per stage (group index, group end)
+// that a per-channel tile does not need. Those are gone. Left: the k loop issues an mma only
+// every ~2.5x the register-only ceiling's interval (fixed-latency 'wait' stalls between
+// mmas of one warp with 2 warps per scheduler), and at group = 32 the three FP32 flush
+// operations per accumulator and group, which outweigh the mma. Bank conflicts: none on the
+// ldmatrix loads (swizzle verified).
 #include "ops/int8_matmul/int8_gemm_cuda.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <atomic>
+#include <cstdint>
 #include <type_traits>
 
 #include "device/cuda/cuda_check.h"
@@ -67,11 +77,12 @@ static_assert(kStages >= 3, "the sums look one stage ahead");
 constexpr int kSteps = kBK / 32;   // mma k steps per stage
 constexpr int kChunks = kBK / 16;  // 16-byte chunks per tile row
 // Per stage: A tile, W tile, then the w_scale of each k step's group, [kSteps][kBN]. After
-// the stages: the double-buffered {w_scale, group sum} pairs, [2][kSteps][kBN].
+// the stages: the double-buffered {w_scale, group sum} pairs, [2][kSteps][kBN], then the
+// tile's a_scale rows, [kBM].
 template <int kBN>
 constexpr int kStageBytesOf = kBM* kBK + kBN* kBK + kSteps* kBN * 4;
 template <int kBN>
-constexpr int kSmemBytesOf = kStages* kStageBytesOf<kBN> + 2 * kSteps* kBN * 8;
+constexpr int kSmemBytesOf = kStages* kStageBytesOf<kBN> + 2 * kSteps* kBN * 8 + kBM * 4;
 
 struct Params {
   int m, n, k, group, spg, groups_per_row;
@@ -202,6 +213,7 @@ __global__ void __launch_bounds__(kWarpsM * 4 * 32, 1) int8_gemm_kernel(const Pa
   constexpr int kBias = kMagicPath ? kMagicBits : 0;
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* const pairs = smem + kStages * kStageBytes;
+  const float* const a_scale_s = reinterpret_cast<const float*>(pairs + 2 * kSteps * kBN * 8);
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -279,7 +291,8 @@ __global__ void __launch_bounds__(kWarpsM * 4 * 32, 1) int8_gemm_kernel(const Pa
       cp_async16(st + kATileBytes + ld_off + i * kLdRows * kBK, w_src[i] + kk, w_ok[i] && k_ok);
     const int kq = k0 + 32 * s_q;
     const bool q_ok = kq < K;
-    const int g = q_ok ? (kSpg > 0 ? (kq >> 5) / kSpg : kq / p.group) : 0;
+    // Per-channel: one group, no division in the k loop.
+    const int g = kSingle || !q_ok ? 0 : (kSpg > 0 ? (kq >> 5) / kSpg : kq / p.group);
     if (!s_thread) return;
 #pragma unroll
     for (int i = 0; i < kSumPasses; ++i) {
@@ -290,7 +303,8 @@ __global__ void __launch_bounds__(kWarpsM * 4 * 32, 1) int8_gemm_kernel(const Pa
   };
 
   // Whether mma k step e ends a group.
-  auto ends = [&](int e) { return (e + 1) % spg == 0; };
+  const int last_step = K / 32 - 1;
+  auto ends = [&](int e) { return kSingle ? e == last_step : (e + 1) % spg == 0; };
 
   // Weight sums of stage s (its W tile has landed): the running sum over the group's k so
   // far, published with the group's w_scale into pair slot s % 2 for the steps that end one.
@@ -334,20 +348,11 @@ __global__ void __launch_bounds__(kWarpsM * 4 * 32, 1) int8_gemm_kernel(const Pa
     }
   };
 
-  // Rows of this thread's accumulators: i-th m16 tile, +0 / +8.
+  // Rows of this thread's accumulators: i-th m16 tile, +0 / +8. Their -a_zero are loaded
+  // after the prologue's stages are in flight (below).
   const int row_base = warp_m * kWarpRows + (lane >> 2);
   float naz_f[kMT][2];
   int naz_i[kMT][2];
-#pragma unroll
-  for (int i = 0; i < kMT; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = m0 + row_base + i * 16 + h * 8;
-      const int z = r < p.m ? -p.a_zero[r] : 0;
-      naz_i[i][h] = z;
-      naz_f[i][h] = __int2float_rn(z);
-    }
-  }
 
   int x[kMT][kNT][4];  // int32 accumulators of the current group (biased on the magic path)
   float acc[kMT][kNT][4];
@@ -430,12 +435,29 @@ __global__ void __launch_bounds__(kWarpsM * 4 * 32, 1) int8_gemm_kernel(const Pa
     }
   };
 
-  // Prologue: stages 0 .. kStages - 2 in flight; sums and first fragments of stage 0.
+  // Prologue: stages 0 .. kStages - 2 in flight (the tile's a_scale rows with stage 0, for
+  // the epilogue); sums and first fragments of stage 0. The a_zero loads go out after the
+  // stages so that their latency overlaps the stages' instead of delaying them.
+  if (tid < kBM) {
+    const bool ok = m0 + tid < p.m;
+    cp_async4(smem_u32(a_scale_s + tid), p.a_scale + (ok ? m0 + tid : 0), ok);
+  }
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < nstages) load_stage(s);
     cp_async_commit();
   }
+#pragma unroll
+  for (int i = 0; i < kMT; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = m0 + row_base + i * 16 + h * 8;
+      const int z = r < p.m ? -p.a_zero[r] : 0;
+      naz_i[i][h] = z;
+      naz_f[i][h] = __int2float_rn(z);
+    }
+  }
+
   cp_async_wait<kStages - 2>();
   __syncthreads();
   stage_sums(0);
@@ -484,25 +506,52 @@ __global__ void __launch_bounds__(kWarpsM * 4 * 32, 1) int8_gemm_kernel(const Pa
     flush((e / kSteps) & 1, e % kSteps);
   }
 
+  // Epilogue through shared memory (the stages are free once every warp is past the k loop):
+  // each thread puts its scaled, rounded pairs in a padded row-major copy of the tile, then
+  // the block writes whole 16-byte chunks of output rows, a warp covering 512 contiguous
+  // bytes, instead of 4-byte pieces of 8 rows per warp store.
   using Out = typename OutElem<kOut>::type;
-  Out* const y = static_cast<Out*>(p.y);
-  const bool n_even = (p.n & 1) == 0;
+  constexpr int kOutPitch = kBN * int(sizeof(Out)) + 16;  // bytes; the pad spreads the banks
+  static_assert(kBM * kOutPitch <= kStages * kStageBytes, "the output tile fits the stages");
+  __syncthreads();
 #pragma unroll
   for (int i = 0; i < kMT; ++i) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = m0 + row_base + i * 16 + h * 8;
-      if (r >= p.m) continue;
-      const float as = p.a_scale[r];
-      Out* const yr = y + int64_t(r) * p.n;
+      const int rl = row_base + i * 16 + h * 8;
+      const float as = a_scale_s[rl];
+      uint8_t* const srow = smem + rl * kOutPitch;
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
-        const int c = n0 + col_base + j * 8;
-        if (c >= p.n) continue;
-        const bool two = c + 1 < p.n;
-        store_pair<kOut>(yr + c, __fmul_rn(acc[i][j][2 * h], as),
-                         __fmul_rn(acc[i][j][2 * h + 1], as), two, two && n_even);
+        const int cl = col_base + j * 8;
+        store_pair<kOut>(reinterpret_cast<Out*>(srow) + cl, __fmul_rn(acc[i][j][2 * h], as),
+                         __fmul_rn(acc[i][j][2 * h + 1], as), true, true);
       }
+    }
+  }
+  __syncthreads();
+  constexpr int kVec = 16 / int(sizeof(Out));  // outputs per 16-byte chunk
+  constexpr int kRowChunks = kBN / kVec;
+  static_assert(kBM * kRowChunks % kThreads == 0, "whole passes over the tile");
+  Out* const y = static_cast<Out*>(p.y);
+  // 16-byte stores need every row start aligned: n a multiple of kVec and y 16-byte aligned.
+  const bool vec = p.n % kVec == 0 && (reinterpret_cast<uintptr_t>(p.y) & 15) == 0;
+#pragma unroll 4
+  for (int q = tid; q < kBM * kRowChunks; q += kThreads) {
+    const int rl = q / kRowChunks;
+    const int cc = q % kRowChunks;
+    const int r = m0 + rl;
+    const int c = n0 + cc * kVec;
+    if (r >= p.m || c >= p.n) continue;
+    const uint8_t* const src = smem + rl * kOutPitch + cc * 16;
+    Out* const dst = y + int64_t(r) * p.n + c;
+    if (vec) {
+      *reinterpret_cast<int4*>(dst) = *reinterpret_cast<const int4*>(src);
+    } else {
+      const Out* const se = reinterpret_cast<const Out*>(src);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        if (c + e < p.n) dst[e] = se[e];
     }
   }
 }
