@@ -94,6 +94,10 @@ void bind_qconfig(nb::module_& m) {
       .def_rw("learned_weight_ranges", &QConfig::learned_weight_ranges,
               "dynamic symmetric weights: trainable scales per group/channel, torchao's range "
               "learning, initialised to the dynamic qparams")
+      .def_rw("integer_forward", &QConfig::integer_forward,
+              "dynamic symmetric recipes: each linear's forward GEMM on the int8 codes "
+              "(int8_matmul_ste, the deployed arithmetic), the STE backward through the "
+              "fake-quantized operands")
       .def_static("float32", &QConfig::float32, "No quantizer: a float model.")
       .def_static("w8a8", &QConfig::w8a8,
                   "int8 per-channel weights, uint8 activations (torch.ao's default QAT qconfig).")

@@ -51,6 +51,18 @@ def test_learned_weight_ranges_field():
         w4.validate()
 
 
+def test_integer_forward_field():
+    q = nn.parse_recipe("8da4w", 32)
+    assert not q.integer_forward
+    q.integer_forward = True
+    q.validate()
+    assert repr(q) == "<QConfig W4A8dyn (weights per group of 32, dynamic, integer forward)>"
+    w4 = nn.parse_recipe("int4_weight_only", 32)
+    w4.integer_forward = True
+    with pytest.raises(qg.Error, match="integer forward multiplies per-token int8 activation"):
+        w4.validate()
+
+
 def test_bad_recipes_are_named_errors():
     with pytest.raises(qg.Error, match="recipe '4w4a' is not one of"):
         nn.parse_recipe("4w4a", 32)
