@@ -103,15 +103,17 @@ void cpu_typed(KernelContext& ctx) {
   const int64_t groups = a.k / a.group;
   for (int64_t i = 0; i < a.n * groups; ++i) check_scale_value(ctx.op, sw[i], i);
   O* y = ctx.outputs[0].data<O>();
+  std::vector<int16_t> w16(w, w + a.n * a.k);
   parallel_for(
       a.m, 1,
       [&](int64_t b, int64_t e) {
-        std::vector<int32_t> u(static_cast<size_t>(a.k));
+        std::vector<int16_t> u(static_cast<size_t>(a.k));
         for (int64_t m = b; m < e; ++m) {
-          for (int64_t j = 0; j < a.k; ++j) u[j] = int32_t{codes[m * a.k + j]} - za[m];
+          for (int64_t j = 0; j < a.k; ++j)
+            u[j] = static_cast<int16_t>(int32_t{codes[m * a.k + j]} - za[m]);
           for (int64_t n = 0; n < a.n; ++n)
-            y[m * a.n + n] = cast_element<O>(
-                int8mm::dot_row(u.data(), w + n * a.k, sw + n * groups, a.k, a.group, sa[m]));
+            y[m * a.n + n] = cast_element<O>(int8mm::dot_row(u.data(), w16.data() + n * a.k,
+                                                             sw + n * groups, a.k, a.group, sa[m]));
         }
       },
       a.m * a.n * a.k);
