@@ -325,9 +325,6 @@ void fault(Communicator* c, const std::string& mode, const std::string& dir, std
     // Stuck past the timeout (QG_DIST_TIMEOUT): the peers' collectives time out.
     if (victim && mode == "stall" && info.step_in_epoch == 2)
       std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-    // Stuck past the timeout (QG_DIST_TIMEOUT): the peers' collectives time out.
-    if (victim && mode == "stall" && info.step_in_epoch == 2)
-      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   });
   out << "epoch 2 done\n";
 }
