@@ -56,6 +56,11 @@ struct Recipe {
 // Losses, gradient norms, the validation loss and every persistent state (weights, AdamW
 // moments, observer statistics) after 4 steps: the first runs through the executor, the
 // others through the static run over the memory plan.
+nn::QConfig integer_forward(nn::QConfig qc) {
+  qc.integer_forward = true;
+  return qc;
+}
+
 TEST(Recompute, TrainsBitForBitAsWithoutIt) {
   const std::vector<Recipe> recipes = {
       {"float", nn::QConfig::float32(), nn::PrecisionPolicy::f32()},
@@ -65,6 +70,12 @@ TEST(Recompute, TrainsBitForBitAsWithoutIt) {
        nn::PrecisionPolicy::bf16_mixed()},
       // Static observers inside every block: kept, never run twice.
       {"w8a8", nn::QConfig::w8a8(), nn::PrecisionPolicy::f32()},
+      // The integer forward: its codes (quantize nodes) are recomputed with the block.
+      {"8da4w integer forward bf16-mixed",
+       integer_forward(nn::QConfig::int8_dyn_act_int4_weight(16)),
+       nn::PrecisionPolicy::bf16_mixed()},
+      {"w8a8 dynamic integer forward", integer_forward(nn::QConfig::int8_dyn_act_int8_weight()),
+       nn::PrecisionPolicy::f32()},
   };
   const std::vector<int32_t> train = pattern(400, 32), valid = pattern(64, 32);
   for (const Recipe& r : recipes) {
