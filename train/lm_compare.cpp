@@ -94,6 +94,7 @@ std::vector<QConfig> validate_lm_compare(const LmCompareConfig& c) {
     qc.embedding_weight = c.embedding_weight;
     qc.embedding_group_size = c.embedding_group_size;
     qc.learned_weight_ranges = c.learned_weight_ranges;
+    qc.integer_forward = c.integer_forward;
     qc.validate();
     Graph g;
     build_llama(g, probe, 1, 2, qc, c.base.seed);

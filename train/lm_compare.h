@@ -45,6 +45,10 @@ struct LmCompareConfig {
   // the float weights' dynamic qparams), its QAT fine-tune learns the scales at
   // base.learned_range_lr_factor times the fine-tune's rate.
   bool learned_weight_ranges = false;
+  // The integer forward (QConfig::integer_forward, `qat train --integer-forward`) in every
+  // recipe's PTQ evaluation and QAT fine-tune: the deployed integer arithmetic; recipes that
+  // do not take it (int4 weight-only) are refused before training.
+  bool integer_forward = false;
 };
 
 // One recipe under one seed; losses are mean validation cross-entropies (nats per token).

@@ -82,6 +82,7 @@ void write_outputs(const TrainOptions& o, const nn::LmCompareConfig& c,
      << json_escape(o.embedding_quant)
      << "\",\n  \"embedding_group_size\": " << c.embedding_group_size
      << ",\n  \"learned_weight_ranges\": " << (c.learned_weight_ranges ? "true" : "false")
+     << ",\n  \"integer_forward\": " << (c.integer_forward ? "true" : "false")
      << ",\n  \"parameters\": " << r.parameters << ",\n  \"validation_windows\": " << r.windows
      << ",\n  \"unigram_perplexity\": " << num(std::exp(r.unigram_loss))
      << ",\n  \"min_recoverable_gap\": " << num(nn::kMinRecoverableGap) << ",\n  \"rows\": [\n";
@@ -150,6 +151,7 @@ void run_llama_compare(const TrainOptions& o) {
   c.embedding_weight = nn::parse_embedding_quant(o.embedding_quant);
   c.embedding_group_size = o.embedding_group_size;
   c.learned_weight_ranges = o.learned_ranges;
+  c.integer_forward = o.integer_forward;
   c.qat_steps = o.qat_steps;
   c.qat_lr = o.qat_lr;
   c.qat_warmup = std::min<int64_t>(o.warmup, o.qat_steps / 10);
@@ -174,6 +176,7 @@ void run_llama_compare(const TrainOptions& o) {
   for (const std::string& r : c.recipes)
     recipes += (recipes.empty() ? "" : ", ") + nn::lm_recipe_label(r, c.group_size);
   if (c.learned_weight_ranges) recipes += " (learned weight ranges)";
+  if (c.integer_forward) recipes += " (integer forward)";
   if (c.embedding_weight != nn::WeightQuant::none)
     recipes += " (each with its token embedding quantized: " + o.embedding_quant + ", group " +
                std::to_string(c.embedding_group_size) + ")";

@@ -206,6 +206,28 @@ TEST(LmCompare, LearnedRangesReachEveryRecipe) {
   fs::remove(ckpt);
 }
 
+// --integer-forward with --compare: each recipe's PTQ row and QAT fine-tune run the integer
+// forward. Its fine-tune is the integer-forward fine-tune rebuilt by hand.
+TEST(LmCompare, IntegerForwardReachesEveryRecipe) {
+  const std::vector<int32_t> train = stream(600), valid = stream(80);
+  const std::string ckpt = (fs::temp_directory_path() / "qg_lm_compare_integer.qgck").string();
+  OptionRuns runs = run_with_option(
+      ckpt, [](nn::LmCompareConfig& c) { c.integer_forward = true; }, train, valid);
+  nn::LmCompareConfig& c = runs.config;
+  const nn::LmCompareResult &a = runs.plain, &b = runs.with_option;
+  ASSERT_EQ(b.runs.size(), 1u);
+  // The PTQ rows differ by float rounding only, which this tiny model's f32 loss can absorb
+  // entirely; the fine-tunes, which train on those rounding differences, do not.
+  EXPECT_NEAR(b.runs[0].ptq_loss, a.runs[0].ptq_loss, 1e-3 * a.runs[0].ptq_loss);
+  EXPECT_NE(b.runs[0].qat_loss, a.runs[0].qat_loss);
+  nn::QConfig qc = nn::parse_recipe("8da4w", c.group_size);
+  qc.integer_forward = true;
+  EXPECT_EQ(fine_tune_by_hand(c, qc, ckpt, train, valid), b.runs[0].qat_loss);
+  c.recipes = {"8da4w", "int4_weight_only"};
+  expect_error([&] { nn::validate_lm_compare(c); }, {"integer forward"});
+  fs::remove(ckpt);
+}
+
 TEST(LmCompare, SeedsChangeTheInitialisationAndTheCrops) {
   const std::vector<int32_t> train = stream(600), valid = stream(80);
   nn::LmCompareConfig c = compare_config("");
