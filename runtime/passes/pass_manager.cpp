@@ -39,6 +39,10 @@ constexpr PassStep kPassOrder[] = {
     {"fuse_scaled_softmax",
      "no other rule fuses softmax or softmax_backward; fuse_ste_mul_pair's muls read a masked "
      "gradient, which a softmax's scaling mul never does"},
+    {"fuse_cast_add",
+     "after fuse_ste_producer, which also takes adds (one feeding an ste_backward): that "
+     "fusion saves the masked gradient's round trip; this one takes the widening casts of "
+     "the adds left"},
     {"fuse_dfq_cast",
      "independent of the others: it rewrites a forward dynamic_fake_quantize and the cast of "
      "its y, which no other rule reads"},

@@ -22,6 +22,7 @@ TEST(PassOrder, IsThePinnedPipeline) {
                                              "fuse_channel_div_batch_norm",
                                              "fuse_activation_prologue",
                                              "fuse_scaled_softmax",
+                                             "fuse_cast_add",
                                              "fuse_dfq_cast",
                                              "fuse_multi_tensor_adamw"};
   EXPECT_EQ(default_pass_names(), expected);
@@ -57,6 +58,7 @@ TEST(PassOrder, RulesLiveWithTheOpTheyMake) {
       {"fuse_ste_mul_pair", "fused_ste_mul_pair"},
       {"fuse_channel_div_batch_norm", "fused_channel_div_batch_norm"},
       {"fuse_scaled_softmax", "fused_scaled_softmax"},
+      {"fuse_cast_add", "fused_cast_add"},
       // The fused node is dynamic_fake_quantize itself, with out_dtype.
       {"fuse_dfq_cast", "dynamic_fake_quantize"},
       {"fuse_multi_tensor_adamw", "fused_multi_tensor_adamw"}};
