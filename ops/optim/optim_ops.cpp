@@ -10,13 +10,19 @@
 //         g = nesterov ? g + momentum * buf : buf (when momentum != 0);  p = p - lr * g
 //   Adam: g = grad + wd * p;  t += 1;  m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g^2
 //         p = p - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// The gradient has the parameter's dtype, or bf16/f16 for an f32 parameter: it is then widened
+// exactly to f32 as it is read, bit for bit the cast node a mixed-precision backward ends with
+// (the fuse_grad_cast pass, optim_cast_fusion.cpp, removes that cast).
 #include <cmath>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/graph.h"
 #include "core/thread_pool.h"
+#include "ops/cast/cast_element.h"
 #include "ops/common/schema_helpers.h"
 #include "ops/optim/optim_attrs.h"
+#include "ops/optim/optim_cast_fusion.h"
 #include "ops/optim/optim_cpu.h"
 
 namespace qg {
@@ -28,21 +34,42 @@ using optim_attrs::positive_real;
 std::vector<TensorType> infer_step(const InferContext& ctx) {
   QG_CHECK(ctx.inputs[0].dtype == DType::f32 || ctx.inputs[0].dtype == DType::f64, ctx.op,
            "param must be f32 or f64, got ", ctx.inputs[0].str());
-  QG_CHECK(ctx.inputs[0] == ctx.inputs[1], ctx.op, "grad ", ctx.inputs[1].str(),
-           " must match param ", ctx.inputs[0].str());
+  const TensorType &p = ctx.inputs[0], &g = ctx.inputs[1];
+  const bool narrow = p.dtype == DType::f32 && (g.dtype == DType::bf16 || g.dtype == DType::f16);
+  QG_CHECK(g.shape == p.shape && (g.dtype == p.dtype || narrow), ctx.op, "grad ", g.str(),
+           " must match param ", p.str(), " (or be its bf16/f16 form for an f32 param)");
   return {};
+}
+
+// Calls fn(G{}) with G the gradient's element type: T's, or bf16/f16 under an f32 T.
+template <typename T, typename Fn>
+void with_grad_type(const KernelContext& ctx, Fn&& fn) {
+  const DType g = ctx.inputs[1].dtype();
+  if constexpr (std::is_same_v<T, float>) {
+    if (g == DType::bf16) return fn(bf16{});
+    if (g == DType::f16) return fn(f16{});
+  }
+  QG_CHECK(g == DTypeOf<T>::value, ctx.op, "grad ", ctx.inputs[1].str(), " for a ",
+           dtype_name(DTypeOf<T>::value), " param");
+  fn(T{});
 }
 
 template <typename T>
 void sgd_cpu(KernelContext& ctx) {
-  const T* g = ctx.inputs[1].data<T>();
-  sgd_update<T>(ctx, ctx.args<SgdArgs>(), ctx.inputs[1], [g](int64_t i) { return g[i]; });
+  with_grad_type<T>(ctx, [&](auto gtag) {
+    const auto* g = ctx.inputs[1].data<decltype(gtag)>();
+    sgd_update<T>(ctx, ctx.args<SgdArgs>(), ctx.inputs[1],
+                  [g](int64_t i) { return cast_element<T>(g[i]); });
+  });
 }
 
 template <typename T>
 void adam_cpu(KernelContext& ctx) {
-  const T* g = ctx.inputs[1].data<T>();
-  adam_update<T>(ctx, ctx.args<AdamArgs>(), ctx.inputs[1], [g](int64_t i) { return g[i]; });
+  with_grad_type<T>(ctx, [&](auto gtag) {
+    const auto* g = ctx.inputs[1].data<decltype(gtag)>();
+    adam_update<T>(ctx, ctx.args<AdamArgs>(), ctx.inputs[1],
+                   [g](int64_t i) { return cast_element<T>(g[i]); });
+  });
 }
 
 template <template <typename> class K>
@@ -107,6 +134,7 @@ void define_adam(OpRegistry& r) {
   op.side_effects = true;
   op.parse_args = parse_adam_args;
   op.kernels.push_back({DeviceType::cpu, kF32F64DTypes, by_dtype<AdamKernel>()});
+  op.fusion_rules = {grad_cast_fusion_rule()};
 }
 
 }  // namespace

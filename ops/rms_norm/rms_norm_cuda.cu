@@ -11,6 +11,7 @@
 // Llama step: the backward went from 4.2x to 4.1x its bandwidth floor, so memory latency of
 // these loops is not what holds it back; not yet known what is.)
 #include <algorithm>
+#include <type_traits>
 
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
@@ -37,9 +38,18 @@ unsigned warp_blocks(int64_t rows) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, 1 << 20)));
 }
 
-template <typename T>
+// y's element: the T result, narrowed once more to O (out_dtype) as the cast kernel does.
+template <typename O, typename T>
+__device__ __forceinline__ O narrow(T v) {
+  if constexpr (std::is_same_v<O, T>)
+    return v;
+  else
+    return from_math<O>(static_cast<math_of<O>>(to_math(v)));
+}
+
+template <typename T, typename O>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+    forward_kernel(const T* __restrict__ x, const T* __restrict__ w, O* __restrict__ y,
                    math_of<T>* __restrict__ rstd, int64_t rows, int64_t dim, double eps) {
   using M = math_of<T>;
   const int lane = threadIdx.x & 31;
@@ -55,11 +65,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
     const M rs = inv_rms<M>(warp_tree(ss), dim, eps);
     if (lane == 0) rstd[r] = rs;
-    T* out = y + r * dim;
+    O* out = y + r * dim;
 #pragma unroll 4
     for (int64_t j = lane; j < dim; j += kLanes) {
       const T h = from_math<T>(to_math(p[j]) * rs);
-      out[j] = from_math<T>(to_math(w[j]) * to_math(h));
+      out[j] = narrow<O>(from_math<T>(to_math(w[j]) * to_math(h)));
     }
   }
 }
@@ -145,10 +155,19 @@ void rms_norm_cuda(KernelContext& ctx) {
   cudaStream_t stream = cuda_stream(ctx.device);
   dispatch_float(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
     using T = decltype(tag);
-    forward_kernel<T><<<warp_blocks(a.rows), kWarpsPerBlock * 32, 0, stream>>>(
-        in_ptr<T>(ctx.inputs[0]), in_ptr<T>(ctx.inputs[1]), out_ptr<T>(ctx.outputs[0]),
-        out_ptr<math_of<T>>(ctx.outputs[1]), a.rows, a.dim, a.eps);
-    QG_CUDA_CHECK_LAUNCH(ctx.op);
+    auto launch = [&](auto otag) {
+      using O = decltype(otag);
+      forward_kernel<T, O><<<warp_blocks(a.rows), kWarpsPerBlock * 32, 0, stream>>>(
+          in_ptr<T>(ctx.inputs[0]), in_ptr<T>(ctx.inputs[1]), out_ptr<O>(ctx.outputs[0]),
+          out_ptr<math_of<T>>(ctx.outputs[1]), a.rows, a.dim, a.eps);
+      QG_CUDA_CHECK_LAUNCH(ctx.op);
+    };
+    // out_dtype narrows an f32 x only (parse_args refuses the rest).
+    if constexpr (std::is_same_v<T, float>) {
+      if (a.out == DType::bf16) return launch(__nv_bfloat16{});
+      if (a.out == DType::f16) return launch(__half{});
+    }
+    launch(T{});
   });
 }
 

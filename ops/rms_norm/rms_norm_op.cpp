@@ -8,14 +8,23 @@
 // of squares is an f64 sum in every dtype: exact products, and a sum whose only rounding
 // hides below the f32 result. rstd (f32, or f64 for f64 inputs) is saved for the backward.
 // The arithmetic, and the order of every sum, is rms_norm_math.h's.
+//
+// out_dtype (bf16/f16, from an f32 x) writes y narrowed: exactly cast(y) of the f32 op, since
+// y is rounded to f32 first and then once to the narrow type, as the cast op rounds it. The
+// fuse_norm_cast pass (rms_norm_cast_fusion.cpp) sets it where a mixed-precision model casts
+// the norm's output to the GEMMs' dtype; the backward casts dy back to f32 first, as the
+// cast's backward would.
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/graph.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "ops/cast/cast_element.h"
 #include "ops/common/schema_helpers.h"
 #include "ops/rms_norm/rms_norm_args.h"
+#include "ops/rms_norm/rms_norm_cast_fusion.h"
 #include "ops/rms_norm/rms_norm_math.h"
 
 namespace qg {
@@ -48,6 +57,17 @@ void check_x_and_weight(const InferContext& ctx, int x_at, int w_at) {
            ctx.inputs[w_at].str(), " for x ", x.str());
 }
 
+// y's dtype: x's, or a narrower one from an f32 x (others would round twice).
+DType out_dtype_of(const std::string& op, const Attrs& attrs, DType x) {
+  const std::string& name = attrs.get_string("out_dtype");
+  if (name == "input") return x;
+  const DType out = dtype_from_name(name);
+  QG_CHECK(out == x || x == DType::f32, op, "attribute 'out_dtype' = '", name,
+           "' narrows an f32 x only (y is the cast of the f32 result), got x of dtype ",
+           dtype_name(x));
+  return out;
+}
+
 TensorType rows_type(const TensorType& x) {
   return {stats_dtype(x.dtype), Shape(x.shape.begin(), x.shape.end() - 1)};
 }
@@ -58,6 +78,7 @@ std::shared_ptr<const KernelArgs> parse_args(const ArgsSource& s) {
   a->dim = x.shape.back();
   a->rows = x.numel() / a->dim;
   a->eps = s.attrs.get_real("eps");
+  a->out = out_dtype_of(s.op, s.attrs, x.dtype);
   return a;
 }
 
@@ -85,13 +106,14 @@ int64_t row_grain(int64_t dim) {
   return std::max<int64_t>(1, kElementGrain / dim);
 }
 
-template <typename T>
+// O: y's element type, T's or (out_dtype) a narrower one for an f32 T.
+template <typename T, typename O>
 void forward_typed(KernelContext& ctx) {
   using M = math_t<T>;
   const RmsNormArgs& a = ctx.args<RmsNormArgs>();
   const T* x = ctx.inputs[0].data<T>();
   const T* w = ctx.inputs[1].data<T>();
-  T* y = ctx.outputs[0].data<T>();
+  O* y = ctx.outputs[0].data<O>();
   M* rstd = ctx.outputs[1].data<M>();
   const int64_t d = a.dim;
   parallel_for(
@@ -107,7 +129,8 @@ void forward_typed(KernelContext& ctx) {
           rstd[r] = rs;
           for (int64_t j = 0; j < d; ++j) {
             const T h = static_cast<T>(static_cast<M>(p[j]) * rs);
-            y[r * d + j] = static_cast<T>(static_cast<M>(w[j]) * static_cast<M>(h));
+            y[r * d + j] =
+                cast_element<O>(static_cast<T>(static_cast<M>(w[j]) * static_cast<M>(h)));
           }
         }
       },
@@ -168,8 +191,13 @@ void backward_typed(KernelContext& ctx) {
 }
 
 void rms_norm_cpu(KernelContext& ctx) {
-  dispatch_float(ctx.inputs[0].dtype(), ctx.op.c_str(),
-                 [&](auto tag) { forward_typed<decltype(tag)>(ctx); });
+  const DType out = ctx.args<RmsNormArgs>().out;
+  dispatch_float(ctx.inputs[0].dtype(), ctx.op.c_str(), [&](auto tag) {
+    using T = decltype(tag);
+    if (out == DType::bf16 && !std::is_same_v<T, bf16>) return forward_typed<T, bf16>(ctx);
+    if (out == DType::f16 && !std::is_same_v<T, f16>) return forward_typed<T, f16>(ctx);
+    forward_typed<T, T>(ctx);
+  });
 }
 
 void rms_norm_backward_cpu(KernelContext& ctx) {
@@ -184,19 +212,31 @@ void define_forward(OpRegistry& r) {
       "statistics in f32 (f64 for f64 inputs); also returns rstd for the backward.";
   op.inputs = {"x", "weight"};
   op.outputs = {"y", "rstd"};
-  op.attrs = {eps_attr()};
+  op.attrs = {eps_attr(),
+              string_attr("out_dtype", std::string("input"), {"input", "bf16", "f16"},
+                          "y's dtype: x's (input), or bf16/f16 from an f32 x: exactly the f32 "
+                          "result cast to it (the fusion of a mixed-precision GEMM input's "
+                          "cast)")};
   op.parse_args = parse_args;
   op.differentiable_inputs = {true, true};
   op.infer = [](const InferContext& ctx) {
     check_x_and_weight(ctx, 0, 1);
-    return std::vector<TensorType>{ctx.inputs[0], rows_type(ctx.inputs[0])};
+    const TensorType& x = ctx.inputs[0];
+    return std::vector<TensorType>{{out_dtype_of(ctx.op, ctx.attrs, x.dtype), x.shape},
+                                   rows_type(x)};
   };
   op.kernels.push_back({DeviceType::cpu, kFloatDTypes, rms_norm_cpu});
   op.backward = [](BackwardContext& c) -> std::vector<ValueId> {
     const Node& n = c.node;
-    return c.graph.apply("rms_norm_backward",
-                         {c.grad_or_zeros(0), n.inputs[0], n.inputs[1], n.outputs[1]});
+    Graph& g = c.graph;
+    ValueId dy = c.grad_or_zeros(0);
+    const DType x = g.value(n.inputs[0]).type.dtype;
+    // A narrowed y: its gradient widens back first, as a cast's backward does.
+    if (g.value(dy).type.dtype != x)
+      dy = g.apply1("cast", {dy}, {{"dtype", std::string(dtype_name(x))}});
+    return g.apply("rms_norm_backward", {dy, n.inputs[0], n.inputs[1], n.outputs[1]});
   };
+  op.fusion_rules = {rms_norm_cast_fusion_rule()};
   op.gradcheck_samples = [] {
     auto sample = [](const std::string& label, Shape x, double eps) {
       const int64_t d = x.back();

@@ -43,6 +43,12 @@ constexpr PassStep kPassOrder[] = {
      "after fuse_ste_producer, which also takes adds (one feeding an ste_backward): that "
      "fusion saves the masked gradient's round trip; this one takes the widening casts of "
      "the adds left"},
+    {"fuse_norm_cast",
+     "independent of the others: it rewrites an f32 rms_norm and the narrowing cast of its y, "
+     "which no other rule reads"},
+    {"fuse_grad_cast",
+     "after fuse_ste_optimizer, which takes an ste_backward -> step pair: the gradient a step "
+     "reads there is the masked one; this rule takes the steps that read a widened gradient"},
     {"fuse_dfq_cast",
      "independent of the others: it rewrites a forward dynamic_fake_quantize and the cast of "
      "its y, which no other rule reads"},

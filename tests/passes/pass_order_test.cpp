@@ -23,6 +23,8 @@ TEST(PassOrder, IsThePinnedPipeline) {
                                              "fuse_activation_prologue",
                                              "fuse_scaled_softmax",
                                              "fuse_cast_add",
+                                             "fuse_norm_cast",
+                                             "fuse_grad_cast",
                                              "fuse_dfq_cast",
                                              "fuse_multi_tensor_adamw"};
   EXPECT_EQ(default_pass_names(), expected);
@@ -59,6 +61,10 @@ TEST(PassOrder, RulesLiveWithTheOpTheyMake) {
       {"fuse_channel_div_batch_norm", "fused_channel_div_batch_norm"},
       {"fuse_scaled_softmax", "fused_scaled_softmax"},
       {"fuse_cast_add", "fused_cast_add"},
+      // The fused node is rms_norm itself, with out_dtype.
+      {"fuse_norm_cast", "rms_norm"},
+      // The fused node is the optimizer step itself, reading the narrow gradient.
+      {"fuse_grad_cast", "adam"},
       // The fused node is dynamic_fake_quantize itself, with out_dtype.
       {"fuse_dfq_cast", "dynamic_fake_quantize"},
       {"fuse_multi_tensor_adamw", "fused_multi_tensor_adamw"}};
