@@ -168,6 +168,9 @@ def main():
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile each variant's model (default mode) before timing: "
                              "the float row is then torch.compile's step")
+    parser.add_argument("--float-only", action="store_true",
+                        help="time the float step only (with --compile: torch.compile's float "
+                             "step, the issue's comparison for qatgraph's own engine)")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="capture each variant's whole step as one CUDA graph and replay "
                              "it (no host work per step: what is left is the GPU's time)")
@@ -176,9 +179,10 @@ def main():
         profile(args)
         return
     variants = [("float (bf16)", None)]
-    if not args.skip_torchao:
-        variants.append((f"torchao 8da4w QAT (group {args.group_size})", torchao_8da4w))
-    variants.append((f"qatgraph.torch 8da4w QAT (group {args.group_size})", qatgraph_8da4w))
+    if not args.float_only:
+        if not args.skip_torchao:
+            variants.append((f"torchao 8da4w QAT (group {args.group_size})", torchao_8da4w))
+        variants.append((f"qatgraph.torch 8da4w QAT (group {args.group_size})", qatgraph_8da4w))
     tokens = args.batch * args.seq
     print(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}; LlamaForCausalLM "
           f"{args.layers} layers, batch {args.batch} x {args.seq}, bf16, SDPA, fused AdamW"

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/op_registry.h"
+#include "core/output_name.h"
 
 namespace qg {
 namespace {
@@ -200,7 +201,7 @@ CrosscheckReport crosscheck(const Graph& graph, const Executor::Feeds& feeds,
       }
       ++report.nodes_checked;
       for (size_t i = 0; i < node.outputs.size(); ++i) {
-        m.output = "output '" + node.op->outputs.at(i) + "'";
+        m.output = "output '" + output_name(*node.op, i) + "'";
         CompareRule rule = compare_rule(node.op->name, static_cast<int>(i),
                                         graph.value(node.outputs[i]).type.dtype);
         ++report.values_compared;

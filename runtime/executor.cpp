@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/output_name.h"
 
 namespace qg {
 namespace {
@@ -131,7 +132,7 @@ void Executor::run_nodes(const Feeds& feeds, const std::vector<bool>& needed,
       QG_CHECK(got.defined() && got.dtype() == t.dtype && got.shape() == t.shape &&
                    got.device() == device(),
                node.op->name, "kernel produced ", got.defined() ? got.str() : "nothing",
-               " for output '", node.op->outputs[i], "' declared ", t.str(), " on ",
+               " for output '", output_name(*node.op, i), "' declared ", t.str(), " on ",
                device().str());
       values[node.outputs[i]] = got;
     }

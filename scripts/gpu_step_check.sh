@@ -11,6 +11,11 @@
 #      integer-forward step's floor table (floors_8da4w_integer.log);
 #   4. with TORCH=1, qatgraph.torch's 8da4w in transformers' Llama against its float step,
 #      eager and as one CUDA graph (bench/torch_llama_qat_bench.py, torch_steps.txt).
+# Options: CROSSCHECK="op1 op2" runs `qat crosscheck --op` for each (crosscheck.log);
+# BASELINE_PASSES=p1,p2 also times every recipe's steps with those passes switched off
+# (QG_DISABLE_PASSES), so a pass's effect is measured in the same call; FLOAT_FLOORS=1 writes
+# the float step's per-op floor table (floors_float.log); COMPILE=1 times torch.compile of
+# transformers' Llama float step beside its eager step (torch_compile.txt).
 # Carry .gpudeps. Logs under $OUT (tests.log, steps.log, floors_8da4w.log, torch_steps.txt).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,12 +49,28 @@ done
 grep -E "^\[  FAILED  \] [A-Z]" "$out/tests.log" | sort -u | head -20
 
 qat=$build/apps/qat
+for op in ${CROSSCHECK:-}; do
+  CUDA_VISIBLE_DEVICES=0 timeout 120 "$qat" crosscheck --op "$op" >>"$out/crosscheck.log" 2>&1
+  echo "crosscheck $op: rc=$? $(tail -1 "$out/crosscheck.log")"
+done
 # Each run times the float step and the recipe's QAT step, in that order, in one process.
 for recipe in ${RECIPES:-8da4w int4_weight_only w8a8_dynamic}; do
   CUDA_VISIBLE_DEVICES=0 timeout 60 "$qat" steps --device cuda --model llama \
     --precision bf16-mixed --recipe "$recipe" --reps 20 2>&1 | grep "step llama" | tr -s ' ' |
     tee -a "$out/steps.log"
+  if [ -n "${BASELINE_PASSES:-}" ]; then
+    CUDA_VISIBLE_DEVICES=0 QG_DISABLE_PASSES="$BASELINE_PASSES" timeout 60 "$qat" steps \
+      --device cuda --model llama --precision bf16-mixed --recipe "$recipe" --reps 20 2>&1 |
+      grep "step llama" | tr -s ' ' | sed "s/^/without $BASELINE_PASSES: /" |
+      tee -a "$out/steps.log"
+  fi
 done
+if [ -n "${FLOAT_FLOORS:-}" ]; then
+  CUDA_VISIBLE_DEVICES=0 timeout 60 "$qat" steps --device cuda --model llama \
+    --precision bf16-mixed --variant float --reps 20 --profile --floors \
+    --peak-gbps "$peak_gbps" >"$out/floors_float.log" 2>&1
+  echo "float floors: rc=$?"
+fi
 CUDA_VISIBLE_DEVICES=0 timeout 60 "$qat" steps --device cuda --model llama --precision bf16-mixed \
   --recipe 8da4w --variant qat --optimizer adamw --reps 20 --profile --floors \
   --peak-gbps "$peak_gbps" >"$out/floors_8da4w.log" 2>&1
@@ -79,4 +100,12 @@ if [ -n "${TORCH:-}" ]; then
     echo "qatgraph.torch steps ${mode:-eager}: rc=$?"
   done
   grep -E "^\| (float|qatgraph)|failed" "$out/torch_steps.txt"
+fi
+if [ -n "${COMPILE:-}" ]; then
+  for mode in "" --compile; do
+    CUDA_VISIBLE_DEVICES=0 timeout 300 python3 bench/torch_llama_qat_bench.py --float-only \
+      $mode >>"$out/torch_compile.txt" 2>&1
+    echo "torch float step ${mode:-eager}: rc=$?"
+  done
+  grep -E "^\| float|failed|Error" "$out/torch_compile.txt"
 fi

@@ -3,8 +3,10 @@
 // family's row in ops/op_table.cpp calls this.
 #include "core/op_registry.h"
 #include "ops/fused/cast_add/cast_add.h"
+#include "ops/fused/cast_ste/cast_ste.h"
 #include "ops/fused/channel_div_bn/channel_div_bn.h"
 #include "ops/fused/multi_tensor_adamw/multi_tensor_adamw.h"
+#include "ops/fused/multi_tensor_cast/multi_tensor_cast.h"
 #include "ops/fused/observe_quantize/observe_quantize.h"
 #include "ops/fused/scaled_softmax/scaled_softmax.h"
 #include "ops/fused/ste_backward/ste_backward.h"
@@ -26,6 +28,7 @@ void add_fused_ste_mul_pair_cuda_kernels(OpRegistry& r);    // ste_mul_pair/ste_
 void add_channel_div_bn_cuda_kernels(OpRegistry& r);        // ops/norm/channel_div_bn_cuda.cu
 void add_fused_scaled_softmax_cuda_kernels(OpRegistry& r);  // ops/softmax/softmax_cuda.cu
 void add_fused_cast_add_cuda_kernels(OpRegistry& r);        // cast_add/cast_add_cuda.cu
+void add_fused_cast_ste_cuda_kernels(OpRegistry& r);        // cast_ste/cast_ste_cuda.cu
 #endif
 
 void define_fused_ops(OpRegistry& r) {
@@ -39,6 +42,8 @@ void define_fused_ops(OpRegistry& r) {
   define_fused_scaled_softmax_ops(r);
   define_fused_multi_tensor_adamw_op(r);
   define_fused_cast_add_op(r);
+  define_fused_cast_ste_op(r);
+  define_fused_multi_tensor_cast_op(r);
 #ifdef QG_WITH_CUDA
   add_fused_cuda_kernels(r);
   add_fused_ste_backward_cuda_kernels(r);
@@ -49,6 +54,7 @@ void define_fused_ops(OpRegistry& r) {
   add_channel_div_bn_cuda_kernels(r);
   add_fused_scaled_softmax_cuda_kernels(r);
   add_fused_cast_add_cuda_kernels(r);
+  add_fused_cast_ste_cuda_kernels(r);
 #endif
   add_fused_crosscheck(r);
 }

@@ -1,5 +1,6 @@
-// `qat crosscheck` cases and comparison of softmax cross-entropy: many classes, i32 labels,
-// and a label out of range (both backends must raise).
+// `qat crosscheck` cases and comparison of softmax cross-entropy: many classes, a 32k
+// vocabulary (CUDA holds such rows in registers) and a row just too long for that, i32
+// labels, and a label out of range (both backends must raise).
 #include "ops/common/crosscheck_inputs.h"
 
 namespace qg {
@@ -10,6 +11,14 @@ void add_loss_crosscheck(OpRegistry& r) {
   set_cases(r, "softmax_cross_entropy", [] {
     return std::vector<CrosscheckCase>{
         {"[300,1000]", {x_in({300, 1000}, -4, 4), fixed({300}, DType::i64, 0, 999.99)}, {}, true},
+        {"[24,32000] (rows in registers)",
+         {x_in({24, 32000}, -8, 8), fixed({24}, DType::i64, 0, 31999.99)},
+         {},
+         true},
+        {"[5,32776] (a row past the registers)",
+         {x_in({5, 32776}, -8, 8), fixed({5}, DType::i64, 0, 32775.99)},
+         {},
+         true},
         {"i32 labels sum [64,10]",
          {x_in({64, 10}, -4, 4), fixed({64}, DType::i32, 0, 9.99)},
          {{"reduction", "sum"}},

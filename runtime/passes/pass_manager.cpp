@@ -49,9 +49,15 @@ constexpr PassStep kPassOrder[] = {
     {"fuse_grad_cast",
      "after fuse_ste_optimizer, which takes an ste_backward -> step pair: the gradient a step "
      "reads there is the masked one; this rule takes the steps that read a widened gradient"},
+    {"fuse_cast_ste",
+     "after the rules that fuse an ste_backward with its reader (fuse_ste_optimizer, "
+     "fuse_ste_chain, fuse_ste_producer, fuse_ste_mul_pair): they save more"},
     {"fuse_dfq_cast",
      "independent of the others: it rewrites a forward dynamic_fake_quantize and the cast of "
      "its y, which no other rule reads"},
+    {"fuse_multi_tensor_cast",
+     "after fuse_dfq_cast, which takes a quantized weight's cast into its fake-quant: the casts "
+     "left that read a parameter (the unquantized weights' compute copies) become one node"},
     {"fuse_multi_tensor_adamw",
      "last: it merges whole groups of adamw steps, which no other rule reads; after the rules "
      "that rewrite a step into another fused node, should one take adamw"},

@@ -25,7 +25,9 @@ TEST(PassOrder, IsThePinnedPipeline) {
                                              "fuse_cast_add",
                                              "fuse_norm_cast",
                                              "fuse_grad_cast",
+                                             "fuse_cast_ste",
                                              "fuse_dfq_cast",
+                                             "fuse_multi_tensor_cast",
                                              "fuse_multi_tensor_adamw"};
   EXPECT_EQ(default_pass_names(), expected);
 }
@@ -65,8 +67,10 @@ TEST(PassOrder, RulesLiveWithTheOpTheyMake) {
       {"fuse_norm_cast", "rms_norm"},
       // The fused node is the optimizer step itself, reading the narrow gradient.
       {"fuse_grad_cast", "adam"},
+      {"fuse_cast_ste", "fused_cast_ste"},
       // The fused node is dynamic_fake_quantize itself, with out_dtype.
       {"fuse_dfq_cast", "dynamic_fake_quantize"},
+      {"fuse_multi_tensor_cast", "fused_multi_tensor_cast"},
       {"fuse_multi_tensor_adamw", "fused_multi_tensor_adamw"}};
   std::map<std::string, std::string> found;
   for (const OpDef* op : OpRegistry::instance().all())
