@@ -39,20 +39,51 @@ __global__ void sgd_kernel(T* p, GradAt grad_at, T* buf, const int64_t* step, in
   }
 }
 
+// Advances the step counter and forms the bias-corrected scalars {step_size, sqrt(1 - b2^t)}
+// once, in double as torch forms them on the host, rounded to T. (Each thread of the update
+// used to form them itself: two double-precision pow calls per thread, for a few elements.)
+template <typename T>
+__global__ void advance_adam(int64_t* step, double lr, double beta1, double beta2, T* scalars) {
+  const double t = static_cast<double>(++*step);
+  scalars[0] = static_cast<T>(lr / (1.0 - pow(beta1, t)));
+  scalars[1] = static_cast<T>(sqrt(1.0 - pow(beta2, t)));
+}
+
+// Elements a thread updates per pass of its grid-stride loop: their loads are issued together.
+constexpr int kAdamUnroll = 4;
+
 template <typename T, typename GradAt>
-__global__ void adam_kernel(T* p, GradAt grad_at, T* m, T* v, const int64_t* step, int64_t n,
-                            double lr, double beta1, double beta2, T b1, T b2, T omb1, T omb2,
+__global__ void adam_kernel(T* __restrict__ p, GradAt grad_at, T* __restrict__ m, T* __restrict__ v,
+                            const T* __restrict__ scalars, int64_t n, T b1, T b2, T omb1, T omb2,
                             T eps, T wd) {
-  const double t = static_cast<double>(*step);
-  const T step_size = static_cast<T>(lr / (1.0 - pow(beta1, t)));
-  const T bc2_sqrt = static_cast<T>(sqrt(1.0 - pow(beta2, t)));
-  for (int64_t i = cuda::global_thread(); i < n; i += cuda::global_stride()) {
-    T gi = grad_at(i);
-    if (wd != T(0)) gi = gi + wd * p[i];
-    m[i] = b1 * m[i] + omb1 * gi;
-    v[i] = b2 * v[i] + omb2 * (gi * gi);
-    T denom = sqrt(v[i]) / bc2_sqrt + eps;
-    p[i] = p[i] - step_size * (m[i] / denom);
+  const T step_size = scalars[0];
+  const T bc2_sqrt = scalars[1];
+  const int64_t stride = cuda::global_stride();
+  for (int64_t base = cuda::global_thread(); base < n; base += kAdamUnroll * stride) {
+    T gi[kAdamUnroll], pi[kAdamUnroll], mi[kAdamUnroll], vi[kAdamUnroll];
+#pragma unroll
+    for (int u = 0; u < kAdamUnroll; ++u) {
+      const int64_t i = base + u * stride;
+      if (i < n) {
+        gi[u] = grad_at(i);
+        pi[u] = p[i];
+        mi[u] = m[i];
+        vi[u] = v[i];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kAdamUnroll; ++u) {
+      const int64_t i = base + u * stride;
+      if (i >= n) continue;
+      T g = gi[u];
+      if (wd != T(0)) g = g + wd * pi[u];
+      const T mn = b1 * mi[u] + omb1 * g;
+      const T vn = b2 * vi[u] + omb2 * (g * g);
+      m[i] = mn;
+      v[i] = vn;
+      T denom = sqrt(vn) / bc2_sqrt + eps;
+      p[i] = pi[u] - step_size * (mn / denom);
+    }
   }
 }
 
@@ -73,19 +104,21 @@ void launch_sgd(KernelContext& ctx, const SgdArgs& a, GradAt grad_at) {
 }
 
 // One adam step with `a` (an adam node's parsed arguments) and states {exp_avg, exp_avg_sq, step}:
-// the step counter first (the update reads it), then the update.
+// the step counter and the scalars first (the update reads them), then the update.
 template <typename T, typename GradAt>
 void launch_adam(KernelContext& ctx, const AdamArgs& a, GradAt grad_at) {
   auto stream = cuda_stream(ctx.device);
   int64_t n = ctx.inputs[0].numel();
   int64_t* step = ctx.states[2].data<int64_t>();
-  advance_step<<<1, 1, 0, stream>>>(step);
+  Tensor scalars = Tensor::empty({2}, DTypeOf<T>::value, ctx.inputs[0].device());
+  advance_adam<T><<<1, 1, 0, stream>>>(step, a.lr, a.beta1, a.beta2, scalars.data<T>());
   QG_CUDA_CHECK_LAUNCH(ctx.op);
   const double beta1 = a.beta1, beta2 = a.beta2;
   adam_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-      ctx.inputs[0].data<T>(), grad_at, ctx.states[0].data<T>(), ctx.states[1].data<T>(), step, n,
-      a.lr, beta1, beta2, static_cast<T>(beta1), static_cast<T>(beta2), static_cast<T>(1.0 - beta1),
-      static_cast<T>(1.0 - beta2), static_cast<T>(a.eps), static_cast<T>(a.weight_decay));
+      ctx.inputs[0].data<T>(), grad_at, ctx.states[0].data<T>(), ctx.states[1].data<T>(),
+      scalars.data<T>(), n, static_cast<T>(beta1), static_cast<T>(beta2),
+      static_cast<T>(1.0 - beta1), static_cast<T>(1.0 - beta2), static_cast<T>(a.eps),
+      static_cast<T>(a.weight_decay));
   QG_CUDA_CHECK_LAUNCH(ctx.op);
 }
 

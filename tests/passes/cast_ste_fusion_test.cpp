@@ -100,7 +100,11 @@ TEST(CastSteFusion, GpuEqualsUnfusedGpuAndTheCpu) {
       const Executor::Feeds in = feeds(c.narrow, c.shape, seed);
       const Tensor b = ef.run(in, {fused.at("dx")})[0];
       EXPECT_EQ(first_difference(ep.run(in, {plain.at("dx")})[0], b), "");
-      EXPECT_EQ(first_difference(cpu.run(in, {fused.at("dx")})[0], b), "") << "against the CPU";
+      // Widening an f16 NaN keeps its payload on CUDA; the CPU's conversion (Eigen's) may
+      // not: the plain cast differs the same way, and SEMANTICS.md asks NaN -> NaN only.
+      EXPECT_EQ(
+          first_difference(cpu.run(in, {fused.at("dx")})[0], b, testing::NanRule::any_payload), "")
+          << "against the CPU";
     }
   }
 }

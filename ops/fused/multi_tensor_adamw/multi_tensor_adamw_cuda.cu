@@ -32,9 +32,14 @@ struct TensorTable {
   int count;
 };
 
+// Advances every part's step counter and forms its scalars once (adamw_scalars: two
+// double-precision pow calls, which each thread of the update used to make for its four
+// elements).
 template <typename T>
-__global__ void advance_steps(TensorTable<T> t, const double* lr, const float* scale,
-                              DeviceErrorRecord* err, int32_t node) {
+__global__ void advance_steps(TensorTable<T> t, const double* lr, const float* scale, double beta1,
+                              double beta2, double eps, double weight_decay, bool decoupled,
+                              optim_cuda::AdamWScalars<T>* scalars, DeviceErrorRecord* err,
+                              int32_t node) {
   const double rate = *lr;
   const float s = *scale;
   if (!optim_cuda::adamw_usable(rate, s)) {
@@ -46,20 +51,19 @@ __global__ void advance_steps(TensorTable<T> t, const double* lr, const float* s
     }
     return;
   }
-  for (int k = threadIdx.x; k < t.count; k += blockDim.x) ++*t.step[k];
+  for (int k = threadIdx.x; k < t.count; k += blockDim.x)
+    scalars[k] = optim_cuda::adamw_scalars<T>(rate, s, ++*t.step[k], beta1, beta2, eps,
+                                              weight_decay, decoupled);
 }
 
 template <typename T>
-__global__ void update(TensorTable<T> t, const double* lr, const float* scale, double beta1,
-                       double beta2, double eps, double weight_decay, bool decoupled) {
-  const double rate = *lr;
-  const float s = *scale;
-  if (!optim_cuda::adamw_usable(rate, s)) return;
+__global__ void update(TensorTable<T> t, const double* lr, const float* scale,
+                       const optim_cuda::AdamWScalars<T>* scalars) {
+  if (!optim_cuda::adamw_usable(*lr, *scale)) return;
   const int64_t block = blockIdx.x;
   int k = 0;
   while (k + 1 < t.count && t.first_block[k + 1] <= block) ++k;
-  const optim_cuda::AdamWScalars<T> a =
-      optim_cuda::adamw_scalars<T>(rate, s, *t.step[k], beta1, beta2, eps, weight_decay, decoupled);
+  const optim_cuda::AdamWScalars<T> a = scalars[k];
   const int64_t begin = (block - t.first_block[k]) * kElementsPerBlock;
   const int64_t end = begin + kElementsPerBlock < t.n[k] ? begin + kElementsPerBlock : t.n[k];
   T* p = t.p[k];
@@ -93,13 +97,17 @@ void multi_tensor_adamw_cuda(KernelContext& ctx) {
       t.first_block[j + 1] =
           t.first_block[j] + (t.n[j] + kElementsPerBlock - 1) / kElementsPerBlock;
     }
-    advance_steps<T><<<1, 64, 0, stream>>>(t, lr, scale, error_record(ctx.device), ctx.site);
+    Tensor scalars =
+        Tensor::empty({static_cast<int64_t>(t.count * sizeof(optim_cuda::AdamWScalars<T>))},
+                      DType::u8, ctx.inputs[0].device());
+    auto* table = static_cast<optim_cuda::AdamWScalars<T>*>(scalars.raw_data());
+    advance_steps<T><<<1, 64, 0, stream>>>(t, lr, scale, a.beta1, a.beta2, a.eps, a.weight_decay,
+                                           a.decoupled, table, error_record(ctx.device), ctx.site);
     QG_CUDA_CHECK_LAUNCH(ctx.op);
     const int64_t blocks = t.first_block[t.count];
     if (blocks == 0) continue;
     QG_CHECK(blocks <= 0x7fffffff, ctx.op, blocks, " blocks exceed one launch");
-    update<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        t, lr, scale, a.beta1, a.beta2, a.eps, a.weight_decay, a.decoupled);
+    update<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(t, lr, scale, table);
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   }
 }
