@@ -14,6 +14,7 @@
 #include "ops/fused/ste_mul_pair/ste_mul_pair.h"
 #include "ops/fused/ste_optimizer/ste_optimizer.h"
 #include "ops/fused/ste_producer/ste_producer.h"
+#include "ops/fused/swiglu/swiglu.h"
 
 namespace qg {
 
@@ -44,6 +45,7 @@ void define_fused_ops(OpRegistry& r) {
   define_fused_cast_add_op(r);
   define_fused_cast_ste_op(r);
   define_fused_multi_tensor_cast_op(r);
+  define_fused_swiglu_ops(r);
 #ifdef QG_WITH_CUDA
   add_fused_cuda_kernels(r);
   add_fused_ste_backward_cuda_kernels(r);

@@ -39,6 +39,9 @@ constexpr PassStep kPassOrder[] = {
     {"fuse_scaled_softmax",
      "no other rule fuses softmax or softmax_backward; fuse_ste_mul_pair's muls read a masked "
      "gradient, which a softmax's scaling mul never does"},
+    {"fuse_swiglu",
+     "after fuse_ste_mul_pair, which takes the backward muls of a SwiGLU whose dh is a masked "
+     "gradient (QAT): it saves that gradient's round trip; this rule takes the float ones"},
     {"fuse_cast_add",
      "after fuse_ste_producer, which also takes adds (one feeding an ste_backward): that "
      "fusion saves the masked gradient's round trip; this one takes the widening casts of "

@@ -22,6 +22,7 @@ TEST(PassOrder, IsThePinnedPipeline) {
                                              "fuse_channel_div_batch_norm",
                                              "fuse_activation_prologue",
                                              "fuse_scaled_softmax",
+                                             "fuse_swiglu",
                                              "fuse_cast_add",
                                              "fuse_norm_cast",
                                              "fuse_grad_cast",
@@ -62,6 +63,7 @@ TEST(PassOrder, RulesLiveWithTheOpTheyMake) {
       {"fuse_ste_mul_pair", "fused_ste_mul_pair"},
       {"fuse_channel_div_batch_norm", "fused_channel_div_batch_norm"},
       {"fuse_scaled_softmax", "fused_scaled_softmax"},
+      {"fuse_swiglu", "fused_swiglu"},
       {"fuse_cast_add", "fused_cast_add"},
       // The fused node is rms_norm itself, with out_dtype.
       {"fuse_norm_cast", "rms_norm"},
