@@ -144,8 +144,11 @@ TEST(EmbeddingGpu, ForwardAndBackwardBitExact) {
     int64_t rows, width;
     Shape idx;
   };
-  // Few rows (many repeats per row), a vocabulary larger than the batch, an empty batch.
-  const std::vector<Case> cases = {{3, 5, {64}}, {1000, 33, {7, 41}}, {17, 8, {0}}, {50, 1, {9}}};
+  // Few rows (many repeats per row), a vocabulary larger than the batch, an empty batch; widths
+  // that are multiples of 8 take the CUDA kernels' packs of 8 (with repeats, and wide rows).
+  const std::vector<Case> cases = {{3, 5, {64}},   {1000, 33, {7, 41}}, {17, 8, {0}},
+                                   {50, 1, {9}},   {300, 64, {5, 40}},  {12, 4096, {30}},
+                                   {9, 8, {3, 11}}};
   uint32_t seed = 7;
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     for (DType id : {DType::i64, DType::i32}) {
