@@ -22,13 +22,23 @@ ControlEdges control_edges(const Graph& g, NodeId id) {
   return c;
 }
 
+namespace {
+
+// Whether `n` took in node `id`: among its fused_from, or theirs (a fused node that a later
+// pass fused again, as fuse_multi_tensor_adam takes the steps fuse_grad_cast rewrote).
+bool took_in(const Node& n, NodeId id) {
+  for (const Node& original : n.fused_from)
+    if (original.id == id || took_in(original, id)) return true;
+  return false;
+}
+
+}  // namespace
+
 NodeId live_node(const Graph& g, NodeId node) {
   if (!g.node(node).dead) return node;
   for (NodeId id = 0; id < g.num_nodes(); ++id) {
     const Node& n = g.node(id);
-    if (n.dead) continue;
-    for (const Node& original : n.fused_from)
-      if (original.id == node) return id;
+    if (!n.dead && took_in(n, node)) return id;
   }
   QG_FAIL("passes", "node ", node, " ('", g.node(node).name,
           "') was removed and no live fused node took it in");

@@ -5,6 +5,7 @@
 #include "ops/fused/cast_add/cast_add.h"
 #include "ops/fused/cast_ste/cast_ste.h"
 #include "ops/fused/channel_div_bn/channel_div_bn.h"
+#include "ops/fused/multi_tensor_adam/multi_tensor_adam.h"
 #include "ops/fused/multi_tensor_adamw/multi_tensor_adamw.h"
 #include "ops/fused/multi_tensor_cast/multi_tensor_cast.h"
 #include "ops/fused/observe_quantize/observe_quantize.h"
@@ -42,6 +43,7 @@ void define_fused_ops(OpRegistry& r) {
   define_fused_ste_mul_pair_op(r);
   define_fused_scaled_softmax_ops(r);
   define_fused_multi_tensor_adamw_op(r);
+  define_fused_multi_tensor_adam_op(r);
   define_fused_cast_add_op(r);
   define_fused_cast_ste_op(r);
   define_fused_multi_tensor_cast_op(r);

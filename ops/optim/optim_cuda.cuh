@@ -49,6 +49,19 @@ __global__ void advance_adam(int64_t* step, double lr, double beta1, double beta
   scalars[1] = static_cast<T>(sqrt(1.0 - pow(beta2, t)));
 }
 
+// One element of torch.optim.Adam (L2 weight decay into the gradient), updated in place: the
+// expressions of the CPU kernel (optim_cpu.h adam_step) in its order. Shared by the adam
+// kernel below and the multi-tensor one (ops/fused/multi_tensor_adam).
+template <typename T>
+__device__ __forceinline__ void adam_element(T& p, T g, T& m, T& v, T step_size, T bc2_sqrt, T b1,
+                                             T b2, T omb1, T omb2, T eps, T wd) {
+  if (wd != T(0)) g = g + wd * p;
+  m = b1 * m + omb1 * g;
+  v = b2 * v + omb2 * (g * g);
+  T denom = sqrt(v) / bc2_sqrt + eps;
+  p = p - step_size * (m / denom);
+}
+
 // Elements a thread updates per pass of its grid-stride loop: their loads are issued together.
 constexpr int kAdamUnroll = 4;
 
@@ -75,14 +88,10 @@ __global__ void adam_kernel(T* __restrict__ p, GradAt grad_at, T* __restrict__ m
     for (int u = 0; u < kAdamUnroll; ++u) {
       const int64_t i = base + u * stride;
       if (i >= n) continue;
-      T g = gi[u];
-      if (wd != T(0)) g = g + wd * pi[u];
-      const T mn = b1 * mi[u] + omb1 * g;
-      const T vn = b2 * vi[u] + omb2 * (g * g);
-      m[i] = mn;
-      v[i] = vn;
-      T denom = sqrt(vn) / bc2_sqrt + eps;
-      p[i] = pi[u] - step_size * (mn / denom);
+      adam_element(pi[u], gi[u], mi[u], vi[u], step_size, bc2_sqrt, b1, b2, omb1, omb2, eps, wd);
+      m[i] = mi[u];
+      v[i] = vi[u];
+      p[i] = pi[u];
     }
   }
 }

@@ -61,6 +61,9 @@ constexpr PassStep kPassOrder[] = {
     {"fuse_multi_tensor_cast",
      "after fuse_dfq_cast, which takes a quantized weight's cast into its fake-quant: the casts "
      "left that read a parameter (the unquantized weights' compute copies) become one node"},
+    {"fuse_multi_tensor_adam",
+     "last with fuse_multi_tensor_adamw: it merges whole groups of adam steps, after "
+     "fuse_grad_cast and fuse_ste_optimizer rewrote the steps they take"},
     {"fuse_multi_tensor_adamw",
      "last: it merges whole groups of adamw steps, which no other rule reads; after the rules "
      "that rewrite a step into another fused node, should one take adamw"},

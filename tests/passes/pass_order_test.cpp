@@ -29,6 +29,7 @@ TEST(PassOrder, IsThePinnedPipeline) {
                                              "fuse_cast_ste",
                                              "fuse_dfq_cast",
                                              "fuse_multi_tensor_cast",
+                                             "fuse_multi_tensor_adam",
                                              "fuse_multi_tensor_adamw"};
   EXPECT_EQ(default_pass_names(), expected);
 }
@@ -73,6 +74,7 @@ TEST(PassOrder, RulesLiveWithTheOpTheyMake) {
       // The fused node is dynamic_fake_quantize itself, with out_dtype.
       {"fuse_dfq_cast", "dynamic_fake_quantize"},
       {"fuse_multi_tensor_cast", "fused_multi_tensor_cast"},
+      {"fuse_multi_tensor_adam", "fused_multi_tensor_adam"},
       {"fuse_multi_tensor_adamw", "fused_multi_tensor_adamw"}};
   std::map<std::string, std::string> found;
   for (const OpDef* op : OpRegistry::instance().all())

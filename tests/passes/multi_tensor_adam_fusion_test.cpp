@@ -1,0 +1,158 @@
+// The fuse_multi_tensor_adam pass (ops/fused/multi_tensor_adam/): the adam steps sharing their
+// hyper-parameters and their parameter and gradient dtypes become one fused_multi_tensor_adam
+// node per group, whose updates (parameters, moments, step counters) equal the unfused steps'
+// bit for bit on the CPU and the GPU, over several steps, with f32 and bf16 gradients and
+// weight decay. A step alone in its group stays as it is; checkpoint keys are unchanged; the
+// bf16-mixed Llama trains bit for bit the same with and without the pass.
+#include <gtest/gtest.h>
+
+#include "nn/llama.h"
+#include "nn/qconfig.h"
+#include "ops/fused/multi_tensor_adam/multi_tensor_adam.h"
+#include "runtime/backend.h"
+#include "runtime/compile.h"
+#include "runtime/executor.h"
+#include "runtime/passes/pass.h"
+#include "tests/common/tensor_compare.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/nn/tiny_llama_util.h"
+#include "train/optimizer.h"
+
+namespace qg {
+namespace {
+
+using testing::first_difference;
+
+struct Param {
+  Shape shape;
+  DType param, grad;
+};
+
+const std::vector<Param>& params() {
+  static const std::vector<Param> p = {
+      {{5}, DType::f32, DType::f32},        {{1031}, DType::f32, DType::f32},
+      {{3, 1000}, DType::f32, DType::f32},  {{7, 33}, DType::f32, DType::bf16},
+      {{2, 2050}, DType::f32, DType::bf16}, {{9}, DType::f64, DType::f64}};
+  return p;
+}
+
+// Each parameter stepped by adam (weight decay 0.01) with its gradient fed as an input; returns
+// the parameters and every state after three steps, by name.
+std::map<std::string, Tensor> run(bool fuse, Device device, int* rewrites) {
+  Graph g;
+  std::vector<NodeId> steps;
+  for (size_t i = 0; i < params().size(); ++i) {
+    const Param& p = params()[i];
+    const std::string name = "p" + std::to_string(i);
+    ValueId w = g.parameter(name, testing::random_f32(p.shape, 3 + i).cast(p.param));
+    ValueId grad = g.input("g" + std::to_string(i), {p.grad, p.shape});
+    g.apply("adam", {w, grad}, {{"lr", 1e-2}, {"weight_decay", 0.01}}, name + ".adam");
+    steps.push_back(g.num_nodes() - 1);
+  }
+  PassOptions options;
+  if (!fuse) options.disabled.insert("fuse_multi_tensor_adam");
+  for (const PassRecord& r : optimize(g, options))
+    if (r.name == "fuse_multi_tensor_adam") *rewrites = r.rewrites;
+  std::vector<NodeId> targets;
+  for (NodeId s : steps) {
+    const NodeId live = live_node(g, s);
+    if (std::find(targets.begin(), targets.end(), live) == targets.end()) targets.push_back(live);
+  }
+  Executor ex(g, device);
+  for (uint32_t s = 0; s < 3; ++s) {
+    Executor::Feeds feeds;
+    for (size_t i = 0; i < params().size(); ++i)
+      feeds["g" + std::to_string(i)] =
+          testing::random_f32(params()[i].shape, 40 + 7 * s + i).cast(params()[i].grad);
+    ex.run(feeds, {}, targets);
+  }
+  std::map<std::string, Tensor> out;
+  for (const auto& [key, t] : state_index(ex)) out[key] = t->to(Device::cpu());
+  return out;
+}
+
+void expect_same(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b,
+                 const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (const auto& [key, t] : a) {
+    ASSERT_TRUE(b.count(key)) << what << ": " << key;
+    EXPECT_EQ(first_difference(t, b.at(key)), "") << what << ": " << key;
+  }
+}
+
+TEST(MultiTensorAdamFusion, FusedStepsEqualUnfusedStepsBitForBit) {
+  int fused_rewrites = -1, plain_rewrites = -1;
+  const auto fused = run(true, Device::cpu(), &fused_rewrites);
+  const auto plain = run(false, Device::cpu(), &plain_rewrites);
+  // Two groups: the f32 gradients and the bf16 ones; the f64 step is alone in its group.
+  EXPECT_EQ(fused_rewrites, 2);
+  EXPECT_EQ(plain_rewrites, 0);
+  expect_same(plain, fused, "CPU");
+}
+
+TEST(MultiTensorAdamFusion, GpuEqualsUnfusedGpuAndTheCpu) {
+  QG_REQUIRE_GPU();
+  int rewrites = -1;
+  const auto fused = run(true, Device::cuda(), &rewrites);
+  expect_same(run(false, Device::cuda(), &rewrites), fused, "GPU unfused");
+  expect_same(run(false, Device::cpu(), &rewrites), fused, "CPU");
+}
+
+TEST(MultiTensorAdamFusion, StandsBackWhereItMust) {
+  Graph g;
+  ValueId p = g.parameter("p", Tensor::zeros({4}, DType::f32));
+  ValueId grad = g.input("g", {DType::f32, {4}});
+  g.apply("sgd", {p, grad});
+  const NodeId sgd = g.num_nodes() - 1;
+  EXPECT_EQ(multi_tensor_adam_blocker(g, {sgd}),
+            "node '" + g.node(sgd).name + "' is not an adam step");
+  testing::expect_error(
+      [&] {
+        g.apply("fused_multi_tensor_adam", {p, grad});
+      },
+      {"fused_multi_tensor_adam", "fuse_multi_tensor_adam pass"});
+}
+
+// The bf16-mixed float Llama: its 22 adam steps become two nodes (the f32 gradients of the
+// embedding and the norms, the bf16 ones of the GEMM weights); the losses and every state are
+// bit for bit those of the unfused step.
+void expect_llama_unchanged(Device device) {
+  const nn::LlamaConfig config = testing::tiny_llama_config();
+  auto run_llama = [&](bool fuse, int* rewrites) {
+    Graph g;
+    nn::LlamaModel m = nn::build_llama(g, config, 2, 7, nn::parse_recipe("float", 32), 5,
+                                       nn::parse_precision("bf16-mixed"));
+    CompileOptions options;
+    options.device = device;
+    if (!fuse) options.passes.disabled.insert("fuse_multi_tensor_adam");
+    CompiledStep step(g, {m.loss, m.parameters, nn::optimizer_nodes({"adam", 1e-2}), {}}, options);
+    std::vector<Tensor> out;
+    for (int s = 0; s < 3; ++s)
+      out.push_back(step.train(testing::tiny_llama_feeds(), {m.loss})[0].to(Device::cpu()));
+    step.synchronize();
+    for (const PassRecord& r : step.passes())
+      if (r.name == "fuse_multi_tensor_adam") *rewrites = r.rewrites;
+    for (const auto& [key, t] : state_index(step.executor())) out.push_back(t->to(Device::cpu()));
+    return out;
+  };
+  int fused_rewrites = -1, plain_rewrites = -1;
+  const std::vector<Tensor> fused = run_llama(true, &fused_rewrites);
+  const std::vector<Tensor> plain = run_llama(false, &plain_rewrites);
+  EXPECT_EQ(fused_rewrites, 2);
+  EXPECT_EQ(plain_rewrites, 0);
+  ASSERT_EQ(fused.size(), plain.size());
+  for (size_t i = 0; i < fused.size(); ++i)
+    EXPECT_EQ(first_difference(fused[i], plain[i]), "") << i;
+}
+
+TEST(MultiTensorAdamFusion, MixedPrecisionLlamaTrainsBitForBitTheSame) {
+  expect_llama_unchanged(Device::cpu());
+}
+
+TEST(MultiTensorAdamFusion, GpuMixedPrecisionLlamaTrainsBitForBitTheSame) {
+  QG_REQUIRE_GPU();
+  expect_llama_unchanged(Device::cuda());
+}
+
+}  // namespace
+}  // namespace qg
