@@ -8,6 +8,7 @@
 #include "ops/fused/multi_tensor_adam/multi_tensor_adam.h"
 #include "ops/fused/multi_tensor_adamw/multi_tensor_adamw.h"
 #include "ops/fused/multi_tensor_cast/multi_tensor_cast.h"
+#include "ops/fused/norm_backward_add/norm_backward_add.h"
 #include "ops/fused/observe_quantize/observe_quantize.h"
 #include "ops/fused/scaled_softmax/scaled_softmax.h"
 #include "ops/fused/ste_backward/ste_backward.h"
@@ -29,8 +30,9 @@ void add_fused_ste_producer_cuda_kernels(OpRegistry& r);    // ste_producer/ste_
 void add_fused_ste_mul_pair_cuda_kernels(OpRegistry& r);    // ste_mul_pair/ste_mul_pair_cuda.cu
 void add_channel_div_bn_cuda_kernels(OpRegistry& r);        // ops/norm/channel_div_bn_cuda.cu
 void add_fused_scaled_softmax_cuda_kernels(OpRegistry& r);  // ops/softmax/softmax_cuda.cu
-void add_fused_cast_add_cuda_kernels(OpRegistry& r);        // cast_add/cast_add_cuda.cu
-void add_fused_cast_ste_cuda_kernels(OpRegistry& r);        // cast_ste/cast_ste_cuda.cu
+void add_fused_norm_backward_add_cuda_kernels(OpRegistry& r);  // ops/rms_norm/rms_norm_cuda.cu
+void add_fused_cast_add_cuda_kernels(OpRegistry& r);           // cast_add/cast_add_cuda.cu
+void add_fused_cast_ste_cuda_kernels(OpRegistry& r);           // cast_ste/cast_ste_cuda.cu
 #endif
 
 void define_fused_ops(OpRegistry& r) {
@@ -48,6 +50,7 @@ void define_fused_ops(OpRegistry& r) {
   define_fused_cast_ste_op(r);
   define_fused_multi_tensor_cast_op(r);
   define_fused_swiglu_ops(r);
+  define_fused_norm_backward_add_ops(r);
 #ifdef QG_WITH_CUDA
   add_fused_cuda_kernels(r);
   add_fused_ste_backward_cuda_kernels(r);
@@ -58,6 +61,7 @@ void define_fused_ops(OpRegistry& r) {
   add_channel_div_bn_cuda_kernels(r);
   add_fused_scaled_softmax_cuda_kernels(r);
   add_fused_cast_add_cuda_kernels(r);
+  add_fused_norm_backward_add_cuda_kernels(r);
   add_fused_cast_ste_cuda_kernels(r);
 #endif
   add_fused_crosscheck(r);

@@ -15,6 +15,7 @@
 
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
+#include "ops/fused/norm_backward_add/norm_backward_add.h"
 #include "ops/rms_norm/rms_norm_args.h"
 #include "ops/rms_norm/rms_norm_math.h"
 
@@ -74,10 +75,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-template <typename T>
+// dx of each row; with a residual (fused_rms_norm_backward_add) the kernel writes
+// out = T(residual + dx) instead, the add kernel's arithmetic on the same rounded dx, and with a
+// narrow type N != T also narrow_out = N(out), the cast kernel's rounding of that sum.
+template <typename T, bool kResidual, typename N>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     dx_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
-              const math_of<T>* __restrict__ rstd, T* __restrict__ dx, int64_t rows, int64_t dim) {
+              const math_of<T>* __restrict__ rstd, const T* __restrict__ residual,
+              T* __restrict__ out, N* __restrict__ narrow_out, int64_t rows, int64_t dim) {
   using M = math_of<T>;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
@@ -94,7 +99,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll 4
     for (int64_t j = lane; j < dim; j += kLanes) {
       const M g = to_math(from_math<T>(to_math(dy[o + j]) * to_math(w[j])));
-      dx[o + j] = from_math<T>(rs * g - to_math(x[o + j]) * k);
+      T v = from_math<T>(rs * g - to_math(x[o + j]) * k);
+      if constexpr (kResidual) v = from_math<T>(to_math(residual[o + j]) + to_math(v));
+      out[o + j] = v;
+      if constexpr (!std::is_same_v<N, T>)
+        narrow_out[o + j] = from_math<N>(static_cast<math_of<N>>(to_math(v)));
     }
   }
 }
@@ -171,12 +180,14 @@ void rms_norm_cuda(KernelContext& ctx) {
   });
 }
 
-void rms_norm_backward_cuda(KernelContext& ctx) {
+// rms_norm_backward, or (residual given) the fused backward + add [+ cast]: the dx kernel,
+// then dweight's chunk sums and their fold. out: dx, or the sum; narrow: the cast's output.
+void launch_backward(KernelContext& ctx, const Tensor* residual, Tensor& out, Tensor& dweight,
+                     Tensor* narrow) {
   const RmsNormArgs& a = ctx.args<RmsNormArgs>();
   cudaStream_t stream = cuda_stream(ctx.device);
   if (a.rows == 0) {
-    QG_CUDA_CHECK(ctx.op,
-                  cudaMemsetAsync(ctx.outputs[1].raw_data(), 0, ctx.outputs[1].nbytes(), stream));
+    QG_CUDA_CHECK(ctx.op, cudaMemsetAsync(dweight.raw_data(), 0, dweight.nbytes(), stream));
     return;
   }
   dispatch_float(ctx.inputs[0].dtype(), ctx.op, [&](auto tag) {
@@ -185,9 +196,28 @@ void rms_norm_backward_cuda(KernelContext& ctx) {
     const T* dy = in_ptr<T>(ctx.inputs[0]);
     const T* x = in_ptr<T>(ctx.inputs[1]);
     const M* rstd = in_ptr<M>(ctx.inputs[3]);
-    dx_kernel<T><<<warp_blocks(a.rows), kWarpsPerBlock * 32, 0, stream>>>(
-        dy, x, in_ptr<T>(ctx.inputs[2]), rstd, out_ptr<T>(ctx.outputs[0]), a.rows, a.dim);
-    QG_CUDA_CHECK_LAUNCH(ctx.op);
+    auto dx = [&](auto residual_tag, auto narrow_tag) {
+      using N = decltype(narrow_tag);
+      constexpr bool kResidual = decltype(residual_tag)::value;
+      dx_kernel<T, kResidual, N><<<warp_blocks(a.rows), kWarpsPerBlock * 32, 0, stream>>>(
+          dy, x, in_ptr<T>(ctx.inputs[2]), rstd, kResidual ? in_ptr<T>(*residual) : nullptr,
+          out_ptr<T>(out), narrow != nullptr ? out_ptr<N>(*narrow) : nullptr, a.rows, a.dim);
+      QG_CUDA_CHECK_LAUNCH(ctx.op);
+    };
+    if (residual == nullptr) {
+      dx(std::false_type{}, T{});
+    } else if (narrow == nullptr) {
+      dx(std::true_type{}, T{});
+    } else if constexpr (std::is_same_v<T, float>) {
+      if (narrow->dtype() == DType::bf16)
+        dx(std::true_type{}, __nv_bfloat16{});
+      else if (narrow->dtype() == DType::f16)
+        dx(std::true_type{}, __half{});
+      else
+        QG_FAIL(ctx.op, "no kernel for a ", dtype_name(narrow->dtype()), " copy of the sum");
+    } else {
+      QG_FAIL(ctx.op, "no kernel for a narrow copy of a ", dtype_name(out.dtype()), " sum");
+    }
     const int64_t chunks = (a.rows + kRowsPerChunk - 1) / kRowsPerChunk;
     Tensor partial = Tensor::empty({chunks * a.dim}, DType::f64, ctx.inputs[0].device());
     dim3 grid(static_cast<unsigned>((a.dim + kColumnThreads - 1) / kColumnThreads),
@@ -197,12 +227,29 @@ void rms_norm_backward_cuda(KernelContext& ctx) {
     QG_CUDA_CHECK_LAUNCH(ctx.op);
     const auto fold_blocks = static_cast<unsigned>((a.dim + kFoldColumns - 1) / kFoldColumns);
     dweight_fold_kernel<T><<<fold_blocks, kFoldThreads, 0, stream>>>(
-        in_ptr<double>(partial), chunks, a.dim, out_ptr<T>(ctx.outputs[1]));
+        in_ptr<double>(partial), chunks, a.dim, out_ptr<T>(dweight));
     QG_CUDA_CHECK_LAUNCH(ctx.op);
   });
 }
 
+void rms_norm_backward_cuda(KernelContext& ctx) {
+  launch_backward(ctx, nullptr, ctx.outputs[0], ctx.outputs[1], nullptr);
+}
+
+void fused_norm_backward_add_cuda(KernelContext& ctx) {
+  check_fused_norm_backward_add_inputs(ctx);
+  launch_backward(ctx, &ctx.inputs[4], ctx.outputs[0], ctx.outputs[1],
+                  ctx.outputs.size() == 3 ? &ctx.outputs[2] : nullptr);
+}
+
 }  // namespace
+
+// The fused ops' kernels (ops/fused/norm_backward_add): this file's backward kernels.
+void add_fused_norm_backward_add_cuda_kernels(OpRegistry& r) {
+  for (const char* op : {"fused_rms_norm_backward_add", "fused_rms_norm_backward_add_cast"})
+    r.get_mutable(op).kernels.push_back(
+        {DeviceType::cuda, kFloatDTypes, fused_norm_backward_add_cuda});
+}
 
 void add_rms_norm_cuda_kernels(OpRegistry& r) {
   r.get_mutable("rms_norm").kernels.push_back({DeviceType::cuda, kFloatDTypes, rms_norm_cuda});

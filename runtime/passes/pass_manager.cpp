@@ -46,6 +46,9 @@ constexpr PassStep kPassOrder[] = {
      "after fuse_ste_producer, which also takes adds (one feeding an ste_backward): that "
      "fusion saves the masked gradient's round trip; this one takes the widening casts of "
      "the adds left"},
+    {"fuse_norm_backward_add",
+     "after fuse_ste_producer and fuse_cast_add, which take adds too: an add they fused is "
+     "no longer there to join an rms_norm_backward"},
     {"fuse_norm_cast",
      "independent of the others: it rewrites an f32 rms_norm and the narrowing cast of its y, "
      "which no other rule reads"},

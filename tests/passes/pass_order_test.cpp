@@ -24,6 +24,7 @@ TEST(PassOrder, IsThePinnedPipeline) {
                                              "fuse_scaled_softmax",
                                              "fuse_swiglu",
                                              "fuse_cast_add",
+                                             "fuse_norm_backward_add",
                                              "fuse_norm_cast",
                                              "fuse_grad_cast",
                                              "fuse_cast_ste",
@@ -66,6 +67,7 @@ TEST(PassOrder, RulesLiveWithTheOpTheyMake) {
       {"fuse_scaled_softmax", "fused_scaled_softmax"},
       {"fuse_swiglu", "fused_swiglu"},
       {"fuse_cast_add", "fused_cast_add"},
+      {"fuse_norm_backward_add", "fused_rms_norm_backward_add"},
       // The fused node is rms_norm itself, with out_dtype.
       {"fuse_norm_cast", "rms_norm"},
       // The fused node is the optimizer step itself, reading the narrow gradient.
