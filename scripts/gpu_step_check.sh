@@ -15,7 +15,8 @@
 # BASELINE_PASSES=p1,p2 also times every recipe's steps with those passes switched off
 # (QG_DISABLE_PASSES), so a pass's effect is measured in the same call; FLOAT_FLOORS=1 writes
 # the float step's per-op floor table (floors_float.log); COMPILE=1 times torch.compile of
-# transformers' Llama float step beside its eager step (torch_compile.txt).
+# transformers' Llama float step beside its eager step (torch_compile.txt; COMPILE_MODES=--compile
+# skips the eager one).
 # Carry .gpudeps. Logs under $OUT (tests.log, steps.log, floors_8da4w.log, torch_steps.txt).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -102,7 +103,8 @@ if [ -n "${TORCH:-}" ]; then
   grep -E "^\| (float|qatgraph)|failed" "$out/torch_steps.txt"
 fi
 if [ -n "${COMPILE:-}" ]; then
-  for mode in "" --compile; do
+  for mode in ${COMPILE_MODES:-eager --compile}; do
+    [ "$mode" = eager ] && mode=""
     CUDA_VISIBLE_DEVICES=0 timeout 300 python3 bench/torch_llama_qat_bench.py --float-only \
       $mode >>"$out/torch_compile.txt" 2>&1
     echo "torch float step ${mode:-eager}: rc=$?"

@@ -182,9 +182,8 @@ void rms_norm_cuda(KernelContext& ctx) {
 
 // rms_norm_backward, or (residual given) the fused backward + add [+ cast]: the dx kernel,
 // then dweight's chunk sums and their fold. out: dx, or the sum; narrow: the cast's output.
-void launch_backward(KernelContext& ctx, const Tensor* residual, Tensor& out, Tensor& dweight,
-                     Tensor* narrow) {
-  const RmsNormArgs& a = ctx.args<RmsNormArgs>();
+void launch_backward(KernelContext& ctx, const RmsNormArgs& a, const Tensor* residual, Tensor& out,
+                     Tensor& dweight, Tensor* narrow) {
   cudaStream_t stream = cuda_stream(ctx.device);
   if (a.rows == 0) {
     QG_CUDA_CHECK(ctx.op, cudaMemsetAsync(dweight.raw_data(), 0, dweight.nbytes(), stream));
@@ -233,13 +232,14 @@ void launch_backward(KernelContext& ctx, const Tensor* residual, Tensor& out, Te
 }
 
 void rms_norm_backward_cuda(KernelContext& ctx) {
-  launch_backward(ctx, nullptr, ctx.outputs[0], ctx.outputs[1], nullptr);
+  launch_backward(ctx, ctx.args<RmsNormArgs>(), nullptr, ctx.outputs[0], ctx.outputs[1], nullptr);
 }
 
 void fused_norm_backward_add_cuda(KernelContext& ctx) {
   check_fused_norm_backward_add_inputs(ctx);
-  launch_backward(ctx, &ctx.inputs[4], ctx.outputs[0], ctx.outputs[1],
-                  ctx.outputs.size() == 3 ? &ctx.outputs[2] : nullptr);
+  // The row layout is the rms_norm_backward part's (the fused node parses no arguments).
+  launch_backward(ctx, ctx.part(0).args<RmsNormArgs>(), &ctx.inputs[4], ctx.outputs[0],
+                  ctx.outputs[1], ctx.outputs.size() == 3 ? &ctx.outputs[2] : nullptr);
 }
 
 }  // namespace
