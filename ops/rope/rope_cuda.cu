@@ -4,11 +4,10 @@
 // per head or per batch row), then apply them to the step's row in every head (and batch
 // row), pairs (j, j + half) per thread, consecutive threads on consecutive j. (A block per
 // (batch, step) pair with broadcast positions computed each f64 table `batch` times. Sharing
-// the tables did not speed up the Llama step's rope, which stayed at about 5x its bandwidth
-// floor: each thread applied its 32 pairs one after another, every pair waiting on its own
-// two loads. Now each thread issues the loads of kUnroll pairs before their arithmetic.) The
-// arithmetic is rope_math.h's, the same as the CPU kernel's; cos and sin come from CUDA's f64
-// functions rather than the host libm, so outputs are compared to rounding (rope_crosscheck.cpp).
+// the tables did not speed up the Llama step's rope, which stays at about 5x its bandwidth
+// floor for a reason not yet measured.) The arithmetic is rope_math.h's, the same
+// as the CPU kernel's; cos and sin come from CUDA's f64 functions rather than the host
+// libm, so outputs are compared to rounding (rope_crosscheck.cpp).
 #include <algorithm>
 
 #include "core/graph.h"
@@ -22,7 +21,6 @@ namespace {
 using namespace cuda;
 
 constexpr int kThreads = 128;
-constexpr int kUnroll = 8;
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -45,33 +43,15 @@ __global__ void __launch_bounds__(kThreads)
       sn[i] = l.inverse ? -s : s;
     }
     __syncthreads();
-    // kUnroll pairs a thread at a time, their loads issued before any arithmetic: one pair at
-    // a time left each thread waiting on its two loads in turn.
-    const int64_t total = rows * l.heads * half;
-    for (int64_t k0 = threadIdx.x; k0 < total; k0 += int64_t{kUnroll} * blockDim.x) {
-      M x1[kUnroll], x2[kUnroll];
-      int64_t at[kUnroll];
-      int j_of[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t k = k0 + int64_t{u} * blockDim.x;
-        if (k < total) {
-          const int64_t row = k / half, j = k % half;  // row: (b - b0) * heads + h
-          at[u] = ((b0 * l.heads + row) * l.seq + t) * l.dim + j;
-          j_of[u] = static_cast<int>(j);
-          x1[u] = to_math(x[at[u]]);
-          x2[u] = to_math(x[at[u] + half]);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (k0 + int64_t{u} * blockDim.x >= total) continue;
-        const M c = cs[j_of[u]], s = sn[j_of[u]];
-        const M a1 = to_math(from_math<T>(x1[u] * c)), b1 = to_math(from_math<T>(-x2[u] * s));
-        const M a2 = to_math(from_math<T>(x2[u] * c)), b2 = to_math(from_math<T>(x1[u] * s));
-        y[at[u]] = from_math<T>(a1 + b1);
-        y[at[u] + half] = from_math<T>(a2 + b2);
-      }
+    for (int64_t k = threadIdx.x; k < rows * l.heads * half; k += blockDim.x) {
+      const int64_t row = k / half, j = k % half;  // row: (b - b0) * heads + h
+      const int64_t o = ((b0 * l.heads + row) * l.seq + t) * l.dim;
+      const M x1 = to_math(x[o + j]), x2 = to_math(x[o + j + half]);
+      const M c = cs[j], s = sn[j];
+      const M a1 = to_math(from_math<T>(x1 * c)), b1 = to_math(from_math<T>(-x2 * s));
+      const M a2 = to_math(from_math<T>(x2 * c)), b2 = to_math(from_math<T>(x1 * s));
+      y[o + j] = from_math<T>(a1 + b1);
+      y[o + j + half] = from_math<T>(a2 + b2);
     }
     __syncthreads();  // the next step rewrites the tables
   }
