@@ -22,6 +22,11 @@ ControlEdges control_edges(const Graph& g, NodeId id) {
   return c;
 }
 
+void add_control_edges(Graph& g, const ControlEdges& edges, NodeId to) {
+  for (NodeId b : edges.before) g.add_control_dependency(b, to);
+  for (NodeId a : edges.after) g.add_control_dependency(to, a);
+}
+
 namespace {
 
 // Whether `n` took in node `id`: among its fused_from, or theirs (a fused node that a later

@@ -28,6 +28,10 @@ struct ControlEdges {
 };
 ControlEdges control_edges(const Graph& graph, NodeId id);
 
+// Gives `to` the orderings `edges` held (taken by control_edges() from a node a fusion
+// replaces): every node of edges.before before it, every node of edges.after after it.
+void add_control_edges(Graph& graph, const ControlEdges& edges, NodeId to);
+
 // `node` itself while it is live; once a fusion removed it, the live fused node that took it
 // in (whose fused_from holds it), so code that kept a NodeId from graph building (nn's
 // ConvBnLayer::bn_node) still reaches the node holding its states. Throws when none.

@@ -53,8 +53,7 @@ void build(Graph& g, const FusionCandidate& c) {
       replace_with_fused_node(g, std::move(fused), replaced, {c.nodes[1], c.nodes[0]}, types);
   // The optimizer's update of the weight waits for every reader of it (train/optimizer.h):
   // the fused node reads it now, so it takes over those orderings.
-  for (NodeId b : edges.before) g.add_control_dependency(b, id);
-  for (NodeId a : edges.after) g.add_control_dependency(id, a);
+  add_control_edges(g, edges, id);
 }
 
 }  // namespace

@@ -95,8 +95,7 @@ void build(Graph& g, const FusionCandidate& c) {
   if (narrow_marked) g.mark_output(v);
   if (!rstd_name.empty()) g.set_name(new_rstd, rstd_name);
   if (rstd_marked) g.mark_output(new_rstd);
-  for (NodeId b : edges.before) g.add_control_dependency(b, f);
-  for (NodeId a : edges.after) g.add_control_dependency(f, a);
+  add_control_edges(g, edges, f);
 }
 
 }  // namespace

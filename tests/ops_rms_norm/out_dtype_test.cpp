@@ -11,6 +11,7 @@
 #include "ops/rms_norm/rms_norm_cast_fusion.h"
 #include "runtime/compile.h"
 #include "runtime/passes/pass.h"
+#include "tests/common/llama_pass_check.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/nn/tiny_llama_util.h"
 #include "train/optimizer.h"
@@ -120,31 +121,9 @@ TEST(NormCastFusion, StandsBackWhereItMust) {
 }
 
 // The bf16-mixed float Llama: per layer the q/k/v and gate/up inputs' casts, and the lm_head's,
-// fuse into their norms; the losses and every state after Adam steps are bit for bit those of
-// the unfused step.
+// fuse into their norms, and training is bit for bit the same.
 TEST(NormCastFusion, MixedPrecisionLlamaTrainsBitForBitTheSame) {
-  const nn::LlamaConfig config = testing::tiny_llama_config();
-  auto run = [&](bool fuse, int* rewrites) {
-    Graph g;
-    nn::LlamaModel m = nn::build_llama(g, config, 2, 7, nn::parse_recipe("float", 32), 5,
-                                       nn::parse_precision("bf16-mixed"));
-    CompileOptions options;
-    if (!fuse) options.passes.disabled.insert("fuse_norm_cast");
-    CompiledStep step(g, {m.loss, m.parameters, nn::optimizer_nodes({"adam", 1e-2}), {}}, options);
-    std::vector<Tensor> out;
-    for (int s = 0; s < 3; ++s) out.push_back(step.train(testing::tiny_llama_feeds(), {m.loss})[0]);
-    step.synchronize();
-    for (const PassRecord& r : step.passes())
-      if (r.name == "fuse_norm_cast") *rewrites = r.rewrites;
-    for (const auto& [key, t] : state_index(step.executor())) out.push_back(t->to(Device::cpu()));
-    return out;
-  };
-  int fused_rewrites = -1, plain_rewrites = -1;
-  const std::vector<Tensor> fused = run(true, &fused_rewrites), plain = run(false, &plain_rewrites);
-  EXPECT_EQ(fused_rewrites, 2 * 2 + 1);
-  EXPECT_EQ(plain_rewrites, 0);
-  ASSERT_EQ(fused.size(), plain.size());
-  for (size_t i = 0; i < fused.size(); ++i) EXPECT_TRUE(same_bits(fused[i], plain[i])) << i;
+  EXPECT_EQ(testing::expect_pass_keeps_llama_training("fuse_norm_cast", Device::cpu()), 2 * 2 + 1);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "runtime/compile.h"
 #include "runtime/executor.h"
 #include "runtime/passes/pass.h"
+#include "tests/common/llama_pass_check.h"
 #include "tests/common/tensor_compare.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/nn/tiny_llama_util.h"
@@ -109,45 +110,21 @@ TEST(NormBackwardAddFusion, KernelRejectsBadInputs) {
 }
 
 // The bf16-mixed Llama, float and 8da4w QAT: each layer's two norms' dx join the residual
-// gradient (with its bf16 cast where one follows); the losses and every state after Adam steps
-// are bit for bit those of the unfused step.
-void expect_llama_unchanged(Device device, const char* recipe, int want) {
-  const nn::LlamaConfig config = testing::tiny_llama_config();
-  auto run = [&](bool fuse, int* rewrites) {
-    Graph g;
-    nn::LlamaModel m = nn::build_llama(g, config, 2, 7, nn::parse_recipe(recipe, 32), 5,
-                                       nn::parse_precision("bf16-mixed"));
-    CompileOptions options;
-    options.device = device;
-    if (!fuse) options.passes.disabled.insert("fuse_norm_backward_add");
-    CompiledStep step(g, {m.loss, m.parameters, nn::optimizer_nodes({"adam", 1e-2}), {}}, options);
-    std::vector<Tensor> out;
-    for (int s = 0; s < 3; ++s)
-      out.push_back(step.train(testing::tiny_llama_feeds(), {m.loss})[0].to(Device::cpu()));
-    step.synchronize();
-    for (const PassRecord& r : step.passes())
-      if (r.name == "fuse_norm_backward_add") *rewrites = r.rewrites;
-    for (const auto& [key, t] : state_index(step.executor())) out.push_back(t->to(Device::cpu()));
-    return out;
-  };
-  int fused_rewrites = -1, plain_rewrites = -1;
-  const std::vector<Tensor> fused = run(true, &fused_rewrites), plain = run(false, &plain_rewrites);
-  EXPECT_EQ(fused_rewrites, want);
-  EXPECT_EQ(plain_rewrites, 0);
-  ASSERT_EQ(fused.size(), plain.size());
-  for (size_t i = 0; i < fused.size(); ++i)
-    EXPECT_EQ(first_difference(fused[i], plain[i]), "") << i;
+// gradient (with its bf16 cast where one follows), and training is bit for bit the same.
+void expect_llama_unchanged(Device device) {
+  for (const char* recipe : {"float", "8da4w"})
+    EXPECT_EQ(testing::expect_pass_keeps_llama_training("fuse_norm_backward_add", device, recipe),
+              4)
+        << recipe;
 }
 
 TEST(NormBackwardAddFusion, MixedPrecisionLlamaTrainsBitForBitTheSame) {
-  expect_llama_unchanged(Device::cpu(), "float", 4);
-  expect_llama_unchanged(Device::cpu(), "8da4w", 4);
+  expect_llama_unchanged(Device::cpu());
 }
 
 TEST(NormBackwardAddFusion, GpuMixedPrecisionLlamaTrainsBitForBitTheSame) {
   QG_REQUIRE_GPU();
-  expect_llama_unchanged(Device::cuda(), "float", 4);
-  expect_llama_unchanged(Device::cuda(), "8da4w", 4);
+  expect_llama_unchanged(Device::cuda());
 }
 
 }  // namespace

@@ -4,11 +4,10 @@
 // rewritten in place (it keeps its id, which callers hold as a run target), and the others'
 // control dependencies move to it. Legal only when no step of the group is an ancestor of
 // another's inputs, which the merged node would turn into a cycle.
-#include <algorithm>
 #include <tuple>
 
 #include "core/graph.h"
-#include "core/graph_rewrite.h"
+#include "ops/fused/common/step_group.h"
 #include "ops/fused/multi_tensor_adam/multi_tensor_adam.h"
 
 namespace qg {
@@ -27,68 +26,19 @@ GroupKey key_of(const Graph& g, const Node& n) {
           a.get_real("weight_decay")};
 }
 
-bool is_adam(const Node& n) {
-  return !n.dead && n.op->name == "adam" && n.inputs.size() == 2;
-}
-
 std::vector<FusionCandidate> match(const Graph& g, NodeId id) {
-  const Node& first = g.node(id);
-  if (!is_adam(first)) return {};
-  const GroupKey key = key_of(g, first);
-  FusionCandidate c;
-  for (NodeId k = 0; k < g.num_nodes(); ++k) {
-    const Node& n = g.node(k);
-    if (!is_adam(n) || key_of(g, n) != key) continue;
-    if (k < id) return {};  // not the group's first step
-    c.nodes.push_back(k);
-  }
-  if (c.nodes.size() < 2) return {};
-  return {c};
+  return match_step_group<GroupKey>(g, id, "adam", [&](const Node& n) { return key_of(g, n); });
 }
 
 void build(Graph& g, const FusionCandidate& c) {
-  const NodeId head = c.nodes.front();
-  std::vector<Node> parts;
-  for (NodeId k : c.nodes) parts.push_back(g.node(k));
-  Node fused;
-  fused.op = &OpRegistry::instance().get("fused_multi_tensor_adam");
-  fused.name = "multi_tensor_adam." + parts.front().name + "+" + std::to_string(parts.size() - 1);
-  for (const Node& p : parts) {
-    fused.inputs.push_back(p.inputs.at(0));
-    fused.inputs.push_back(p.inputs.at(1));
-  }
-  fused.attrs = parts.front().attrs;
-  for (const Node& p : parts)
-    fused.states.insert(fused.states.end(), p.states.begin(), p.states.end());
-  fused.fused_from = parts;
-  std::vector<ControlEdges> moved;
-  for (size_t i = 1; i < c.nodes.size(); ++i) moved.push_back(control_edges(g, c.nodes[i]));
-  g.rewrite_node(head, std::move(fused));
-  for (size_t i = 1; i < c.nodes.size(); ++i) g.remove_node(c.nodes[i]);
-  auto outside = [&](NodeId n) {
-    return std::find(c.nodes.begin(), c.nodes.end(), n) == c.nodes.end();
-  };
-  for (const ControlEdges& e : moved) {
-    for (NodeId b : e.before)
-      if (outside(b)) g.add_control_dependency(b, head);
-    for (NodeId a : e.after)
-      if (outside(a)) g.add_control_dependency(head, a);
-  }
+  merge_step_group(g, c.nodes,
+                   step_group_node(g, c.nodes, "fused_multi_tensor_adam", "multi_tensor_adam"));
 }
 
 }  // namespace
 
 std::string multi_tensor_adam_blocker(const Graph& g, const std::vector<NodeId>& steps) {
-  std::vector<ValueId> inputs;
-  for (NodeId k : steps) {
-    if (!is_adam(g.node(k))) return "node '" + g.node(k).name + "' is not an adam step";
-    for (ValueId v : g.node(k).inputs) inputs.push_back(v);
-  }
-  const std::vector<bool> ancestors = g.needed_nodes(inputs);
-  for (NodeId k : steps)
-    if (ancestors[k])
-      return "step '" + g.node(k).name + "' comes before an input of another step of its group";
-  return "";
+  return step_group_blocker(g, steps, "adam");
 }
 
 FusionRule multi_tensor_adam_fusion_rule() {

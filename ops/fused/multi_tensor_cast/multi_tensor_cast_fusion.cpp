@@ -63,10 +63,7 @@ void build(Graph& g, const FusionCandidate& c) {
     moved.push_back(control_edges(g, k));
   }
   const NodeId id = replace_with_fused_node(g, std::move(fused), replaced, c.nodes);
-  for (const ControlEdges& e : moved) {
-    for (NodeId b : e.before) g.add_control_dependency(b, id);
-    for (NodeId a : e.after) g.add_control_dependency(id, a);
-  }
+  for (const ControlEdges& e : moved) add_control_edges(g, e, id);
 }
 
 }  // namespace

@@ -63,8 +63,7 @@ void build(Graph& g, const FusionCandidate& c) {
   }
   const ControlEdges edges = control_edges(g, c.nodes[0]);
   const NodeId id = replace_with_fused_node(g, std::move(fused), replaced, originals);
-  for (NodeId b : edges.before) g.add_control_dependency(b, id);
-  for (NodeId a : edges.after) g.add_control_dependency(id, a);
+  add_control_edges(g, edges, id);
 }
 
 }  // namespace
