@@ -114,6 +114,40 @@ TEST(MultiTensorAdamFusion, StandsBackWhereItMust) {
       {"fused_multi_tensor_adam", "fuse_multi_tensor_adam pass"});
 }
 
+// Hand-built fused nodes over two real adam steps (the pass never builds these): a gradient of
+// another shape or dtype than its parameter's is a qg::Error naming the op and the part.
+TEST(MultiTensorAdamFusion, KernelRejectsBadInputs) {
+  for (const TensorType& bad_grad : {TensorType{DType::f32, {5}}, TensorType{DType::f16, {4}}}) {
+    Graph g;
+    ValueId p0 = g.parameter("p0", Tensor::zeros({4}, DType::f32));
+    ValueId p1 = g.parameter("p1", Tensor::zeros({4}, DType::f32));
+    ValueId g0 = g.input("g0", {DType::f32, {4}});
+    ValueId g1 = g.input("g1", bad_grad);
+    ValueId ok1 = g.input("ok1", {DType::f32, {4}});
+    g.apply("adam", {p0, g0}, {}, "p0.adam");
+    const NodeId s0 = g.num_nodes() - 1;
+    g.apply("adam", {p1, ok1}, {}, "p1.adam");
+    const NodeId s1 = g.num_nodes() - 1;
+    Node fused;
+    fused.op = &OpRegistry::instance().get("fused_multi_tensor_adam");
+    fused.name = "bad";
+    fused.inputs = {p0, g0, p1, g1};
+    for (NodeId s : {s0, s1}) {
+      fused.fused_from.push_back(g.node(s));
+      fused.states.insert(fused.states.end(), g.node(s).states.begin(), g.node(s).states.end());
+    }
+    const NodeId id = g.add_raw_node(fused, {});
+    g.remove_node(s1);
+    g.remove_node(s0);
+    const Executor::Feeds in = {{"g0", Tensor::zeros({4}, DType::f32)},
+                                {"g1", Tensor::zeros(bad_grad.shape, bad_grad.dtype)},
+                                {"ok1", Tensor::zeros({4}, DType::f32)}};
+    SCOPED_TRACE(bad_grad.str());
+    testing::expect_error([&] { Executor(g).run(in, {}, {id}); },
+                          {"fused_multi_tensor_adam", "part 1", "one shape"});
+  }
+}
+
 // The bf16-mixed float Llama: its 22 adam steps become two nodes (the f32 gradients of the
 // embedding and the norms, the bf16 ones of the GEMM weights), and training is bit for bit
 // the same.

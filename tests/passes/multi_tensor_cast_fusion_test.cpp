@@ -124,6 +124,41 @@ TEST(MultiTensorCastFusion, StandsBackWhereItMust) {
             std::string::npos);
 }
 
+// Hand-built fused nodes (the pass never builds these): an output of another dtype or shape
+// than its part's, or a part that is not a cast, is a qg::Error naming the op.
+TEST(MultiTensorCastFusion, KernelRejectsBadInputs) {
+  struct Bad {
+    std::string expect;
+    TensorType out1;
+    const char* part1;
+  };
+  const std::vector<Bad> cases = {{"part 1", {DType::f16, {4}}, "cast"},
+                                  {"part 1", {DType::bf16, {5}}, "cast"},
+                                  {"not a cast", {DType::bf16, {4}}, "relu"}};
+  for (const Bad& c : cases) {
+    Graph g;
+    ValueId p0 = g.input("p0", {DType::f32, {4}});
+    ValueId p1 = g.input("p1", {DType::f32, {4}});
+    Node fused;
+    fused.op = &OpRegistry::instance().get("fused_multi_tensor_cast");
+    fused.name = "bad";
+    fused.inputs = {p0, p1};
+    for (const char* op : {"cast", c.part1}) {
+      Node part;
+      part.op = &OpRegistry::instance().get(op);
+      if (std::string(op) == "cast") part.attrs = {{"dtype", std::string("bf16")}};
+      part.inputs = {p0};
+      fused.fused_from.push_back(part);
+    }
+    const NodeId id = g.add_raw_node(fused, {{DType::bf16, {4}}, c.out1});
+    const Executor::Feeds in = {{"p0", Tensor::zeros({4}, DType::f32)},
+                                {"p1", Tensor::zeros({4}, DType::f32)}};
+    SCOPED_TRACE(c.expect);
+    testing::expect_error([&] { Executor(g).run(in, {g.node(id).outputs[0]}); },
+                          {"fused_multi_tensor_cast", c.expect});
+  }
+}
+
 TEST(MultiTensorCastFusion, FusedNodeCannotBeAppliedDirectly) {
   Graph g;
   ValueId a = g.input("a", {DType::f32, {8}});
