@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "device/peer_mailbox.h"
 
 namespace qg {
 
@@ -56,6 +57,14 @@ class Communicator {
     (void)buffer;
     (void)stream;
   }
+
+  // The inboxes through which kernels exchange small statistics with the other ranks of this
+  // host (peer_mailbox.h), or null when there are none (another backend, ranks on several
+  // hosts, no peer access between the GPUs, or QG_PEER_MAILBOX=0): the kernels then use the
+  // collectives above. The same answer on every rank.
+  virtual const PeerMailbox* peer_mailbox() const { return nullptr; }
+  // How the observers' statistics travel, and why not through a mailbox when they do not.
+  virtual std::string peer_mailbox_status() const { return "collectives (" + backend() + ")"; }
 
   // Applies to the collectives started afterwards.
   virtual void set_timeout(std::chrono::milliseconds timeout) = 0;

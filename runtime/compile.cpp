@@ -19,18 +19,14 @@ bool cuda_graph_from_environment() {
 
 namespace {
 
-// The fused CUDA kernels that read their input once have no point between the statistics and
-// their use where the ranks of a data-parallel run could combine theirs: with the statistics
-// sync on, CUDA ranks run the parts unfused. (On the CPU the fused kernels run the parts'
-// kernels, which sync.)
+// The fused CUDA batch-norm kernel has no point between its statistics and their use where the
+// ranks could combine theirs: with SyncBatchNorm on, CUDA ranks run the parts unfused. (The
+// fused observer + quantizer syncs inside its kernel, or runs its parts: its CUDA dispatch
+// decides per node. On the CPU the fused kernels sync themselves.)
 PassOptions passes_for(const CompileOptions& o) {
   PassOptions passes = o.passes;
   const Communicator* comm = o.context.communicator;
   if (!o.device.is_cuda() || comm == nullptr || comm->world_size() < 2) return passes;
-  if (o.context.sync_statistics) {
-    passes.disabled.insert("fuse_observer_quantize");
-    passes.disabled.insert("fuse_activation_prologue");
-  }
   if (o.context.sync_batch_norm) passes.disabled.insert("fuse_channel_div_batch_norm");
   return passes;
 }

@@ -2,7 +2,8 @@
 # On the 2-GPU machine: build qat and the data-parallel tests (CUDA, NCCL from PyTorch's
 # wheel, Gloo when its files are present), run the NCCL tests, then time the QAT training
 # step on 1 GPU and on 2 GPUs with the global batch doubled (each rank keeps the per-GPU
-# batch), for the CNN and the transformer; and, with Gloo, 2 CPU ranks against 1 with the
+# batch), for the CNN and the transformer, with the statistics sync on (through the peer
+# mailbox, then through NCCL) and off; and, with Gloo, 2 CPU ranks against 1 with the
 # same threads in total. Logs go to $OUT (or ./out); a summary is printed last.
 #   scripts/gpu_dist_check.sh
 # Gloo's Debian files may be carried in .glooroot (copied under / without replacing files).
@@ -62,13 +63,17 @@ for spec in "${specs[@]}"; do
   timeout 180 "$qat" train --model "$model" "${q[@]}" --device cuda --batch "$batch" \
     --time-steps "$steps" --nproc 2 >"$out/step_${model}_2gpu.log" 2>&1
   t2=$(grep -oE '[0-9.]+ us' "$out/step_${model}_2gpu.log" | tr '\n' ' ')
+  QG_PEER_MAILBOX=0 timeout 180 "$qat" train --model "$model" "${q[@]}" --device cuda --batch "$batch" \
+    --time-steps "$steps" --nproc 2 >"$out/step_${model}_2gpu_nccl.log" 2>&1
+  t5=$(grep -oE '[0-9.]+ us' "$out/step_${model}_2gpu_nccl.log" | tr '\n' ' ')
   timeout 180 "$qat" train --model "$model" "${q[@]}" --device cuda --batch "$batch" \
     --time-steps "$steps" --nproc 2 --no-sync-observers --no-sync-bn >"$out/step_${model}_2gpu_nosync.log" 2>&1
   t3=$(grep -oE '[0-9.]+ us' "$out/step_${model}_2gpu_nosync.log" | tr '\n' ' ')
   timeout 180 "$qat" train --model "$model" "${q[@]}" --device cuda --batch "$batch" \
     --time-steps "$steps" --nproc 2 --zero1 >"$out/step_${model}_2gpu_zero1.log" 2>&1
   t4=$(grep -oE '[0-9.]+ us' "$out/step_${model}_2gpu_zero1.log" | tr '\n' ' ')
-  note "$model W8A8 QAT step, batch $batch per GPU: 1 GPU $t1; 2 GPUs (global batch $((2 * batch))) statistics sync on $t2; off $t3; sync on + --zero1 $t4"
+  note "$model W8A8 QAT step, batch $batch per GPU: 1 GPU $t1; 2 GPUs (global batch $((2 * batch))) statistics sync on $t2; on through NCCL (QG_PEER_MAILBOX=0) $t5; off $t3; sync on + --zero1 $t4"
+  note "  $(grep -m1 -oE 'observer statistics through .*' "$out/step_${model}_2gpu.log")"
   note "  optimizer state per rank: $(grep -ohE 'optimizer state [0-9]+ bytes' "$out/step_${model}_2gpu.log" | head -1 | tr -dc '0-9') bytes; --zero1: $(grep -ohE 'optimizer state [0-9]+ bytes' "$out/step_${model}_2gpu_zero1.log" | tr -dc '0-9 ' | tr -s ' ')"
   grep -m1 -i "error" "$out/step_${model}_2gpu.log"
   if [ -z "${SKIP_TORCH:-}" ]; then

@@ -6,7 +6,8 @@
 # (bench/torch_llama_ddp_bench.py). RUN_TESTS=1 also runs the NCCL tests of test_distributed
 # first. MODES (default "1gpu 2gpu 2gpu-nosync") may add 2gpu-bf16: the 2-GPU step with the
 # gradients all-reduced in bf16 (--grad-reduce-dtype bf16, half the bytes; PyTorch's bf16
-# model sends its bf16 gradients). QAT_BIN: a qat binary built elsewhere (no build here).
+# model sends its bf16 gradients), and 2gpu-bf16-200: the same in 200 MiB buckets (two, as the
+# f32 default makes). QAT_BIN: a qat binary built elsewhere (no build here).
 # Logs go to $OUT; the rows are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,7 @@ for mode in ${MODES:-1gpu 2gpu 2gpu-nosync}; do
   [ "$mode" != 1gpu ] && args=(--nproc 2)
   [ "$mode" = 2gpu-nosync ] && args+=(--no-grad-sync)
   [ "$mode" = 2gpu-bf16 ] && args+=(--grad-reduce-dtype bf16)
+  [ "$mode" = 2gpu-bf16-200 ] && args+=(--grad-reduce-dtype bf16 --bucket-mb 200)
   timeout 240 "$qat" steps --device cuda --model llama --precision bf16-mixed \
     --recipe "${RECIPE:-8da4w}" --reps "${REPS:-20}" "${args[@]}" >"$out/steps_$mode.log" 2>&1
   echo "rc=$? $mode"

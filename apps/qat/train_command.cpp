@@ -36,9 +36,10 @@ void run_timing(const TrainOptions& o) {
       o.optimizer.c_str(), qc.str().c_str(), t->config().spec().str().c_str(), o.batch,
       t->executor().device().str().c_str(), 1e6 * secs, o.time_steps);
   if (o.comm != nullptr)
-    std::printf("rank %d of %d: optimizer state %lld bytes%s\n", o.comm->rank(),
-                o.comm->world_size(), static_cast<long long>(t->optimizer_state_bytes()),
-                o.zero1 ? " (its share: --zero1)" : "");
+    std::printf("rank %d of %d: optimizer state %lld bytes%s; observer statistics through %s\n",
+                o.comm->rank(), o.comm->world_size(),
+                static_cast<long long>(t->optimizer_state_bytes()),
+                o.zero1 ? " (its share: --zero1)" : "", o.comm->peer_mailbox_status().c_str());
 }
 
 void run_single(const TrainOptions& o) {
@@ -59,10 +60,11 @@ void run_single(const TrainOptions& o) {
               static_cast<long long>(test.size()));
   if (o.comm != nullptr)
     std::printf(
-        "data parallel: rank %d of %d (%s), global batch %d, optimizer state %lld bytes%s\n",
+        "data parallel: rank %d of %d (%s), global batch %d, optimizer state %lld bytes%s; "
+        "observer statistics through %s\n",
         o.comm->rank(), o.comm->world_size(), o.comm->backend().c_str(),
         o.batch * o.comm->world_size(), static_cast<long long>(t->optimizer_state_bytes()),
-        o.zero1 ? " (this rank's share: --zero1)" : "");
+        o.zero1 ? " (this rank's share: --zero1)" : "", o.comm->peer_mailbox_status().c_str());
   if (!o.init.empty()) {
     import_init(o, *t, true);
     if (!qc.quantized())

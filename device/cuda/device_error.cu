@@ -41,6 +41,10 @@ std::string describe_device_error(const DeviceErrorRecord& r) {
     case kBadLearningRate:
       os << "learning rate " << r.value << " must be finite and >= 0; the step was skipped";
       break;
+    case kPeerTimeout:
+      os << "rank " << r.value << " did not publish its statistics for exchange " << r.index
+         << " within " << r.hi << " s (a peer died or stopped); this rank's result is wrong";
+      break;
     case kBadGroupSize:
       os << "size " << r.value << " at " << r.index << " is outside [" << r.lo << ", " << r.hi
          << "]";

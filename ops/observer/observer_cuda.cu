@@ -8,8 +8,12 @@
 // (max negated) and a non-finite count, gathered from every rank, and combined (MIN, SUM)
 // back into the partials the finish kernel reads, so it folds the global batch's range.
 // Integer MIN is exact and order-free: every rank gets one process's bits.
+// Where the ranks share a host with peer access (Communicator::peer_mailbox), the collapse,
+// the exchange and the expansion are one kernel writing into the peers' mailboxes; otherwise
+// two kernels around an NCCL all-gather.
 #include "core/graph.h"
 #include "ops/common/cuda_common.cuh"
+#include "ops/common/peer_exchange.cuh"
 #include "ops/common/quant_attrs.h"
 #include "ops/observer/observer_args.h"
 #include "ops/observer/observer_common.h"
@@ -134,6 +138,57 @@ void sync_partials(Communicator& comm, Tensor& partial, int64_t nq, int64_t spli
   QG_CUDA_CHECK_LAUNCH(op);
 }
 
+// sync_partials through the peer mailbox, as one block: each channel's range goes out as one
+// word (the min key high, the max key low), the batch's non-finite count as the word after
+// the channels; every rank folds all ranks' words in rank order.
+__global__ void exchange_partials_kernel(Part* partial, int64_t nq, int64_t splits, PeerMailbox m,
+                                         DeviceErrorRecord* err, int32_t node) {
+  __shared__ unsigned long long exchange, count;
+  __shared__ bool ok;
+  if (threadIdx.x == 0) {
+    exchange = peer_next_exchange(m);
+    count = 0;
+  }
+  __syncthreads();
+  const unsigned long long e = exchange;
+  for (int64_t q = threadIdx.x; q < nq; q += blockDim.x) {
+    Part p = identity_part();
+    for (int64_t s = 0; s < splits; ++s) p = CombineParts{}(p, partial[q * splits + s]);
+    const auto lo = static_cast<uint32_t>(order_key(p.mn)), hi = static_cast<uint32_t>(order_key(p.mx));
+    peer_put(m, e, q, (static_cast<unsigned long long>(lo) << 32) | hi);
+    if (p.nonfinite) atomicAdd(&count, p.nonfinite);
+  }
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    peer_put(m, e, nq, count);
+    peer_raise(m, e);
+    ok = peer_wait(m, e, err, node);
+    peer_finish_exchange(m, e);
+  }
+  __syncthreads();
+  for (int64_t q = threadIdx.x; q < nq; q += blockDim.x) {
+    int32_t lo = INT32_MAX, hi = INT32_MIN;
+    unsigned long long total = 0;
+    for (int r = 0; r < m.ranks; ++r) {
+      if (!ok && r != m.rank) continue;
+      const unsigned long long w = peer_get(m, e, r, q);
+      lo = min(lo, static_cast<int32_t>(static_cast<uint32_t>(w >> 32)));
+      hi = max(hi, static_cast<int32_t>(static_cast<uint32_t>(w)));
+      if (q == 0) total += peer_get(m, e, r, nq);
+    }
+    partial[q * splits] = Part{key_float(lo), key_float(hi), total};
+    for (int64_t s = 1; s < splits; ++s) partial[q * splits + s] = identity_part();
+  }
+}
+
+// The mailbox the observer's ranges can go through: the communicator's, when its slots hold
+// the channels' words and the count.
+const PeerMailbox* mailbox_for(const Communicator& comm, int64_t nq) {
+  const PeerMailbox* m = comm.peer_mailbox();
+  return m != nullptr && nq + 1 <= m->capacity ? m : nullptr;
+}
+
 template <bool kMovingAverage>
 void observer_cuda(KernelContext& ctx) {
   const ObserverArgs& args = ctx.args<ObserverArgs>();
@@ -150,8 +205,15 @@ void observer_cuda(KernelContext& ctx) {
   Tensor partial;
   if (update) {
     partial = launch_observe_partials(ctx.op, x, oa, threads, s);
-    if (Communicator* comm = observer_sync(ctx, l))
-      sync_partials(*comm, partial, nq, oa.splits, x.device(), s, ctx.op);
+    if (Communicator* comm = observer_sync(ctx, l)) {
+      if (const PeerMailbox* m = mailbox_for(*comm, nq)) {
+        exchange_partials_kernel<<<1, 256, 0, s>>>(out_ptr<Part>(partial), nq, oa.splits, *m,
+                                                   error_record(ctx.device), ctx.site);
+        QG_CUDA_CHECK_LAUNCH(ctx.op);
+      } else {
+        sync_partials(*comm, partial, nq, oa.splits, x.device(), s, ctx.op);
+      }
+    }
   }
   FinishArgs fa{};
   fa.nq = nq;

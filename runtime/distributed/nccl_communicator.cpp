@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "runtime/distributed/backends.h"
 #include "runtime/distributed/nccl_trace.h"
+#include "runtime/distributed/peer_mailbox_ipc.h"
 
 namespace qg::dist {
 namespace {
@@ -94,6 +95,8 @@ class NcclCommunicator final : public Communicator {
     QG_NCCL_CHECK("nccl", ncclCommInitRank(&comm_, size, id, rank));
     QG_CUDA_OK("nccl", cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     QG_CUDA_OK("nccl", cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    // 3. The peer mailbox, for the observers' syncs inside their kernels (peer_mailbox.h).
+    mailbox_ = PeerMailboxIpc::open(rank, size, device, store, timeout, mailbox_why_not_);
   }
 
   ~NcclCommunicator() override {
@@ -103,6 +106,7 @@ class NcclCommunicator final : public Communicator {
     (void)cudaEventDestroy(ready_);
     (void)cudaStreamDestroy(comm_stream_);
     if (comm_ != nullptr) (void)ncclCommDestroy(comm_);
+    mailbox_.reset();
   }
 
   int rank() const override { return rank_; }
@@ -166,8 +170,18 @@ class NcclCommunicator final : public Communicator {
     (void)cudaFree(one);
   }
 
-  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+  void set_timeout(std::chrono::milliseconds timeout) override {
+    timeout_ = timeout;
+    if (mailbox_) mailbox_->set_timeout(timeout);  // kernels launched (or captured) afterwards
+  }
   std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  const PeerMailbox* peer_mailbox() const override {
+    return mailbox_ ? &mailbox_->mailbox() : nullptr;
+  }
+  std::string peer_mailbox_status() const override {
+    return mailbox_ ? "peer mailbox (CUDA IPC)" : "NCCL all-gather: " + mailbox_why_not_;
+  }
 
  private:
   std::string reports() const {
@@ -210,6 +224,8 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t ready_ = nullptr;
   std::map<const void*, cudaEvent_t> done_;  // the last all-reduce into each buffer
+  std::unique_ptr<PeerMailboxIpc> mailbox_;
+  std::string mailbox_why_not_;
   CollectiveTrace trace_{rank_};             // QG_NCCL_TRACE (nccl_trace.h)
 };
 

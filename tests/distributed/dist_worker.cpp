@@ -27,6 +27,7 @@
 #include "train/trainer.h"
 
 using namespace qg;
+using qg::testing::bytes_digest;
 using qg::testing::hex_of;
 using qg::testing::state_digest;
 
@@ -96,7 +97,9 @@ void collectives(Communicator& c, std::ostream& out) {
 
 // ---- observers: every kind and scope, fused and unfused, on shards of one global batch
 // whose rank-1 rows hold a NaN and an infinity. Written: qparams and every state per step.
-constexpr int64_t kRows = 12, kCols = 8;
+// On the GPU the rows are 1024 wide, so that the fused per-tensor kernels run (whole packs)
+// on several blocks, and y is written as a digest.
+constexpr int64_t kRows = 12, kCols = 8, kCudaCols = 1024;
 
 float value(int step, int64_t row, int64_t col) {
   if (step == 1 && row == 6 && col == 2) return std::numeric_limits<float>::quiet_NaN();
@@ -110,7 +113,7 @@ float value(int step, int64_t row, int64_t col) {
 void observers(Communicator* c, bool fused, std::ostream& out, Device device = Device::cpu()) {
   const int world = c ? c->world_size() : 1, rank = c ? c->rank() : 0;
   const bool cuda = device.is_cuda();
-  const int64_t rows = kRows / world;
+  const int64_t rows = kRows / world, cols = cuda ? kCudaCols : kCols;
   struct Case {
     std::string op, scope;
   };
@@ -124,7 +127,7 @@ void observers(Communicator* c, bool fused, std::ostream& out, Device device = D
       if (delayed && cs.op.find("histogram") != std::string::npos) continue;
       if (delayed && cs.op.find("percentile") != std::string::npos) continue;
       Graph g;
-      ValueId x = g.input("x", {DType::f32, {rows, kCols}});
+      ValueId x = g.input("x", {DType::f32, {rows, cols}});
       Attrs scope = {{"scope", cs.scope}};
       if (cs.scope != "tensor") scope.set("axis", int64_t{1});
       Attrs oa = scope;
@@ -149,12 +152,12 @@ void observers(Communicator* c, bool fused, std::ostream& out, Device device = D
       for (int s = 0; s < 3; ++s) {
         std::vector<float> v;
         for (int64_t i = 0; i < rows; ++i)
-          for (int64_t j = 0; j < kCols; ++j) v.push_back(value(s, rank * rows + i, j));
-        const auto& got = step.forward({{"x", Tensor::from_vector<float>({rows, kCols}, v)}},
+          for (int64_t j = 0; j < cols; ++j) v.push_back(value(s, rank * rows + i, j));
+        const auto& got = step.forward({{"x", Tensor::from_vector<float>({rows, cols}, v)}},
                                        {y[0]}, /*training=*/true);
         step.synchronize();
         // The global batch's y: every rank's shard, in rank order.
-        Tensor whole = Tensor::empty({kRows, kCols}, DType::f32, device);
+        Tensor whole = Tensor::empty({kRows, cols}, DType::f32, device);
         if (c)
           c->all_gather(got[0].raw_data(), whole.raw_data(), static_cast<int64_t>(got[0].nbytes()),
                         cuda ? step.executor().context().stream() : nullptr);
@@ -162,7 +165,7 @@ void observers(Communicator* c, bool fused, std::ostream& out, Device device = D
           whole = got[0];
         step.synchronize();
         out << cs.op << '/' << cs.scope << (delayed ? "/delayed" : "") << '/' << s << " y "
-            << hex_of(whole);
+            << (cuda ? bytes_digest(whole) : hex_of(whole));
         for (const auto& [key, t] : state_index(step.executor()))
           out << ' ' << key << ' ' << hex_of(*t);
         out << '\n';
@@ -411,9 +414,14 @@ int main(int argc, char** argv) {
     else if (scenario == "train_cuda")
       train_cuda(group && world > 1 ? &group->communicator(Device::cuda(rank)) : nullptr, arg, rank,
                  out);
-    else if (scenario == "observers_cuda")
-      observers(group && world > 1 ? &group->communicator(Device::cuda(rank)) : nullptr, false, out,
-                Device::cuda(rank));
+    else if (scenario == "observers_cuda") {
+      Communicator* cuda = group && world > 1 ? &group->communicator(Device::cuda(rank)) : nullptr;
+      // How the statistics travelled, for the test to check the path it meant to cover.
+      if (cuda != nullptr)
+        std::ofstream(dir + "/mailbox_r" + std::to_string(rank) + ".txt")
+            << cuda->peer_mailbox_status() << '\n';
+      observers(cuda, arg == "fused", out, Device::cuda(rank));
+    }
     else if (scenario == "zero1")
       zero1(c, arg, dir, out);
     else if (scenario == "zero1_cuda")

@@ -36,19 +36,31 @@ TEST(Nccl, CollectivesOnTwoGpus) {
     EXPECT_EQ(read_file(result_file(dir, "collectives_cuda", 2, k)), "ok\n");
 }
 
-// The CUDA observers synced through NCCL (min/max and moving average through their reduced
+// The CUDA observers synced between two GPUs (min/max and moving average through their
 // ranges; histogram and percentile through the gathered input) leave, bit for bit, the
-// states and fake-quantized output of one GPU observing the concatenated batch.
+// states and fake-quantized output of one GPU observing the concatenated batch: unfused and
+// fused (the per-tensor kernels exchanging ranges inside their single pass), through the
+// peer mailbox (the default on one host) and through NCCL (QG_PEER_MAILBOX=0).
 TEST(Nccl, ObserversOnTwoGpusMatchOne) {
   if (!two_gpus()) GTEST_SKIP() << "needs NCCL and QG_TEST_GPUS >= 2";
-  const std::string dir = scratch("nccl_obs");
-  dist::LaunchResult one = run_workers(1, {"observers_cuda", dir});
-  ASSERT_EQ(one.failed_rank, -1) << one.what << read_file(dir + "/err_r0.txt");
-  dist::LaunchResult two = run_workers(2, {"observers_cuda", dir});
-  ASSERT_EQ(two.failed_rank, -1) << two.what << read_file(dir + "/err_r0.txt");
-  const auto want = lines_of(result_file(dir, "observers_cuda", 1, 0));
-  ASSERT_EQ(want.size(), 48u);  // 12 cases x (the node count, 3 steps)
-  for (int k = 0; k < 2; ++k) EXPECT_EQ(lines_of(result_file(dir, "observers_cuda", 2, k)), want);
+  for (const std::string mode : {"unfused", "fused"}) {
+    const std::string dir = scratch("nccl_obs_" + mode);
+    const std::string stem = "observers_cuda_" + mode;
+    dist::LaunchResult one = run_workers(1, {"observers_cuda", dir, mode});
+    ASSERT_EQ(one.failed_rank, -1) << one.what << read_file(dir + "/err_r0.txt");
+    const auto want = lines_of(result_file(dir, stem, 1, 0));
+    ASSERT_EQ(want.size(), 48u);  // 12 cases x (the node count, 3 steps)
+    for (const std::string mailbox : {"1", "0"}) {
+      dist::LaunchResult two = run_workers(2, {"observers_cuda", dir, mode}, std::chrono::seconds(60),
+                                           {{"QG_PEER_MAILBOX", mailbox}});
+      ASSERT_EQ(two.failed_rank, -1) << two.what << read_file(dir + "/err_r0.txt");
+      for (int k = 0; k < 2; ++k) {
+        EXPECT_EQ(lines_of(result_file(dir, stem, 2, k)), want) << mode << " mailbox " << mailbox;
+        const std::string path = read_file(dir + "/mailbox_r" + std::to_string(k) + ".txt");
+        EXPECT_EQ(path.rfind(mailbox == "1" ? "peer mailbox" : "NCCL all-gather", 0), 0u) << path;
+      }
+    }
+  }
 }
 
 // W8A8 QAT: the gradients, the observer statistics and (CNN) the batch-norm statistics go

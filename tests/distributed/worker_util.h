@@ -23,6 +23,17 @@ inline std::string hex_of(const Tensor& t) {
   return s;
 }
 
+// FNV-1a over the bytes of `t` (for tensors too long to write out whole).
+inline std::string bytes_digest(const Tensor& t) {
+  Tensor c = t.device().is_cpu() ? t : t.to(Device::cpu());
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(c.raw_data());
+  for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 // FNV-1a over every state of `exec` (parameters, moments, observer statistics); with
 // `optimizer` false, over all but the optimizer's (Adam's) states.
 inline std::string state_digest(Executor& exec, bool optimizer = true) {

@@ -121,12 +121,19 @@ struct TensorStats {
   __device__ QPs resolve(const FusedArgs& a, const Scratch& s, int64_t packs) {
     MinMax bm = block_minmax(m);
     if (threadIdx.x == 0) s.partials[blockIdx.x] = bm;
+    // Data parallelism: the exchange is read before the barrier, after which block 0 advances it.
+    const unsigned long long exchange =
+        a.peers.ranks > 1 && threadIdx.x == 0 ? peer_next_exchange(a.peers) : 0;
     cg::this_grid().sync();
     // Every block folds all partials the same way, so all agree without a second barrier;
     // only block 0 writes the state and the qparams.
     MinMax all = minmax_identity();
     for (int64_t p = threadIdx.x; p < gridDim.x; p += blockDim.x) all = combine(all, s.partials[p]);
-    all = finish(block_minmax(all));
+    all = block_minmax(all);
+    // With the ranks' ranges: block 0 publishes, every block folds every rank's (still the one
+    // pass over x: the registers and shared memory keep their packs meanwhile).
+    if (a.peers.ranks > 1) all = peer_combine(a, exchange, all, blockIdx.x == 0);
+    all = finish(all);
     return {update_and_qparams(a, read_flags(a), 0, old, all, packs > 0,
                                blockIdx.x == 0 && threadIdx.x == 0)};
   }

@@ -1,7 +1,8 @@
 // Fused observer + quantizer per tensor in delayed mode: the qparams come from the state
 // before this batch, so every block quantizes its own contiguous run of packs while reducing
 // it, in one pass over x whatever its size. The last block to finish (a ticket counter)
-// folds the partials and updates the state.
+// folds the partials and updates the state (with the other ranks' ranges first, through the
+// peer mailbox, in a data-parallel run).
 #include "core/graph.h"
 #include "ops/fused/observe_quantize/cuda_fast_path.cuh"
 
@@ -90,7 +91,11 @@ __global__ void __launch_bounds__(kThreads)
     MinMax o{vp->mn, vp->mx, vp->zeros, vp->nonfinite};
     all = combine(all, o);
   }
-  all = finish(block_minmax(all));
+  all = block_minmax(all);
+  // Data parallelism: the last block alone exchanges this rank's range for the ranks'.
+  if (a.peers.ranks > 1)
+    all = peer_combine(a, threadIdx.x == 0 ? peer_next_exchange(a.peers) : 0, all, true);
+  all = finish(all);
   if (threadIdx.x == 0) {
     update_and_qparams(a, flags, 0, old, all, packs > 0, true);
     *ticket = 0;

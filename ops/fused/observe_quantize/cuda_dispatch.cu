@@ -22,6 +22,11 @@
 // for the threads whose elements are all finite (the common case), and keeps the exact
 // per-element code for the others (cuda_fast_path.cuh).
 //
+// Data parallelism (observer_common.h): a per-tensor node whose statistics sync combines the
+// ranks' ranges inside its kernel, through the peer mailbox (peer_combine), so it keeps its
+// single pass; every other synced node, and every synced node without a mailbox, runs its
+// parts, whose observer kernel syncs.
+//
 // Anything else (f64, channels on a middle axis whose inner run is not whole packs or whose
 // outer row exceeds the resident grid while the channel-major map does not apply, tail
 // groups, lengths that break 32-bit mask words, unaligned buffers) runs the two original
@@ -29,6 +34,8 @@
 #include "core/graph.h"
 #include "ops/fused/observe_quantize/cuda_stats_and_store.cuh"
 #include "ops/fused/observe_quantize/observe_quantize.h"
+#include "ops/observer/observer_args.h"
+#include "ops/observer/observer_common.h"
 
 namespace qg {
 namespace {
@@ -36,8 +43,9 @@ namespace {
 using namespace cuda;
 using namespace cuda::fused;
 
-// The node's parsed arguments and state tensors as the kernels' argument block.
-FusedArgs make_args(KernelContext& ctx) {
+// The node's parsed arguments and state tensors as the kernels' argument block; `peers`: the
+// mailbox the statistics sync through, or null.
+FusedArgs make_args(KernelContext& ctx, const PeerMailbox* peers) {
   const ObserveQuantizeArgs& p = ctx.args<ObserveQuantizeArgs>();
   FusedArgs a{};
   a.moving_average = p.moving_average;
@@ -58,7 +66,16 @@ FusedArgs make_args(KernelContext& ctx) {
   a.zp_out = out_ptr<int32_t>(ctx.outputs[3]);
   a.err = error_record(ctx.device);
   a.node = ctx.site;
+  if (peers != nullptr) a.peers = *peers;
   return a;
+}
+
+// The communicator this call's statistics sync through, or null (no sync, or no update: not
+// training, or an empty x; the same on every rank).
+Communicator* statistics_sync(const KernelContext& ctx) {
+  if (!ctx.training || ctx.inputs[0].numel() == 0) return nullptr;
+  const ObserveQuantizeArgs& p = ctx.args<ObserveQuantizeArgs>();
+  return observer_sync(ctx, p.layout, ctx.part(0).args<ObserverArgs>().replicated);
 }
 
 // The scopes whose qparams each cover one contiguous row of x, in qparam order: channels of
@@ -85,7 +102,7 @@ bool contiguous_rows(const ScopeLayout& l, int64_t& rows, int64_t& row_len) {
 }
 
 // Picks a single-kernel path when one applies; returns false to fall back.
-bool try_single_kernel(KernelContext& ctx) {
+bool try_single_kernel(KernelContext& ctx, const PeerMailbox* peers) {
   const ObserveQuantizeArgs& p = ctx.args<ObserveQuantizeArgs>();
   const bool codes = p.codes;
   const Tensor& x = ctx.inputs[0];
@@ -93,7 +110,7 @@ bool try_single_kernel(KernelContext& ctx) {
       (reinterpret_cast<uintptr_t>(ctx.outputs[1].raw_data()) & 3u) != 0)
     return false;
   const ScopeLayout& l = p.layout;
-  const FusedArgs a = make_args(ctx);
+  const FusedArgs a = make_args(ctx, peers);
   if (l.kind == ScopeKind::tensor)
     return a.delayed ? launch_fused_tensor_delayed(ctx, a, codes)
                      : launch_fused_tensor(ctx, a, codes);
@@ -108,23 +125,30 @@ bool try_single_kernel(KernelContext& ctx) {
 
 // A node with an activation prologue (fuse_activation_prologue): the per-tensor
 // fake-quantize kernel applies it on load; true when that kernel ran.
-bool try_prologue_kernel(KernelContext& ctx, const KernelPart& activation) {
+bool try_prologue_kernel(KernelContext& ctx, const KernelPart& activation,
+                         const PeerMailbox* peers) {
   const ObserveQuantizeArgs& p = ctx.args<ObserveQuantizeArgs>();
   const Tensor& x = ctx.inputs[0];
   if (p.codes || !aligned16(x.raw_data()) || !aligned16(ctx.outputs[0].raw_data()) ||
       (reinterpret_cast<uintptr_t>(ctx.outputs[1].raw_data()) & 3u) != 0)
     return false;
   if (p.layout.kind != ScopeKind::tensor) return false;
-  const FusedArgs a = make_args(ctx);
+  const FusedArgs a = make_args(ctx, peers);
   return !a.delayed && launch_fused_tensor_prologue(ctx, a, activation);
 }
 
 void fused_observe_quantize_cuda(KernelContext& ctx) {
+  const Communicator* comm = statistics_sync(ctx);
+  const PeerMailbox* peers = comm != nullptr ? comm->peer_mailbox() : nullptr;
+  const bool single = comm == nullptr ||
+                      (peers != nullptr && ctx.args<ObserveQuantizeArgs>().layout.kind ==
+                                               ScopeKind::tensor);
   if (const KernelPart* act = prologue_activation(ctx.prepared)) {
-    if (try_prologue_kernel(ctx, *act)) return;
+    if (single && try_prologue_kernel(ctx, *act, peers)) return;
     apply_prologue(ctx, DeviceType::cuda);  // the activation into a temporary x
   }
-  if (!try_single_kernel(ctx)) run_fused_observe_quantize_composed(ctx, DeviceType::cuda);
+  if (!single || !try_single_kernel(ctx, peers))
+    run_fused_observe_quantize_composed(ctx, DeviceType::cuda);
 }
 
 }  // namespace

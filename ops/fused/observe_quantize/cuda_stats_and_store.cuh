@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "ops/common/cuda_common.cuh"
+#include "ops/common/peer_exchange.cuh"
 #include "ops/common/quant_attrs.h"
 #include "ops/observer/observer_math.h"
 #include "ops/quantize/quantize_math.h"
@@ -120,6 +121,9 @@ struct FusedArgs {
   // unfused quantizer raises), and the fused node's id for the message.
   DeviceErrorRecord* err;
   int32_t node;
+  // Data parallelism: the mailbox the per-tensor range is combined through inside the kernel
+  // (peers.ranks > 1), or none (peers.ranks == 0: this rank's statistics are the batch's).
+  PeerMailbox peers;
 };
 
 // The qparams one element is quantized with.
@@ -334,5 +338,42 @@ bool launch_fused_middle(KernelContext& ctx, const FusedArgs& a, bool codes, int
                          int64_t inner);
 // Per tensor, delayed mode: one pass, the last block folds the statistics.
 bool launch_fused_tensor_delayed(KernelContext& ctx, const FusedArgs& a, bool codes);
+
+// Data parallelism, per tensor: the block's range (not yet finish()ed: the zero signs travel
+// as bits) combined with every rank's through the peer mailbox, exchange `e` (read by thread
+// 0 before any block could advance it). The `publisher` block sends this rank's range and then
+// advances the count; every block waits for the ranks' flags and folds their ranges in rank
+// order, so all blocks of all ranks hold the same global range. Every thread calls it.
+__device__ inline MinMax peer_combine(const FusedArgs& a, unsigned long long e, const MinMax& mine,
+                                      bool publisher) {
+  __shared__ MinMax result;
+  if (threadIdx.x == 0) {
+    const PeerMailbox& m = a.peers;
+    if (publisher) {
+      peer_put(m, e, 0,
+               (static_cast<unsigned long long>(__float_as_uint(mine.mn)) << 32) |
+                   __float_as_uint(mine.mx));
+      peer_put(m, e, 1, mine.zeros);
+      peer_put(m, e, 2, mine.nonfinite);
+      peer_raise(m, e);
+    }
+    const bool ok = peer_wait(m, e, a.err, a.node);
+    MinMax all = minmax_identity();
+    for (int r = 0; r < m.ranks; ++r) {
+      if (!ok && r != m.rank) continue;
+      const unsigned long long w = peer_get(m, e, r, 0);
+      const MinMax o{__uint_as_float(static_cast<unsigned>(w >> 32)),
+                     __uint_as_float(static_cast<unsigned>(w)),
+                     static_cast<unsigned>(peer_get(m, e, r, 1)), peer_get(m, e, r, 2)};
+      all = combine(all, o);
+    }
+    if (publisher) peer_finish_exchange(m, e);
+    result = all;
+  }
+  __syncthreads();
+  const MinMax r = result;
+  __syncthreads();
+  return r;
+}
 
 }  // namespace qg::cuda::fused

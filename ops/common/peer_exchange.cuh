@@ -1,0 +1,78 @@
+// The device side of the peer mailbox (device/peer_mailbox.h): kernels of the ranks on one
+// host exchange a few 64-bit words each, in place of a collective between two kernels.
+//
+// One exchange, in the kernel that needs it:
+//   e = peer_next_exchange(m)           every thread that takes part, before anyone advances it
+//   peer_put(m, e, i, word)             each writing thread, its words
+//   __threadfence_system(); barrier     the words are visible before the flag
+//   peer_raise(m, e)                    one thread
+//   ok = peer_wait(m, e, err, node)     one thread per block that reads; then a block barrier
+//   peer_get(m, e, r, i)                rank r's word i
+//   peer_finish_exchange(m, e)          one thread, after every reader has taken e
+// The caller folds the ranks' words in rank order, so every rank computes the same result.
+#pragma once
+
+#include "device/cuda/device_error.h"
+#include "device/peer_mailbox.h"
+
+namespace qg::cuda {
+
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned long long peer_next_exchange(const PeerMailbox& m) {
+  return *reinterpret_cast<volatile const unsigned long long*>(m.exchanges) + 1;
+}
+
+__device__ __forceinline__ void peer_finish_exchange(const PeerMailbox& m, unsigned long long e) {
+  *reinterpret_cast<volatile unsigned long long*>(m.exchanges) = e;
+}
+
+// Rank `from`'s slot for exchange e in rank `owner`'s inbox: the flag, then the data words.
+__device__ __forceinline__ volatile unsigned long long* peer_slot(const PeerMailbox& m, int owner,
+                                                                  unsigned long long e, int from) {
+  return m.inbox[owner] + ((e & 1ull) * m.ranks + from) * (m.capacity + 1);
+}
+
+// This rank's word i into every inbox (its own included).
+__device__ __forceinline__ void peer_put(const PeerMailbox& m, unsigned long long e, int64_t i,
+                                         unsigned long long word) {
+  for (int p = 0; p < m.ranks; ++p) peer_slot(m, p, e, m.rank)[1 + i] = word;
+}
+
+// One thread, after every writer's words are fenced: this rank's flag for e, everywhere.
+__device__ __forceinline__ void peer_raise(const PeerMailbox& m, unsigned long long e) {
+  __threadfence_system();
+  for (int p = 0; p < m.ranks; ++p) peer_slot(m, p, e, m.rank)[0] = e;
+}
+
+// One thread: waits until every rank raised its flag for e in this rank's inbox. A rank that
+// has not within the mailbox's timeout is recorded (kPeerTimeout, naming it) and false is
+// returned; the caller then folds its own words only, and the host raises the record.
+__device__ inline bool peer_wait(const PeerMailbox& m, unsigned long long e,
+                                 DeviceErrorRecord* err, int32_t node) {
+  const unsigned long long start = global_timer_ns();
+  for (int r = 0; r < m.ranks; ++r) {
+    volatile unsigned long long* flag = peer_slot(m, m.rank, e, r);
+    while (*flag != e) {
+      if (global_timer_ns() - start > m.timeout_ns) {
+        report_device_error(err, kPeerTimeout, node, static_cast<int64_t>(e), r, 0,
+                            static_cast<double>(m.timeout_ns) * 1e-9);
+        return false;
+      }
+      __nanosleep(64);
+    }
+  }
+  __threadfence();  // the data words are read after the flags
+  return true;
+}
+
+__device__ __forceinline__ unsigned long long peer_get(const PeerMailbox& m, unsigned long long e,
+                                                       int from, int64_t i) {
+  return peer_slot(m, m.rank, e, from)[1 + i];
+}
+
+}  // namespace qg::cuda
