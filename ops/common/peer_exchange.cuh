@@ -75,4 +75,33 @@ __device__ __forceinline__ unsigned long long peer_get(const PeerMailbox& m, uns
   return peer_slot(m, m.rank, e, from)[1 + i];
 }
 
+// The order of obsmath::ordered_min / ordered_max as integers (-0 below +0; infinities
+// included), and back.
+__device__ __forceinline__ int32_t order_key(float v) {
+  int32_t b = __float_as_int(v);
+  return b ^ ((b >> 31) & 0x7fffffff);
+}
+__device__ __forceinline__ float key_float(int32_t k) {
+  return __int_as_float(k ^ ((k >> 31) & 0x7fffffff));
+}
+
+// A range [mn, mx] (zero signs settled) as one mailbox word: mn's key high, mx's key low.
+// Every kernel that syncs a range sends it this way (a per-tensor observer's word 0, its
+// non-finite count in word 1), so a fused and an unfused node agree on the format.
+__device__ __forceinline__ unsigned long long range_word(float mn, float mx) {
+  return (static_cast<unsigned long long>(static_cast<uint32_t>(order_key(mn))) << 32) |
+         static_cast<uint32_t>(order_key(mx));
+}
+
+// The ranks' range words folded: the least min and the greatest max (exact, order-free).
+struct RangeFold {
+  int32_t lo = INT32_MAX, hi = INT32_MIN;
+  __device__ __forceinline__ void add(unsigned long long w) {
+    lo = min(lo, static_cast<int32_t>(static_cast<uint32_t>(w >> 32)));
+    hi = max(hi, static_cast<int32_t>(static_cast<uint32_t>(w)));
+  }
+  __device__ __forceinline__ float mn() const { return key_float(lo); }
+  __device__ __forceinline__ float mx() const { return key_float(hi); }
+};
+
 }  // namespace qg::cuda

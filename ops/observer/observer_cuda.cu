@@ -77,15 +77,6 @@ __global__ void observe_finish_kernel(const Part* partial, FinishArgs a) {
   }
 }
 
-// The order of ordered_min / ordered_max as integers (-0 below +0; infinities included).
-__device__ __forceinline__ int32_t order_key(float v) {
-  int32_t b = __float_as_int(v);
-  return b ^ ((b >> 31) & 0x7fffffff);
-}
-__device__ __forceinline__ float key_float(int32_t k) {
-  return __int_as_float(k ^ ((k >> 31) & 0x7fffffff));
-}
-
 // One rank's contribution, as int64 [2 nq + 1]: the ordered key of channel q's minimum at q,
 // the negated key of its maximum at nq + q, the batch's non-finite count last.
 __global__ void collapse_partials_kernel(const Part* partial, int64_t nq, int64_t splits,
@@ -154,8 +145,7 @@ __global__ void exchange_partials_kernel(Part* partial, int64_t nq, int64_t spli
   for (int64_t q = threadIdx.x; q < nq; q += blockDim.x) {
     Part p = identity_part();
     for (int64_t s = 0; s < splits; ++s) p = CombineParts{}(p, partial[q * splits + s]);
-    const auto lo = static_cast<uint32_t>(order_key(p.mn)), hi = static_cast<uint32_t>(order_key(p.mx));
-    peer_put(m, e, q, (static_cast<unsigned long long>(lo) << 32) | hi);
+    peer_put(m, e, q, range_word(p.mn, p.mx));
     if (p.nonfinite) atomicAdd(&count, p.nonfinite);
   }
   __threadfence_system();
@@ -168,16 +158,14 @@ __global__ void exchange_partials_kernel(Part* partial, int64_t nq, int64_t spli
   }
   __syncthreads();
   for (int64_t q = threadIdx.x; q < nq; q += blockDim.x) {
-    int32_t lo = INT32_MAX, hi = INT32_MIN;
+    RangeFold range;
     unsigned long long total = 0;
     for (int r = 0; r < m.ranks; ++r) {
       if (!ok && r != m.rank) continue;
-      const unsigned long long w = peer_get(m, e, r, q);
-      lo = min(lo, static_cast<int32_t>(static_cast<uint32_t>(w >> 32)));
-      hi = max(hi, static_cast<int32_t>(static_cast<uint32_t>(w)));
+      range.add(peer_get(m, e, r, q));
       if (q == 0) total += peer_get(m, e, r, nq);
     }
-    partial[q * splits] = Part{key_float(lo), key_float(hi), total};
+    partial[q * splits] = Part{range.mn(), range.mx(), total};
     for (int64_t s = 1; s < splits; ++s) partial[q * splits + s] = identity_part();
   }
 }

@@ -339,36 +339,36 @@ bool launch_fused_middle(KernelContext& ctx, const FusedArgs& a, bool codes, int
 // Per tensor, delayed mode: one pass, the last block folds the statistics.
 bool launch_fused_tensor_delayed(KernelContext& ctx, const FusedArgs& a, bool codes);
 
-// Data parallelism, per tensor: the block's range (not yet finish()ed: the zero signs travel
-// as bits) combined with every rank's through the peer mailbox, exchange `e` (read by thread
-// 0 before any block could advance it). The `publisher` block sends this rank's range and then
-// advances the count; every block waits for the ranks' flags and folds their ranges in rank
-// order, so all blocks of all ranks hold the same global range. Every thread calls it.
+// Data parallelism, per tensor: the block's range combined with every rank's through the peer
+// mailbox, exchange `e` (read by thread 0 before any block could advance it). The `publisher`
+// block sends this rank's range (zero signs settled, as the unfused observer sends it:
+// range_word) and its non-finite count, then advances the count of exchanges; every block
+// waits for the ranks' flags and folds their words, so all blocks of all ranks hold the same
+// global range. Every thread calls it; the result's zero bits carry the settled signs, so
+// finish() keeps them.
 __device__ inline MinMax peer_combine(const FusedArgs& a, unsigned long long e, const MinMax& mine,
                                       bool publisher) {
   __shared__ MinMax result;
   if (threadIdx.x == 0) {
     const PeerMailbox& m = a.peers;
     if (publisher) {
-      peer_put(m, e, 0,
-               (static_cast<unsigned long long>(__float_as_uint(mine.mn)) << 32) |
-                   __float_as_uint(mine.mx));
-      peer_put(m, e, 1, mine.zeros);
-      peer_put(m, e, 2, mine.nonfinite);
+      const MinMax settled = finish(mine);
+      peer_put(m, e, 0, range_word(settled.mn, settled.mx));
+      peer_put(m, e, 1, mine.nonfinite);
       peer_raise(m, e);
     }
     const bool ok = peer_wait(m, e, a.err, a.node);
-    MinMax all = minmax_identity();
+    RangeFold range;
+    unsigned long long nonfinite = 0;
     for (int r = 0; r < m.ranks; ++r) {
       if (!ok && r != m.rank) continue;
-      const unsigned long long w = peer_get(m, e, r, 0);
-      const MinMax o{__uint_as_float(static_cast<unsigned>(w >> 32)),
-                     __uint_as_float(static_cast<unsigned>(w)),
-                     static_cast<unsigned>(peer_get(m, e, r, 1)), peer_get(m, e, r, 2)};
-      all = combine(all, o);
+      range.add(peer_get(m, e, r, 0));
+      nonfinite += peer_get(m, e, r, 1);
     }
     if (publisher) peer_finish_exchange(m, e);
-    result = all;
+    const float mn = range.mn(), mx = range.mx();
+    const unsigned zeros = (mn == 0.0f && signbit(mn) ? 1u : 0u) | (mx == 0.0f && !signbit(mx) ? 2u : 0u);
+    result = MinMax{mn, mx, zeros, nonfinite};
   }
   __syncthreads();
   const MinMax r = result;
