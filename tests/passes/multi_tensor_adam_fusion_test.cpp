@@ -114,6 +114,36 @@ TEST(MultiTensorAdamFusion, StandsBackWhereItMust) {
       {"fused_multi_tensor_adam", "fuse_multi_tensor_adam pass"});
 }
 
+// Data parallelism: steps whose gradients wait on different gradient all-reduces (async
+// collectives) stay in different groups, so the steps of an early bucket do not wait for the
+// last bucket's all-reduce; steps behind the same all-reduce still merge.
+TEST(MultiTensorAdamFusion, StepsBehindDifferentAllReducesStayApart) {
+  for (const bool buckets : {false, true}) {
+    Graph g;
+    std::vector<ValueId> reduced;
+    for (int b = 0; b < 2; ++b) {
+      ValueId grad = g.input("g" + std::to_string(b), {DType::f32, {4}});
+      reduced.push_back(buckets ? g.apply("all_reduce", {grad})[0] : grad);
+    }
+    for (int i = 0; i < 4; ++i)
+      g.apply("adam", {g.parameter("p" + std::to_string(i), Tensor::zeros({4}, DType::f32)),
+                       reduced[i / 2]},
+              {{"lr", 1e-2}}, "p" + std::to_string(i) + ".adam");
+    int rewrites = -1;
+    for (const PassRecord& r : optimize(g, PassOptions{}))
+      if (r.name == "fuse_multi_tensor_adam") rewrites = r.rewrites;
+    int fused = 0, inputs = 0;
+    for (NodeId id = 0; id < g.num_nodes(); ++id)
+      if (!g.node(id).dead && g.node(id).op->name == "fused_multi_tensor_adam") {
+        ++fused;
+        inputs += static_cast<int>(g.node(id).inputs.size());
+      }
+    EXPECT_EQ(rewrites, buckets ? 2 : 1) << "buckets " << buckets;
+    EXPECT_EQ(fused, buckets ? 2 : 1) << "buckets " << buckets;
+    EXPECT_EQ(inputs, 8) << "buckets " << buckets;  // every (param, grad) pair in a fused node
+  }
+}
+
 // Hand-built fused nodes over two real adam steps (the pass never builds these): a gradient of
 // another shape or dtype than its parameter's is a qg::Error naming the op and the part.
 TEST(MultiTensorAdamFusion, KernelRejectsBadInputs) {

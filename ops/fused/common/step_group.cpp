@@ -7,6 +7,18 @@
 
 namespace qg {
 
+NodeId step_collective(const Graph& g, NodeId id) {
+  bool any = false;
+  for (NodeId k = 0; k < g.num_nodes() && !any; ++k)
+    any = !g.node(k).dead && g.node(k).op->overlaps_async;
+  if (!any) return -1;  // one process: no walk over the ancestors
+  const std::vector<bool> ancestors = g.needed_nodes({g.node(id).inputs.at(1)});
+  NodeId latest = -1;
+  for (NodeId k = 0; k < g.num_nodes(); ++k)
+    if (ancestors[k] && !g.node(k).dead && g.node(k).op->overlaps_async) latest = k;
+  return latest;
+}
+
 std::string step_group_blocker(const Graph& g, const std::vector<NodeId>& steps,
                                const std::string& op) {
   std::vector<ValueId> inputs;

@@ -11,18 +11,27 @@
 
 namespace qg {
 
-// The candidate rooted at `id`: every live node of `op` whose key equals `id`'s, when `id` is
-// the group's first (lowest id) and the group has two nodes at least; else none.
+// The latest asynchronous node (OpDef::overlaps_async: a data-parallel gradient all-reduce)
+// among the ancestors of step `id`'s gradient (input 1), or -1. Steps waiting on different
+// collectives stay in different groups: a merged step would wait for the last bucket's
+// all-reduce, where the steps of the earlier buckets run while it is still in flight.
+NodeId step_collective(const Graph& g, NodeId id);
+
+// The candidate rooted at `id`: every live node of `op` whose key and collective
+// (step_collective) equal `id`'s, when `id` is the group's first (lowest id) and the group has
+// two nodes at least; else none.
 template <typename Key>
 std::vector<FusionCandidate> match_step_group(const Graph& g, NodeId id, const std::string& op,
                                               const std::function<Key(const Node&)>& key_of) {
   const Node& first = g.node(id);
   if (first.dead || first.op->name != op) return {};
   const Key key = key_of(first);
+  const NodeId collective = step_collective(g, id);
   FusionCandidate c;
   for (NodeId k = 0; k < g.num_nodes(); ++k) {
     const Node& n = g.node(k);
     if (n.dead || n.op->name != op || !(key_of(n) == key)) continue;
+    if (k != id && step_collective(g, k) != collective) continue;
     if (k < id) return {};  // not the group's first step
     c.nodes.push_back(k);
   }
