@@ -200,6 +200,36 @@ TEST(Graph, ReadersOfEarlierCollectivesRunFirst) {
   }
 }
 
+// The nodes that only feed a collective (a bucket's packing, the cast of a gradient into it)
+// run as soon as they are ready, so the collective is issued as soon as its last gradient
+// exists rather than when the packing's place in Boost's order comes: here the packing of the
+// first bucket is built (and numbered) after a long chain it does not need.
+TEST(Graph, WorkThatOnlyFeedsACollectiveRunsAsSoonAsReady) {
+  for (bool pack_first : {true, false}) {
+    Graph g;
+    ValueId x = g.input("x", {DType::f32, {4}});
+    ValueId grad = g.apply1("relu", {x});
+    ValueId pack = kNoValue, r = kNoValue;
+    auto make_pack = [&] {
+      pack = g.apply1("neg", {grad});  // the gradient's way into its bucket
+      r = g.apply1("all_reduce", {g.apply1("relu", {pack})}, {{"op", std::string("avg")}});
+    };
+    if (pack_first) make_pack();
+    ValueId chain = grad;
+    for (int i = 0; i < 6; ++i) chain = g.apply1("relu", {chain});
+    if (!pack_first) make_pack();
+    g.mark_output(g.apply1("add", {chain, r}));
+    const auto order = g.topological_order();
+    auto pos = [&](ValueId v) {
+      return std::find(order.begin(), order.end(), g.value(v).producer) - order.begin();
+    };
+    SCOPED_TRACE(pack_first ? "packing built first" : "packing built last");
+    EXPECT_EQ(pos(pack), pos(grad) + 1);  // packed right after the gradient
+    EXPECT_EQ(pos(r), pos(pack) + 2);     // issued right after its packing
+    EXPECT_LT(pos(r), pos(chain));        // before the independent work
+  }
+}
+
 TEST(Graph, NamesAreUnique) {
   Graph g;
   g.input("x", {DType::f32, {2}});
