@@ -7,7 +7,8 @@
 # first. MODES (default "1gpu 2gpu 2gpu-nosync") may add 2gpu-bf16: the 2-GPU step with the
 # gradients all-reduced in bf16 (--grad-reduce-dtype bf16, half the bytes; PyTorch's bf16
 # model sends its bf16 gradients), and 2gpu-bf16-200: the same in 200 MiB buckets (two, as the
-# f32 default makes); 2gpu-mbN: f32 buckets of N MiB. QAT_BIN: a qat binary built elsewhere (no build here).
+# f32 default makes); 2gpu-mbN: f32 buckets of N MiB; 2gpu-ctaP: NCCL's CTA policy P
+# (QG_NCCL_CTA_POLICY: efficiency or zero). QAT_BIN: a qat binary built elsewhere (no build here).
 # Logs go to $OUT; the rows are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,8 @@ if [ -z "${QAT_BIN:-}" ] || [ -n "${RUN_TESTS:-}" ]; then
   cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
     { grep -E "error" -A4 "$out/build.log" | head -40; exit 1; }
   echo "build: $(($(date +%s) - t0)) s; $(grep -E 'qatgraph: NCCL' "$out/configure.log")"
+  inc=$(grep -E '^QG_NCCL_INCLUDE' "$build/CMakeCache.txt" | cut -d= -f2)
+  echo "nccl.h: $(grep -hE '^#define NCCL_(MAJOR|MINOR|PATCH)' "$inc/nccl.h" | awk '{print $3}' | tr '\n' '.')"
 fi
 qat=${QAT_BIN:-$build/apps/qat}
 [ -n "${QAT_BIN:-}" ] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -50,7 +53,9 @@ for mode in ${MODES:-1gpu 2gpu 2gpu-nosync}; do
   [ "$mode" = 2gpu-bf16 ] && args+=(--grad-reduce-dtype bf16)
   [ "$mode" = 2gpu-bf16-200 ] && args+=(--grad-reduce-dtype bf16 --bucket-mb 200)
   [[ "$mode" == 2gpu-mb* ]] && args+=(--bucket-mb "${mode#2gpu-mb}")
-  timeout 240 "$qat" steps --device cuda --model llama --precision bf16-mixed \
+  policy=()
+  [[ "$mode" == 2gpu-cta* ]] && policy=(QG_NCCL_CTA_POLICY="${mode#2gpu-cta}")
+  env "${policy[@]}" timeout 240 "$qat" steps --device cuda --model llama --precision bf16-mixed \
     --recipe "${RECIPE:-8da4w}" --reps "${REPS:-20}" "${args[@]}" >"$out/steps_$mode.log" 2>&1
   echo "rc=$? $mode"
   rows+=("$mode: $(grep -E 'step llama' "$out/steps_$mode.log" | tr -s ' ' | tr '\n' ';')")

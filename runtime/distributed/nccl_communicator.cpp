@@ -12,7 +12,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <map>
+#include <string>
 #include <thread>
 
 #include "core/error.h"
@@ -72,6 +74,20 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+// QG_NCCL_CTA_POLICY: how many thread blocks NCCL's kernels take beside the backward pass's
+// (the experiment of bench/results/distributed_2gpu.md, session 15): default, efficiency
+// (the fewest blocks that keep bandwidth) or zero (none where NCCL can avoid them).
+int cta_policy(const std::string& name) {
+  if (name == "default") return NCCL_CTA_POLICY_DEFAULT;
+  if (name == "efficiency") return NCCL_CTA_POLICY_EFFICIENCY;
+#ifdef NCCL_CTA_POLICY_ZERO
+  if (name == "zero") return NCCL_CTA_POLICY_ZERO;
+#endif
+  QG_FAIL("nccl", "QG_NCCL_CTA_POLICY='", name, "': expected default, efficiency or zero");
+}
+#endif
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(int rank, int size, int device, TcpStoreClient& store,
@@ -92,7 +108,16 @@ class NcclCommunicator final : public Communicator {
     // 2. A blocking communicator: its collectives are enqueued when the call returns, which
     //    a CUDA-graph capture needs. Every rank has the id by now (a rank that never came
     //    made the store wait above time out); one that dies later is caught by the launcher.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    if (const char* policy = std::getenv("QG_NCCL_CTA_POLICY")) config.CTAPolicy = cta_policy(policy);
+    QG_NCCL_CHECK("nccl", ncclCommInitRankConfig(&comm_, size, id, rank, &config));
+#else
+    QG_CHECK(std::getenv("QG_NCCL_CTA_POLICY") == nullptr, "nccl",
+             "QG_NCCL_CTA_POLICY needs NCCL 2.27 or later; this build has ", NCCL_MAJOR, ".",
+             NCCL_MINOR);
     QG_NCCL_CHECK("nccl", ncclCommInitRank(&comm_, size, id, rank));
+#endif
     QG_CUDA_OK("nccl", cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     QG_CUDA_OK("nccl", cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     // 3. The peer mailbox, for the observers' syncs inside their kernels (peer_mailbox.h).
