@@ -351,10 +351,12 @@ void collectives_cuda(Communicator& c, std::ostream& out) {
   out << "ok\n";
 }
 
-// kind "mlp_kill": rank 1 is killed in the third step (the NCCL fault test).
+// kind "mlp_kill": rank 1 is killed in the third step (the NCCL fault test); "mlp_stall": rank
+// 1 sleeps 8 s after its second step (past QG_DIST_TIMEOUT), so that rank 0's observer kernels
+// wait for its statistics in vain.
 void train_cuda(Communicator* c, std::string kind, int local_rank, std::ostream& out) {
-  const bool kill = kind == "mlp_kill";
-  if (kill) kind = "mlp";
+  const bool kill = kind == "mlp_kill", stall = kind == "mlp_stall";
+  if (kill || stall) kind = "mlp";
   nn::Dataset all = nn::load_digits();
   nn::Dataset data = head(all, 240), test = head(all, 48);
   nn::TrainConfig cfg = small_config(kind, c, 48);
@@ -364,6 +366,8 @@ void train_cuda(Communicator* c, std::string kind, int local_rank, std::ostream&
   double prev = 0;
   t.train_epoch([&](const nn::StepInfo& info) {
     if (kill && c != nullptr && c->rank() == 1 && info.step_in_epoch == 2) std::raise(SIGKILL);
+    if (stall && c != nullptr && c->rank() == 1 && info.step_in_epoch == 2)
+      std::this_thread::sleep_for(std::chrono::seconds(8));
     ++k;
     const double loss = info.loss * static_cast<double>(k) - prev * static_cast<double>(k - 1);
     prev = info.loss;

@@ -110,6 +110,26 @@ TEST(Nccl, KilledRankEndsItsPeer) {
   EXPECT_LT(seconds, 30.0) << r.what;
 }
 
+// A GPU rank stuck past the timeout between two steps: its peer's observer kernels, waiting in
+// the peer mailbox for its statistics, stop at the timeout (nothing spins on forever), and the
+// peer fails with an error naming the rank that never published; the watchdog then ends the
+// stuck rank.
+TEST(Nccl, StuckRankTimesOutItsPeersObserverExchange) {
+  if (!two_gpus()) GTEST_SKIP() << "needs NCCL and QG_TEST_GPUS >= 2";
+  const std::string dir = scratch("nccl_stall");
+  const auto t0 = std::chrono::steady_clock::now();
+  dist::LaunchResult r =
+      run_workers(2, {"train_cuda", dir, "mlp_stall"}, 60s, {{"QG_DIST_TIMEOUT", "3"}});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.codes.size(), 2u);
+  EXPECT_NE(r.codes[0], 0) << r.what;
+  EXPECT_NE(r.codes[1], 0) << r.what;
+  const std::string err = read_file(dir + "/err_r0.txt");
+  EXPECT_NE(err.find("rank 1 did not publish its statistics"), std::string::npos) << err;
+  EXPECT_LT(seconds, 40.0) << r.what;
+}
+
 // ZeRO-1 on two GPUs: the sharded run's states equal the unsharded run's after every step,
 // each GPU holds a share of the Adam state, and the checkpoints hold the same states.
 TEST(Nccl, ShardedOptimizerStateOnTwoGpusTrainsAsUnsharded) {
