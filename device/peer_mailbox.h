@@ -29,6 +29,10 @@ struct PeerMailbox {
   // This rank's count of exchanges so far, in its device memory: kernels read and advance it,
   // so a replayed CUDA graph keeps counting.
   unsigned long long* exchanges = nullptr;
+  // Set (in this rank's device memory) by the first wait that timed out: the two-parity rule
+  // no longer holds once a rank stops waiting, so later exchanges on this rank stop waiting at
+  // once, each recording the failure, instead of each waiting out the timeout.
+  unsigned long long* broken = nullptr;
   // How long a kernel waits for a peer's flag before it records kPeerTimeout and goes on with
   // what it has (the watchdog ends a run whose rank died long before that).
   unsigned long long timeout_ns = 0;

@@ -42,8 +42,13 @@ std::string describe_device_error(const DeviceErrorRecord& r) {
       os << "learning rate " << r.value << " must be finite and >= 0; the step was skipped";
       break;
     case kPeerTimeout:
-      os << "rank " << r.value << " did not publish its statistics for exchange " << r.index
-         << " within " << r.hi << " s (a peer died or stopped); this rank's result is wrong";
+      if (r.value < 0)
+        os << "statistics exchange " << r.index << " skipped: an earlier exchange waited " << r.hi
+           << " s in vain; this rank's result is wrong";
+      else
+        os << "no statistics from rank " << r.value << " for exchange " << r.index << " within "
+           << r.hi << " s (it died, stalled, or stopped waiting itself); this rank's result is "
+           << "wrong";
       break;
     case kBadGroupSize:
       os << "size " << r.value << " at " << r.index << " is outside [" << r.lo << ", " << r.hi

@@ -30,8 +30,9 @@ enum DeviceErrorCode : int32_t {
   kIndexOutOfRange = 9,     // value = indices[index]; must lie in [0, hi) (embedding rows)
   kNonFiniteGradNorm = 10,  // value = the total gradient norm (or grad_scale); must be finite
   kBadLearningRate = 11,    // value = the learning rate; must be finite and >= 0
-  kPeerTimeout = 12,        // value = the rank whose statistics never came (peer_mailbox.h),
-                            // index = the exchange, hi = the wait in seconds
+  kPeerTimeout = 12,        // value = the rank whose statistics never came (peer_mailbox.h;
+                            // -1: an earlier exchange had timed out), index = the
+                            // exchange, hi = the wait in seconds
 };
 
 struct DeviceErrorRecord {

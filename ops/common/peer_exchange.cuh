@@ -52,15 +52,21 @@ __device__ __forceinline__ void peer_raise(const PeerMailbox& m, unsigned long l
 // One thread: waits until every rank raised its flag for e in this rank's inbox. A rank that
 // has not within the mailbox's timeout is recorded (kPeerTimeout, naming it) and false is
 // returned; the caller then folds its own words only, and the host raises the record.
-__device__ inline bool peer_wait(const PeerMailbox& m, unsigned long long e,
-                                 DeviceErrorRecord* err, int32_t node) {
+__device__ inline bool peer_wait(const PeerMailbox& m, unsigned long long e, DeviceErrorRecord* err,
+                                 int32_t node) {
+  const double timeout_s = static_cast<double>(m.timeout_ns) * 1e-9;
+  volatile unsigned long long* broken = m.broken;
+  if (*broken != 0) {  // an earlier wait timed out (value -1: no rank to name)
+    report_device_error(err, kPeerTimeout, node, static_cast<int64_t>(e), -1, 0, timeout_s);
+    return false;
+  }
   const unsigned long long start = global_timer_ns();
   for (int r = 0; r < m.ranks; ++r) {
     volatile unsigned long long* flag = peer_slot(m, m.rank, e, r);
     while (*flag != e) {
       if (global_timer_ns() - start > m.timeout_ns) {
-        report_device_error(err, kPeerTimeout, node, static_cast<int64_t>(e), r, 0,
-                            static_cast<double>(m.timeout_ns) * 1e-9);
+        *broken = 1;
+        report_device_error(err, kPeerTimeout, node, static_cast<int64_t>(e), r, 0, timeout_s);
         return false;
       }
       __nanosleep(64);

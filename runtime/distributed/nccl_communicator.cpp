@@ -110,7 +110,8 @@ class NcclCommunicator final : public Communicator {
     //    made the store wait above time out); one that dies later is caught by the launcher.
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    if (const char* policy = std::getenv("QG_NCCL_CTA_POLICY")) config.CTAPolicy = cta_policy(policy);
+    if (const char* policy = std::getenv("QG_NCCL_CTA_POLICY"))
+      config.CTAPolicy = cta_policy(policy);
     QG_NCCL_CHECK("nccl", ncclCommInitRankConfig(&comm_, size, id, rank, &config));
 #else
     QG_CHECK(std::getenv("QG_NCCL_CTA_POLICY") == nullptr, "nccl",
@@ -134,10 +135,18 @@ class NcclCommunicator final : public Communicator {
     mailbox_.reset();
   }
 
-  int rank() const override { return rank_; }
-  int world_size() const override { return size_; }
-  std::string backend() const override { return "nccl"; }
-  DeviceType memory() const override { return DeviceType::cuda; }
+  int rank() const override {
+    return rank_;
+  }
+  int world_size() const override {
+    return size_;
+  }
+  std::string backend() const override {
+    return "nccl";
+  }
+  DeviceType memory() const override {
+    return DeviceType::cuda;
+  }
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op, void* stream) override {
     if (count == 0) return;
@@ -199,7 +208,9 @@ class NcclCommunicator final : public Communicator {
     timeout_ = timeout;
     if (mailbox_) mailbox_->set_timeout(timeout);  // kernels launched (or captured) afterwards
   }
-  std::chrono::milliseconds timeout() const override { return timeout_; }
+  std::chrono::milliseconds timeout() const override {
+    return timeout_;
+  }
 
   const PeerMailbox* peer_mailbox() const override {
     return mailbox_ ? &mailbox_->mailbox() : nullptr;
@@ -251,7 +262,7 @@ class NcclCommunicator final : public Communicator {
   std::map<const void*, cudaEvent_t> done_;  // the last all-reduce into each buffer
   std::unique_ptr<PeerMailboxIpc> mailbox_;
   std::string mailbox_why_not_;
-  CollectiveTrace trace_{rank_};             // QG_NCCL_TRACE (nccl_trace.h)
+  CollectiveTrace trace_{rank_};  // QG_NCCL_TRACE (nccl_trace.h)
 };
 
 }  // namespace

@@ -17,11 +17,11 @@ namespace {
 // slot at 64 KiB; an inbox is 2 x ranks slots (256 KiB for two ranks).
 constexpr int64_t kCapacity = 8191;
 
-#define QG_IPC_CHECK(call)                                                           \
-  do {                                                                               \
-    cudaError_t qg_ipc_r = (call);                                                   \
-    QG_CHECK(qg_ipc_r == cudaSuccess, "peer_mailbox", "rank ", rank, ": ", #call,    \
-             " failed: ", cudaGetErrorString(qg_ipc_r));                             \
+#define QG_IPC_CHECK(call)                                                        \
+  do {                                                                            \
+    cudaError_t qg_ipc_r = (call);                                                \
+    QG_CHECK(qg_ipc_r == cudaSuccess, "peer_mailbox", "rank ", rank, ": ", #call, \
+             " failed: ", cudaGetErrorString(qg_ipc_r));                          \
   } while (0)
 
 std::string host_name() {
@@ -36,9 +36,8 @@ bool enabled_here() {
 }
 
 // Every rank's `value` for `key`, in rank order (this rank's set first).
-std::vector<std::string> exchange(TcpStoreClient& store, const std::string& key, int rank,
-                                  int size, const std::string& value,
-                                  std::chrono::milliseconds timeout) {
+std::vector<std::string> exchange(TcpStoreClient& store, const std::string& key, int rank, int size,
+                                  const std::string& value, std::chrono::milliseconds timeout) {
   store.set(key + "/" + std::to_string(rank), value);
   std::vector<std::string> all;
   for (int r = 0; r < size; ++r) all.push_back(store.get(key + "/" + std::to_string(r), timeout));
@@ -63,10 +62,12 @@ std::unique_ptr<PeerMailboxIpc> PeerMailboxIpc::open(int rank, int size, int dev
   bool ok = enabled_here() && fits;
   if (ok) {
     const size_t inbox_words = static_cast<size_t>(2 * size * (m.capacity + 1));
-    QG_IPC_CHECK(cudaMalloc(&box->own_, (inbox_words + 1) * sizeof(unsigned long long)));
-    QG_IPC_CHECK(cudaMemset(box->own_, 0, (inbox_words + 1) * sizeof(unsigned long long)));
+    // The inbox, then the exchange count and the broken flag.
+    QG_IPC_CHECK(cudaMalloc(&box->own_, (inbox_words + 2) * sizeof(unsigned long long)));
+    QG_IPC_CHECK(cudaMemset(box->own_, 0, (inbox_words + 2) * sizeof(unsigned long long)));
     QG_IPC_CHECK(cudaDeviceSynchronize());
     m.exchanges = static_cast<unsigned long long*>(box->own_) + inbox_words;
+    m.broken = m.exchanges + 1;
     ok = cudaIpcGetMemHandle(&handle, box->own_) == cudaSuccess;
     (void)cudaGetLastError();
   }

@@ -19,8 +19,7 @@ class PeerMailboxIpc {
   // different hosts, there are more than PeerMailbox::kMaxRanks, or some rank cannot map
   // another's memory. `why_not` then says which. Store failures (a rank that never came)
   // throw, as the rest of the rendezvous does.
-  static std::unique_ptr<PeerMailboxIpc> open(int rank, int size, int device,
-                                              TcpStoreClient& store,
+  static std::unique_ptr<PeerMailboxIpc> open(int rank, int size, int device, TcpStoreClient& store,
                                               std::chrono::milliseconds timeout,
                                               std::string& why_not);
   ~PeerMailboxIpc();

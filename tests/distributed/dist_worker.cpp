@@ -153,8 +153,8 @@ void observers(Communicator* c, bool fused, std::ostream& out, Device device = D
         std::vector<float> v;
         for (int64_t i = 0; i < rows; ++i)
           for (int64_t j = 0; j < cols; ++j) v.push_back(value(s, rank * rows + i, j));
-        const auto& got = step.forward({{"x", Tensor::from_vector<float>({rows, cols}, v)}},
-                                       {y[0]}, /*training=*/true);
+        const auto& got = step.forward({{"x", Tensor::from_vector<float>({rows, cols}, v)}}, {y[0]},
+                                       /*training=*/true);
         step.synchronize();
         // The global batch's y: every rank's shard, in rank order.
         Tensor whole = Tensor::empty({kRows, cols}, DType::f32, device);
@@ -425,8 +425,7 @@ int main(int argc, char** argv) {
         std::ofstream(dir + "/mailbox_r" + std::to_string(rank) + ".txt")
             << cuda->peer_mailbox_status() << '\n';
       observers(cuda, arg == "fused", out, Device::cuda(rank));
-    }
-    else if (scenario == "zero1")
+    } else if (scenario == "zero1")
       zero1(c, arg, dir, out);
     else if (scenario == "zero1_cuda")
       zero1(group && world > 1 ? &group->communicator(Device::cuda(rank)) : nullptr, arg, dir, out,

@@ -6,6 +6,7 @@
 
 #include "gpu_test_util.h"
 #ifdef QG_WITH_CUDA
+#include "device/cuda/device_error.h"
 #include "device/cuda/launch.h"
 #endif
 
@@ -152,6 +153,22 @@ TEST(GpuDeviceErrors, DeviceErrorsNameTheNode) {
                         {"z", Tensor::from_vector<int32_t>({1}, {0})}};
   expect_error([&] { exec.run(feeds, {y}); }, {"fake_quantize", "fq_layer1", "scale[0] = 0"});
 }
+
+#ifdef QG_WITH_CUDA
+// The records a peer-mailbox wait leaves (ops/common/peer_exchange.cuh): the rank whose
+// statistics never came, or (-1) an exchange skipped after an earlier one timed out. No GPU
+// is needed to format them; Nccl.StuckRankTimesOutItsPeersObserverExchange makes them happen.
+TEST(GpuDeviceErrors, PeerTimeoutsNameTheRankAndTheExchange) {
+  cuda::DeviceErrorRecord waited{cuda::kPeerTimeout, 0, 7, 1.0, 0.0, 3.0};
+  EXPECT_EQ(cuda::describe_device_error(waited),
+            "no statistics from rank 1 for exchange 7 within 3 s (it died, stalled, or stopped "
+            "waiting itself); this rank's result is wrong");
+  cuda::DeviceErrorRecord skipped{cuda::kPeerTimeout, 0, 9, -1.0, 0.0, 3.0};
+  EXPECT_EQ(cuda::describe_device_error(skipped),
+            "statistics exchange 9 skipped: an earlier exchange waited 3 s in vain; this rank's "
+            "result is wrong");
+}
+#endif
 
 TEST(GpuDeviceErrors, NoDeviceIsReportedWhenAbsent) {
   if (cuda_available()) GTEST_SKIP() << "a CUDA device is present; this checks the no-GPU path";

@@ -126,9 +126,10 @@ TEST(MultiTensorAdamFusion, StepsBehindDifferentAllReducesStayApart) {
       reduced.push_back(buckets ? g.apply("all_reduce", {grad})[0] : grad);
     }
     for (int i = 0; i < 4; ++i)
-      g.apply("adam", {g.parameter("p" + std::to_string(i), Tensor::zeros({4}, DType::f32)),
-                       reduced[i / 2]},
-              {{"lr", 1e-2}}, "p" + std::to_string(i) + ".adam");
+      g.apply(
+          "adam",
+          {g.parameter("p" + std::to_string(i), Tensor::zeros({4}, DType::f32)), reduced[i / 2]},
+          {{"lr", 1e-2}}, "p" + std::to_string(i) + ".adam");
     int rewrites = -1;
     for (const PassRecord& r : optimize(g, PassOptions{}))
       if (r.name == "fuse_multi_tensor_adam") rewrites = r.rewrites;

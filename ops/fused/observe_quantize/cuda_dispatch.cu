@@ -140,9 +140,9 @@ bool try_prologue_kernel(KernelContext& ctx, const KernelPart& activation,
 void fused_observe_quantize_cuda(KernelContext& ctx) {
   const Communicator* comm = statistics_sync(ctx);
   const PeerMailbox* peers = comm != nullptr ? comm->peer_mailbox() : nullptr;
-  const bool single = comm == nullptr ||
-                      (peers != nullptr && ctx.args<ObserveQuantizeArgs>().layout.kind ==
-                                               ScopeKind::tensor);
+  const bool single =
+      comm == nullptr ||
+      (peers != nullptr && ctx.args<ObserveQuantizeArgs>().layout.kind == ScopeKind::tensor);
   if (const KernelPart* act = prologue_activation(ctx.prepared)) {
     if (single && try_prologue_kernel(ctx, *act, peers)) return;
     apply_prologue(ctx, DeviceType::cuda);  // the activation into a temporary x

@@ -367,7 +367,8 @@ __device__ inline MinMax peer_combine(const FusedArgs& a, unsigned long long e, 
     }
     if (publisher) peer_finish_exchange(m, e);
     const float mn = range.mn(), mx = range.mx();
-    const unsigned zeros = (mn == 0.0f && signbit(mn) ? 1u : 0u) | (mx == 0.0f && !signbit(mx) ? 2u : 0u);
+    const unsigned zeros =
+        (mn == 0.0f && signbit(mn) ? 1u : 0u) | (mx == 0.0f && !signbit(mx) ? 2u : 0u);
     result = MinMax{mn, mx, zeros, nonfinite};
   }
   __syncthreads();
