@@ -3,7 +3,7 @@
 // warp lanes, a partial last lane round), rows enough for several dweight chunks with a
 // partial last one, an all-zero row (rstd = 1 / sqrt(eps)) and large values (squares far from
 // 1). Every output is compared bit for bit: both backends sum in the same order
-// (rms_norm_math.h).
+// (rms_norm_math.h). The out_dtype cases narrow an f32 x's output as fuse_norm_cast does.
 #include "ops/common/crosscheck_inputs.h"
 
 namespace qg {
@@ -31,6 +31,18 @@ std::vector<CrosscheckCase> cases() {
   for (int i = 0; i < 40; ++i) {
     rows[40 + i] = 0.75;
     rows[80 + i] = 1e-4 * (i - 20);
+  }
+  // out_dtype: the bf16 / f16 output of an f32 x (fuse_norm_cast), with its backward; f32 only.
+  for (const char* narrow : {"bf16", "f16"}) {
+    Attrs a = eps(1e-5);
+    a.set("out_dtype", std::string(narrow));
+    c.push_back({std::string("out_dtype ") + narrow + " [64,1024]",
+                 {x_in({64, 1024}, -3, 3), x_in({1024}, 0.5, 1.5)},
+                 a,
+                 true,
+                 0,
+                 2,
+                 true});
   }
   c.push_back({"zero, constant and tiny rows",
                {fixed({3, 40}, DType::f64, 0, 0, rows), x_in({40}, 0.5, 1.5)},
