@@ -25,37 +25,46 @@ const char* reduce_op_name(ReduceOp op) {
 
 Communicator::~Communicator() = default;
 
-void all_reduce_range_keys(Communicator& comm, int32_t* lo, int32_t* hi, int64_t n) {
-  if (n == 0) return;
-  // Keys of floats never reach INT32_MIN (the most negative is that of -NaN payloads, which
-  // are not stored), so negation is exact.
-  std::vector<int32_t> buf(static_cast<size_t>(2 * n));
-  for (int64_t q = 0; q < n; ++q) {
-    buf[q] = lo[q];
-    buf[n + q] = -hi[q];
-  }
-  comm.all_reduce(buf.data(), 2 * n, DType::i32, ReduceOp::min);
-  for (int64_t q = 0; q < n; ++q) {
-    lo[q] = buf[q];
-    hi[q] = -buf[n + q];
-  }
+int64_t all_reduce_count(Communicator& comm, int64_t count) {
+  comm.all_reduce(&count, 1, DType::i64, ReduceOp::sum);
+  return count;
 }
 
-void all_reduce_ranges(Communicator& comm, float* mn, float* mx, int64_t n) {
+int64_t all_reduce_range_keys_and_count(Communicator& comm, int32_t* lo, int32_t* hi, int64_t n,
+                                        int64_t count) {
+  const int world = comm.world_size();
+  const size_t row = static_cast<size_t>(2 * n + 1);
+  std::vector<int64_t> mine(row), all(row * static_cast<size_t>(world));
+  for (int64_t q = 0; q < n; ++q) {
+    mine[q] = lo[q];
+    mine[n + q] = hi[q];
+  }
+  mine[2 * n] = count;
+  comm.all_gather(mine.data(), all.data(), static_cast<int64_t>(row * sizeof(int64_t)));
+  int64_t total = 0;
+  for (int r = 0; r < world; ++r) {
+    const int64_t* theirs = all.data() + r * row;
+    for (int64_t q = 0; q < n; ++q) {
+      lo[q] = std::min(lo[q], static_cast<int32_t>(theirs[q]));
+      hi[q] = std::max(hi[q], static_cast<int32_t>(theirs[n + q]));
+    }
+    total += theirs[2 * n];
+  }
+  return total;
+}
+
+int64_t all_reduce_ranges_and_count(Communicator& comm, float* mn, float* mx, int64_t n,
+                                    int64_t count) {
   std::vector<int32_t> lo(static_cast<size_t>(n)), hi(static_cast<size_t>(n));
   for (int64_t q = 0; q < n; ++q) {
     lo[q] = order_key(mn[q]);
     hi[q] = order_key(mx[q]);
   }
-  all_reduce_range_keys(comm, lo.data(), hi.data(), n);
+  count = all_reduce_range_keys_and_count(comm, lo.data(), hi.data(), n, count);
   for (int64_t q = 0; q < n; ++q) {
     mn[q] = key_float(lo[q]);
     mx[q] = key_float(hi[q]);
   }
-}
-
-int64_t all_reduce_count(Communicator& comm, int64_t count) {
-  comm.all_reduce(&count, 1, DType::i64, ReduceOp::sum);
   return count;
 }
 

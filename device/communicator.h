@@ -75,13 +75,17 @@ class Communicator {
 // what one rank observing the concatenation of all shards would hold.
 //
 // Ranges as ordered integer keys (the keys of obsmath::ordered_min / ordered_max, where -0
-// sorts below +0 and +/-inf are ordinary keys): lo becomes the minimum and hi the maximum
-// over the ranks, in one all-reduce (hi travels negated, so both are a MIN). Integer min/max
-// is exact and order-free, so the result is bit for bit the single-process one.
-void all_reduce_range_keys(Communicator& comm, int32_t* lo, int32_t* hi, int64_t n);
-// Same for f32 ranges stored as values (converted to keys and back).
-void all_reduce_ranges(Communicator& comm, float* mn, float* mx, int64_t n);
-// Sums a counter over the ranks (the non-finite counts).
+// sorts below +0 and +/-inf are ordinary keys) and a count (the non-finite values), in one
+// collective, one latency per observer and step: every rank's keys and count are gathered
+// and folded (lo the minimum, hi the maximum over the ranks, the counts summed). Integer
+// min/max is exact and order-free, so the result is bit for bit the single-process one.
+// Returns the summed count.
+int64_t all_reduce_range_keys_and_count(Communicator& comm, int32_t* lo, int32_t* hi, int64_t n,
+                                        int64_t count);
+// The same for f32 ranges stored as values (converted to keys and back).
+int64_t all_reduce_ranges_and_count(Communicator& comm, float* mn, float* mx, int64_t n,
+                                    int64_t count);
+// Sums a counter over the ranks (the non-finite counts of the observers that gather lists).
 int64_t all_reduce_count(Communicator& comm, int64_t count);
 // Every rank's lists concatenated in rank order, list by list: list q of the result is
 // rank 0's list q, then rank 1's, ... (what one process reading the ranks' shards one after

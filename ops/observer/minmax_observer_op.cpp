@@ -46,8 +46,9 @@ void minmax_observer_cpu(KernelContext& ctx) {
     // Every rank entered with the same state, so the MIN/MAX of the folded states is the
     // state folded with every shard.
     if (Communicator* comm = observer_sync(ctx, l)) {
-      all_reduce_ranges(*comm, mn, mx, static_cast<int64_t>(n));
-      sync_nonfinite(*comm, common.nonfinite, before);
+      *common.nonfinite =
+          before + all_reduce_ranges_and_count(*comm, mn, mx, static_cast<int64_t>(n),
+                                               *common.nonfinite - before);
     }
   }
   if (!late) write_range_qparams(ctx, mn, mx, n);

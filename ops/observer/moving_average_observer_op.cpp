@@ -57,8 +57,9 @@ void moving_average_observer_cpu(KernelContext& ctx) {
     const int64_t before = *common.nonfinite;
     batch_min_max(ctx.op, ctx.inputs[0], l, common.nonfinite, bmin, bmax);
     if (Communicator* comm = observer_sync(ctx, l)) {  // the global batch's range
-      all_reduce_ranges(*comm, bmin.data(), bmax.data(), static_cast<int64_t>(n));
-      sync_nonfinite(*comm, common.nonfinite, before);
+      *common.nonfinite =
+          before + all_reduce_ranges_and_count(*comm, bmin.data(), bmax.data(),
+                                               static_cast<int64_t>(n), *common.nonfinite - before);
     }
     for (size_t q = 0; q < n; ++q) {
       if (!(bmin[q] <= bmax[q])) continue;  // no finite value for this channel

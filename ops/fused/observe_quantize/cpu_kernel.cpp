@@ -305,8 +305,8 @@ void run_fast_path(KernelContext& ctx, Observer& o, Output out, const QuantRange
       o.update ? observer_sync(ctx, l, ctx.part(0).args<ObserverArgs>().replicated) : nullptr;
   auto sync = [&] {
     if (comm == nullptr) return;
-    all_reduce_range_keys(*comm, ranges.lo.data(), ranges.hi.data(), nq);
-    ranges.nonfinite = all_reduce_count(*comm, ranges.nonfinite);
+    ranges.nonfinite = all_reduce_range_keys_and_count(*comm, ranges.lo.data(), ranges.hi.data(),
+                                                       nq, ranges.nonfinite);
   };
   const bool own_qparams =
       comm == nullptr && (l.kind == ScopeKind::token || l.kind == ScopeKind::group ||
