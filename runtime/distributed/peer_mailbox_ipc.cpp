@@ -83,14 +83,13 @@ std::unique_ptr<PeerMailboxIpc> PeerMailboxIpc::open(int rank, int size, int dev
              "rank ", rank, ": rank ", r, "'s mailbox entry is ", e.size(), " bytes, malformed");
     const std::string host = e.substr(1, end - 1);
     if (r == 0) host0 = host;
-    if (!why_not.empty()) {
-    } else if (e[0] != '1') {
+    // The first reason found is the one reported (the same on every rank).
+    if (why_not.empty() && e[0] != '1')
       why_not = !fits ? std::to_string(size) + " ranks (the mailbox takes 2 to " +
                             std::to_string(PeerMailbox::kMaxRanks) + ")"
                       : "rank " + std::to_string(r) + " has none (QG_PEER_MAILBOX=0 or no IPC)";
-    } else if (host != host0) {
+    else if (why_not.empty() && host != host0)
       why_not = "rank " + std::to_string(r) + " is on host " + host + ", rank 0 on " + host0;
-    }
     std::memcpy(&handles[r], e.data() + end + 1, sizeof handle);
   }
   // 2. Every peer's inbox mapped here; every rank says whether it managed.
