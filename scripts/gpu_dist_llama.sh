@@ -7,8 +7,7 @@
 # first. MODES (default "1gpu 2gpu 2gpu-nosync") may add 2gpu-bf16: the 2-GPU step with the
 # gradients all-reduced in bf16 (--grad-reduce-dtype bf16, half the bytes; PyTorch's bf16
 # model sends its bf16 gradients), and 2gpu-bf16-200: the same in 200 MiB buckets (two, as the
-# f32 default makes); 2gpu-mbN: f32 buckets of N MiB; 2gpu-ctaP: NCCL's CTA policy P
-# (QG_NCCL_CTA_POLICY: efficiency or zero). QAT_BIN: a qat binary built elsewhere (no build here).
+# f32 default makes); 2gpu-mbN: f32 buckets of N MiB. QAT_BIN: a qat binary built elsewhere (no build here).
 # Logs go to $OUT; the rows are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,9 +52,7 @@ for mode in ${MODES:-1gpu 2gpu 2gpu-nosync}; do
   [ "$mode" = 2gpu-bf16 ] && args+=(--grad-reduce-dtype bf16)
   [ "$mode" = 2gpu-bf16-200 ] && args+=(--grad-reduce-dtype bf16 --bucket-mb 200)
   [[ "$mode" == 2gpu-mb* ]] && args+=(--bucket-mb "${mode#2gpu-mb}")
-  policy=()
-  [[ "$mode" == 2gpu-cta* ]] && policy=(QG_NCCL_CTA_POLICY="${mode#2gpu-cta}")
-  env "${policy[@]}" timeout 240 "$qat" steps --device cuda --model llama --precision bf16-mixed \
+  timeout 240 "$qat" steps --device cuda --model llama --precision bf16-mixed \
     --recipe "${RECIPE:-8da4w}" --reps "${REPS:-20}" "${args[@]}" >"$out/steps_$mode.log" 2>&1
   echo "rc=$? $mode"
   rows+=("$mode: $(grep -E 'step llama' "$out/steps_$mode.log" | tr -s ' ' | tr '\n' ';')")

@@ -12,9 +12,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <cstdlib>
 #include <map>
-#include <string>
 #include <thread>
 
 #include "core/error.h"
@@ -74,20 +72,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
-// QG_NCCL_CTA_POLICY: how many thread blocks NCCL's kernels take beside the backward pass's
-// (the experiment of bench/results/distributed_2gpu.md, session 15): default, efficiency
-// (the fewest blocks that keep bandwidth) or zero (none where NCCL can avoid them).
-int cta_policy(const std::string& name) {
-  if (name == "default") return NCCL_CTA_POLICY_DEFAULT;
-  if (name == "efficiency") return NCCL_CTA_POLICY_EFFICIENCY;
-#ifdef NCCL_CTA_POLICY_ZERO
-  if (name == "zero") return NCCL_CTA_POLICY_ZERO;
-#endif
-  QG_FAIL("nccl", "QG_NCCL_CTA_POLICY='", name, "': expected default, efficiency or zero");
-}
-#endif
-
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(int rank, int size, int device, TcpStoreClient& store,
@@ -108,17 +92,7 @@ class NcclCommunicator final : public Communicator {
     // 2. A blocking communicator: its collectives are enqueued when the call returns, which
     //    a CUDA-graph capture needs. Every rank has the id by now (a rank that never came
     //    made the store wait above time out); one that dies later is caught by the launcher.
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    if (const char* policy = std::getenv("QG_NCCL_CTA_POLICY"))
-      config.CTAPolicy = cta_policy(policy);
-    QG_NCCL_CHECK("nccl", ncclCommInitRankConfig(&comm_, size, id, rank, &config));
-#else
-    QG_CHECK(std::getenv("QG_NCCL_CTA_POLICY") == nullptr, "nccl",
-             "QG_NCCL_CTA_POLICY needs NCCL 2.27 or later; this build has ", NCCL_MAJOR, ".",
-             NCCL_MINOR);
     QG_NCCL_CHECK("nccl", ncclCommInitRank(&comm_, size, id, rank));
-#endif
     QG_CUDA_OK("nccl", cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     QG_CUDA_OK("nccl", cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     // 3. The peer mailbox, for the observers' syncs inside their kernels (peer_mailbox.h).
@@ -135,18 +109,10 @@ class NcclCommunicator final : public Communicator {
     mailbox_.reset();
   }
 
-  int rank() const override {
-    return rank_;
-  }
-  int world_size() const override {
-    return size_;
-  }
-  std::string backend() const override {
-    return "nccl";
-  }
-  DeviceType memory() const override {
-    return DeviceType::cuda;
-  }
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+  std::string backend() const override { return "nccl"; }
+  DeviceType memory() const override { return DeviceType::cuda; }
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op, void* stream) override {
     if (count == 0) return;
@@ -208,9 +174,7 @@ class NcclCommunicator final : public Communicator {
     timeout_ = timeout;
     if (mailbox_) mailbox_->set_timeout(timeout);  // kernels launched (or captured) afterwards
   }
-  std::chrono::milliseconds timeout() const override {
-    return timeout_;
-  }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
 
   const PeerMailbox* peer_mailbox() const override {
     return mailbox_ ? &mailbox_->mailbox() : nullptr;
@@ -262,7 +226,7 @@ class NcclCommunicator final : public Communicator {
   std::map<const void*, cudaEvent_t> done_;  // the last all-reduce into each buffer
   std::unique_ptr<PeerMailboxIpc> mailbox_;
   std::string mailbox_why_not_;
-  CollectiveTrace trace_{rank_};  // QG_NCCL_TRACE (nccl_trace.h)
+  CollectiveTrace trace_{rank_};             // QG_NCCL_TRACE (nccl_trace.h)
 };
 
 }  // namespace
